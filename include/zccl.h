@@ -1,0 +1,290 @@
+/*
+ * zccl.h — public API of zccl, a collective-communication library for data-parallel training with ZeRO.
+ *
+ * The API keeps NCCL's shapes and numbering (ncclResult_t, ncclDataType_t, ncclRedOp_t, the argument order of
+ * every collective and NCCL's in-place rules) so that a framework written against NCCL maps onto zccl name for
+ * name. Differences from NCCL are stated where they occur.
+ *
+ * Units. Every `count` argument is a number of ELEMENTS of the given datatype, never bytes. Buffers are host
+ * memory (CUDA device memory is not accepted by this build).
+ *
+ * Errors. Every function returns a zccl_result_t. On failure a message naming the cause (which argument, which
+ * peer rank, which limit) is kept per thread and returned by zccl_get_last_error(); with ZCCL_DEBUG=WARN or higher
+ * it is also printed on stderr. Output buffers are written only by operations that succeed, except that a
+ * collective failing with ZCCL_REMOTE_ERROR or ZCCL_TIMEOUT part-way may have written part of its output.
+ *
+ * Threads. A communicator may be used by one thread at a time; operations queued on streams of the same
+ * communicator run in the order they were queued on each stream, and two streams must not drive the same
+ * communicator concurrently (as in NCCL, where a communicator is bound to one ordered sequence of collectives).
+ */
+#ifndef ZCCL_H
+#define ZCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZCCL_MAJOR 0
+#define ZCCL_MINOR 1
+#define ZCCL_PATCH 0
+/** Version as one integer: major*10000 + minor*100 + patch (NCCL's NCCL_VERSION_CODE form). */
+#define ZCCL_VERSION_CODE (ZCCL_MAJOR * 10000 + ZCCL_MINOR * 100 + ZCCL_PATCH)
+
+/** Result codes; numbering identical to ncclResult_t. */
+typedef enum {
+    ZCCL_SUCCESS = 0,              /**< The operation completed. */
+    ZCCL_UNHANDLED_CUDA_ERROR = 1, /**< A CUDA call failed (not produced by this CPU-only build). */
+    ZCCL_SYSTEM_ERROR = 2,         /**< A system call failed: out of memory, /dev/shm, sockets, limits. */
+    ZCCL_INTERNAL_ERROR = 3,       /**< A bug in zccl or a corrupted message: please report it. */
+    ZCCL_INVALID_ARGUMENT = 4,     /**< An argument is invalid; the message names it. */
+    ZCCL_INVALID_USAGE = 5,        /**< The call is valid alone but not in this state (e.g. destroyed stream). */
+    ZCCL_REMOTE_ERROR = 6,         /**< A peer rank failed, disconnected or sent something invalid. */
+    ZCCL_IN_PROGRESS = 7,          /**< Queued work has not completed yet (zccl_stream_query). */
+    ZCCL_TIMEOUT = 8,              /**< A deadline (ZCCL_TIMEOUT_MS) passed; the message names the peer. */
+    ZCCL_NUM_RESULTS = 9
+} zccl_result_t;
+
+/** Element types; numbering identical to ncclDataType_t. */
+typedef enum {
+    ZCCL_INT8 = 0,
+    ZCCL_UINT8 = 1,
+    ZCCL_INT32 = 2,
+    ZCCL_UINT32 = 3,
+    ZCCL_INT64 = 4,
+    ZCCL_UINT64 = 5,
+    ZCCL_FLOAT16 = 6,  /**< IEEE 754 binary16. */
+    ZCCL_FLOAT32 = 7,
+    ZCCL_FLOAT64 = 8,
+    ZCCL_BFLOAT16 = 9, /**< bfloat16: the upper 16 bits of a binary32. */
+    ZCCL_NUM_TYPES = 10
+} zccl_datatype_t;
+
+/**
+ * Reduction operations; numbering identical to ncclRedOp_t.
+ * Integer sum and product wrap modulo 2^bits (two's complement), as NCCL does. ZCCL_AVG is the sum divided by
+ * the number of ranks, applied once to the complete sum (integer types: truncating division). For float16 and
+ * bfloat16 each reduction step converts its operands to float32, combines them, and rounds the result to the
+ * nearest even representable value once.
+ */
+typedef enum {
+    ZCCL_SUM = 0,
+    ZCCL_PROD = 1,
+    ZCCL_MAX = 2,
+    ZCCL_MIN = 3,
+    ZCCL_AVG = 4,
+    ZCCL_NUM_OPS = 5
+} zccl_redop_t;
+
+/** Size in bytes of the opaque unique id (as NCCL_UNIQUE_ID_BYTES). */
+#define ZCCL_UNIQUE_ID_BYTES 128
+
+/**
+ * Opaque job identifier created by zccl_get_unique_id() on one process and handed to every rank out of band
+ * (MPI_Bcast, a file, ...). It carries the bootstrap root's address and the job's 128-bit secret: treat it as a
+ * credential, since anyone holding it may join the job.
+ */
+typedef struct {
+    char internal[ZCCL_UNIQUE_ID_BYTES];
+} zccl_unique_id_t;
+
+/** Opaque communicator: a group of ranks that run collectives together. */
+typedef struct zccl_comm *zccl_comm_t;
+
+/** Opaque stream: an ordered queue of operations completed by a background thread. NULL means "blocking". */
+typedef struct zccl_stream *zccl_stream_t;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Errors and version                                                                                           */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/** Returns a static, human-readable name for a result code (never NULL; unknown codes give "unknown result"). */
+const char *zccl_get_error_string(zccl_result_t result);
+
+/**
+ * Returns the message describing the last failure on the calling thread (which argument, which peer, which
+ * limit), or "" if no zccl call on this thread has failed. The string stays valid until the next failing zccl
+ * call on the same thread. comm may be NULL; it is accepted for NCCL's ncclGetLastError(comm) shape.
+ */
+const char *zccl_get_last_error(zccl_comm_t comm);
+
+/** Stores ZCCL_VERSION_CODE into *version. Errors: ZCCL_INVALID_ARGUMENT if version is NULL. */
+zccl_result_t zccl_get_version(int *version);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Communicators                                                                                                */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Creates a new job id: picks this host's address (ZCCL_SOCKET_IFNAME selects the interface, NCCL grammar),
+ * opens the bootstrap root's listening socket on it, starts the root in a background thread of this process and
+ * draws a random 128-bit secret from the kernel (getrandom). Call it on exactly one process per communicator,
+ * then pass the id to all ranks, including the calling one if it is a rank. The calling process must stay alive
+ * until every rank has returned from zccl_comm_init_rank().
+ * @param[out] id  the new id; must not be NULL.
+ * Errors: ZCCL_INVALID_ARGUMENT (id NULL); ZCCL_SYSTEM_ERROR (no usable interface, socket or thread failure).
+ */
+zccl_result_t zccl_get_unique_id(zccl_unique_id_t *id);
+
+/**
+ * Creates the communicator of rank `rank` in a group of `nranks` ranks that share `id`. Collective: every rank
+ * must call it; it returns once all ranks have joined and connections to the neighbours are set up. Every
+ * connection, bootstrap and data, proves knowledge of the id's secret before anything else it sends is parsed.
+ * @param[out] comm    the new communicator; must not be NULL. Set to NULL on failure.
+ * @param      nranks  number of ranks, 1 <= nranks <= 65536.
+ * @param      id      the id from zccl_get_unique_id(), the same on all ranks.
+ * @param      rank    this rank, 0 <= rank < nranks, distinct on every rank.
+ * Errors: ZCCL_INVALID_ARGUMENT (comm NULL, nranks or rank out of range, malformed id); ZCCL_SYSTEM_ERROR
+ * (sockets, shared memory, limits); ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice);
+ * ZCCL_TIMEOUT (not every rank joined within ZCCL_INIT_TIMEOUT_MS).
+ */
+zccl_result_t zccl_comm_init_rank(zccl_comm_t *comm, int nranks, zccl_unique_id_t id, int rank);
+
+/**
+ * Creates a communicator from the environment that launchers set:
+ *   - torchrun / zcclrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+ *   - Open MPI's mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, with MASTER_ADDR and MASTER_PORT;
+ *   - MPICH/Hydra: PMI_RANK, PMI_SIZE, with MASTER_ADDR and MASTER_PORT.
+ * Rank 0 runs the bootstrap root, listening on MASTER_PORT. The job secret is read from ZCCL_SECRET (32 hex
+ * digits; zcclrun sets it). Without ZCCL_SECRET the secret is derived from MASTER_ADDR, MASTER_PORT and
+ * TORCHELASTIC_RUN_ID, which keeps unrelated jobs apart but is no protection against a hostile user on the
+ * network: set ZCCL_SECRET in that case.
+ * @param[out] comm  the new communicator; must not be NULL.
+ * Errors: as zccl_comm_init_rank(), plus ZCCL_INVALID_ARGUMENT naming the missing or malformed variable.
+ */
+zccl_result_t zccl_comm_init_env(zccl_comm_t *comm);
+
+/**
+ * Frees a communicator after completing every operation queued on it. Not collective in effect, but peers still
+ * running collectives with this rank will see ZCCL_REMOTE_ERROR. NULL is accepted and ignored.
+ * Errors: ZCCL_INVALID_USAGE if a stream still holds unfinished operations of this communicator.
+ */
+zccl_result_t zccl_comm_destroy(zccl_comm_t comm);
+
+/**
+ * Frees a communicator without waiting: pending operations are abandoned, connections are closed so that peers
+ * see ZCCL_REMOTE_ERROR instead of waiting. NULL is accepted and ignored. Always returns ZCCL_SUCCESS.
+ */
+zccl_result_t zccl_comm_abort(zccl_comm_t comm);
+
+/** Stores the communicator's size in *count. Errors: ZCCL_INVALID_ARGUMENT if comm or count is NULL. */
+zccl_result_t zccl_comm_count(const zccl_comm_t comm, int *count);
+
+/** Stores the caller's rank in *rank. Errors: ZCCL_INVALID_ARGUMENT if comm or rank is NULL. */
+zccl_result_t zccl_comm_rank(const zccl_comm_t comm, int *rank);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Streams                                                                                                      */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Creates a stream: operations issued on it are queued, in order, and run by a background thread of the stream,
+ * so that the caller can compute while they progress (the bucket scheduler relies on this). An operation issued
+ * on a stream returns ZCCL_SUCCESS once its arguments are validated and it is queued; the buffers must stay valid
+ * and untouched (send buffer: not written; receive buffer: not read or written) until the stream is synchronized.
+ * Errors: ZCCL_INVALID_ARGUMENT (stream NULL); ZCCL_SYSTEM_ERROR (thread creation failed).
+ */
+zccl_result_t zccl_stream_create(zccl_stream_t *stream);
+
+/**
+ * Waits until every operation queued on the stream has completed. Returns the first error that any of them
+ * returned since the last synchronize (its message is then available via zccl_get_last_error()), else success.
+ * Errors: ZCCL_INVALID_ARGUMENT (stream NULL), or the error of a queued operation.
+ */
+zccl_result_t zccl_stream_synchronize(zccl_stream_t stream);
+
+/**
+ * Returns ZCCL_SUCCESS if every queued operation has completed successfully, ZCCL_IN_PROGRESS if some have not
+ * completed yet, or the first error of a completed one. Never blocks.
+ */
+zccl_result_t zccl_stream_query(zccl_stream_t stream);
+
+/** Waits for the stream's queued operations, then frees it. NULL is accepted. Returns as zccl_stream_synchronize. */
+zccl_result_t zccl_stream_destroy(zccl_stream_t stream);
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Collectives                                                                                                  */
+/*                                                                                                              */
+/* Common rules, as in NCCL:                                                                                    */
+/*  - count/sendcount/recvcount are element counts; count 0 is a no-op that accepts NULL buffers (still         */
+/*    collective: every rank must make the call);                                                               */
+/*  - stream NULL: the call returns when the operation has completed; else it is queued (zccl_stream_create);   */
+/*  - every rank must call the same collectives in the same order with matching count, datatype, op and root;   */
+/*  - buffers may not overlap except in the in-place forms named for each collective.                           */
+/*  Common errors: ZCCL_INVALID_ARGUMENT naming the argument (NULL buffer with count > 0, datatype or op out of  */
+/*  range, root out of range, count whose byte size overflows size_t or whose total exceeds SIZE_MAX/2, comm     */
+/*  NULL); ZCCL_REMOTE_ERROR (a peer failed or closed its connection; the message names the peer);              */
+/*  ZCCL_TIMEOUT (no progress from a peer within ZCCL_TIMEOUT_MS); ZCCL_SYSTEM_ERROR (a system call failed).     */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * All-reduce: recvbuf[i] = op over ranks r of sendbuf_r[i], for 0 <= i < count, on every rank.
+ * Algorithm: ring reduce-scatter followed by ring all-gather (Patarasuk & Yuan, "Bandwidth optimal all-reduce
+ * algorithms for clusters of workstations", JPDC 2009). All ranks receive bitwise-identical results.
+ * @param sendbuf  count elements. In place when sendbuf == recvbuf.
+ * @param recvbuf  count elements.
+ */
+zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                             zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Reduce-scatter: recvbuf[i] = op over ranks r of sendbuf_r[rank*recvcount + i], for 0 <= i < recvcount.
+ * Rank r ends with block r of the reduced vector (ZeRO-2/3 gradient sharding).
+ * @param sendbuf    nranks*recvcount elements.
+ * @param recvbuf    recvcount elements. In place when recvbuf == sendbuf + rank*recvcount (in elements).
+ * @param recvcount  elements each rank receives.
+ */
+zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, zccl_datatype_t datatype,
+                                  zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * All-gather: recvbuf[r*sendcount + i] = sendbuf_r[i] on every rank (ZeRO-3 parameter gathering).
+ * @param sendbuf    sendcount elements. In place when sendbuf == recvbuf + rank*sendcount (in elements).
+ * @param recvbuf    nranks*sendcount elements.
+ * @param sendcount  elements each rank contributes.
+ */
+zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
+                             zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Broadcast: recvbuf = root's sendbuf on every rank. Pipelined chain along the ring.
+ * @param sendbuf  count elements, read on the root only (may be NULL elsewhere). In place when sendbuf == recvbuf.
+ * @param recvbuf  count elements on every rank.
+ * @param root     0 <= root < nranks.
+ */
+zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype, int root,
+                             zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Reduce: root's recvbuf[i] = op over ranks r of sendbuf_r[i]. Pipelined chain along the ring ending at root.
+ * @param sendbuf  count elements on every rank. In place when sendbuf == recvbuf (on the root).
+ * @param recvbuf  count elements, written on the root only (may be NULL elsewhere).
+ * @param root     0 <= root < nranks.
+ */
+zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                          zccl_redop_t op, int root, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Point-to-point send of count elements to rank peer; matched, in order, by zccl_recv on peer with the same
+ * count and datatype. Sends to self are matched by a receive from self queued on the same stream.
+ * @param peer  0 <= peer < nranks.
+ */
+zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
+                        zccl_stream_t stream);
+
+/** Point-to-point receive of count elements from rank peer into recvbuf (count elements). See zccl_send. */
+zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
+                        zccl_stream_t stream);
+
+/** Returns once every rank of comm has entered the barrier (a one-element all-reduce). */
+zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream);
+
+/** Size in bytes of one element of datatype, or 0 if datatype is out of range. */
+size_t zccl_type_size(zccl_datatype_t datatype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZCCL_H */

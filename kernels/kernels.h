@@ -1,0 +1,48 @@
+/*
+ * kernels.h — CPU reduction kernels, one per datatype x operation, used by every reduction step.
+ *
+ * Layer rule: kernels/ depends only on include/zccl.h (for the enums). Nothing here allocates, locks or makes a
+ * system call: these functions sit on the hot path of every reduce-scatter and all-reduce chunk.
+ */
+#ifndef ZCCL_KERNELS_H
+#define ZCCL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "zccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * dst[i] = a[i] OP b[i] for 0 <= i < count (count in ELEMENTS of dt).
+ *  - op is ZCCL_SUM, ZCCL_PROD, ZCCL_MAX or ZCCL_MIN. ZCCL_AVG is handled by the caller as ZCCL_SUM with
+ *    divisor = nranks on the step that produces the complete sum.
+ *  - divisor > 1 (only meaningful with ZCCL_SUM): dst[i] = (a[i] + b[i]) / divisor, integer types truncating
+ *    toward zero, floating types computed as (a+b)/divisor in the working precision. divisor <= 1: no division.
+ *  - Integer SUM/PROD wrap modulo 2^bits (computed in unsigned arithmetic; no signed-overflow UB).
+ *  - float16/bfloat16: both operands are widened to float32, combined (and divided), and the result is rounded
+ *    to nearest-even once. NaN stays NaN; MAX/MIN follow fmaxf/fminf semantics for floating types
+ *    (a NaN operand yields the other operand) — see docs/kernels.md.
+ *  - Aliasing: dst may equal a or b exactly (in-place); partial overlap is not allowed.
+ *  - No alignment requirement beyond the element's natural alignment... (unaligned data also works).
+ * Returns nothing; dt/op out of range are caller bugs and must have been rejected by argument checks.
+ */
+void zccl_kernel_reduce(void *dst, const void *a, const void *b, size_t count, zccl_datatype_t dt,
+                        zccl_redop_t op, uint32_t divisor);
+
+/** dst[i] = src[i] / divisor (integer: truncating), for ZCCL_AVG when only one rank contributes a value. */
+void zccl_kernel_scale(void *dst, const void *src, size_t count, zccl_datatype_t dt, uint32_t divisor);
+
+/** IEEE binary16 <-> binary32 conversions, round-to-nearest-even, NaN/Inf/subnormals preserved. */
+float zccl_half_to_float(uint16_t h);
+uint16_t zccl_float_to_half(float f);
+/** bfloat16 <-> binary32, round-to-nearest-even; NaN stays a (quiet) NaN. */
+float zccl_bf16_to_float(uint16_t h);
+uint16_t zccl_float_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,214 @@
+/*
+ * collectives.c — the public collective entry points: argument validation (every failure names the argument),
+ * then an operation value that runs now (NULL stream) or on a stream.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "comm.h"
+#include "engine.h"
+#include "stream.h"
+
+static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+ZCCL_API size_t zccl_type_size(zccl_datatype_t dt) {
+    return ((unsigned)dt < ZCCL_NUM_TYPES) ? type_sizes[dt] : 0;
+}
+
+static const char *coll_names[ZCCL_COLL_COUNT] = {"zccl_allreduce", "zccl_reduce_scatter", "zccl_allgather",
+                                                  "zccl_broadcast", "zccl_reduce", "zccl_send", "zccl_recv"};
+
+/* Checks the arguments every collective shares; on success *bytes is count*elemsize*mult. */
+static zccl_result_t check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
+                                  int has_op, zccl_redop_t op, size_t *bytes) {
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    if ((unsigned)dt >= ZCCL_NUM_TYPES)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d is not a zccl_datatype_t (0..%d)", fn,
+                           (int)dt, ZCCL_NUM_TYPES - 1);
+    if (has_op && (unsigned)op >= ZCCL_NUM_OPS)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d is not a zccl_redop_t (0..%d)", fn, (int)op,
+                           ZCCL_NUM_OPS - 1);
+    size_t total;
+    if (!zccl__mul_ok(count, mult, &total) || !zccl__mul_ok(total, zccl_type_size(dt), bytes) || *bytes > SIZE_MAX / 2)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu elements (x%zu ranks) of %zu bytes "
+                           "overflows the address space", fn, count, mult, zccl_type_size(dt));
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t check_root(const char *fn, const char *what, zccl_comm_t comm, int root) {
+    if (root < 0 || root >= comm->nranks)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument '%s' = %d is outside [0, nranks-1 = %d]", fn, what,
+                           root, comm->nranks - 1);
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t check_buf(const char *fn, const char *name, const void *p) {
+    if (!p) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument '%s' is NULL while count > 0", fn, name);
+    return ZCCL_SUCCESS;
+}
+
+/* Out-of-place buffers must not overlap; in-place must be exactly NCCL's position. */
+static zccl_result_t check_overlap(const char *fn, const void *s, size_t sbytes, const void *r, size_t rbytes,
+                                   bool in_place) {
+    if (in_place) return ZCCL_SUCCESS;
+    const char *a = s, *b = r;
+    if (a < b + rbytes && b < a + sbytes)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: 'sendbuf' and 'recvbuf' overlap but are not at the in-place "
+                           "position (see zccl.h)", fn);
+    return ZCCL_SUCCESS;
+}
+
+static size_t pipeline_chunk(size_t bytes, int nranks) {
+    size_t c = bytes / (size_t)(4 * (nranks > 1 ? nranks - 1 : 1));
+    if (c < (64u << 10)) c = 64u << 10;
+    if (c > (4u << 20)) c = 4u << 20;
+    return c;
+}
+
+zccl_result_t zccl__op_run(const zccl_op_t *o) {
+    struct zccl_comm *comm = o->comm;
+    if (comm->aborted) return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
+                                          coll_names[o->coll], comm->rank);
+    uint8_t one = 0, out = 0;
+    zccl_op_t b = *o;
+    if (o->barrier) {
+        b.sendbuf = &one;
+        b.recvbuf = &out;
+        b.count = 1;
+        b.dt = ZCCL_UINT8;
+        b.op = ZCCL_SUM;
+    }
+    int64_t rs_round;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &rs_round));
+    const size_t es = zccl_type_size(b.dt);
+    zccl_sched_args_t a = {
+        .coll = b.coll, .nranks = comm->nranks, .rank = comm->rank, .root = b.root, .count = b.count,
+        .in_place = b.in_place, .elem_size = es, .chunk_bytes = pipeline_chunk(b.count * es, comm->nranks),
+        .rs_round_bytes = (size_t)rs_round,
+    };
+    pthread_mutex_lock(&comm->exec_mutex);
+    comm->seq++;
+    zccl_schedule_t s;
+    zccl_result_t res = zccl__sched_build(&a, &s);
+    if (res == ZCCL_SUCCESS) {
+        ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
+                   coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
+                   (int)b.in_place, s.nphases);
+        res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
+        zccl__sched_free(&s);
+    }
+    pthread_mutex_unlock(&comm->exec_mutex);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                      zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_allreduce";
+    size_t bytes;
+    ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 1, op, &bytes));
+    if (count == 0) return ZCCL_SUCCESS;
+    ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    bool in_place = (sendbuf == recvbuf);
+    ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
+    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, false, sendbuf, recvbuf, count, datatype, op, 0, in_place, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                           zccl_datatype_t datatype, zccl_redop_t op, zccl_comm_t comm,
+                                           zccl_stream_t stream) {
+    const char *fn = "zccl_reduce_scatter";
+    size_t total;
+    ZCCL_CHECK(check_common(fn, comm, recvcount, (size_t)(comm ? comm->nranks : 1), datatype, 1, op, &total));
+    if (recvcount == 0) return ZCCL_SUCCESS;
+    ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    const size_t rbytes = total / (size_t)comm->nranks;
+    bool in_place = ((const char *)recvbuf == (const char *)sendbuf + (size_t)comm->rank * rbytes);
+    ZCCL_CHECK(check_overlap(fn, sendbuf, total, recvbuf, rbytes, in_place));
+    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, recvcount, datatype, op, 0, in_place, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
+                                      zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_allgather";
+    size_t total;
+    ZCCL_CHECK(check_common(fn, comm, sendcount, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
+    if (sendcount == 0) return ZCCL_SUCCESS;
+    ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    const size_t sbytes = total / (size_t)comm->nranks;
+    bool in_place = ((const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes);
+    ZCCL_CHECK(check_overlap(fn, sendbuf, sbytes, recvbuf, total, in_place));
+    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, sendbuf, recvbuf, sendcount, datatype, ZCCL_SUM, 0, in_place, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                      int root, zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_broadcast";
+    size_t bytes;
+    ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
+    ZCCL_CHECK(check_root(fn, "root", comm, root));
+    if (count == 0) return ZCCL_SUCCESS;
+    const bool is_root = (comm->rank == root);
+    if (is_root) ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    bool in_place = (sendbuf == recvbuf);
+    if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
+    zccl_op_t o = {ZCCL_COLL_BROADCAST, false, sendbuf, recvbuf, count, datatype, ZCCL_SUM, root, in_place, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                   zccl_redop_t op, int root, zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_reduce";
+    size_t bytes;
+    ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 1, op, &bytes));
+    ZCCL_CHECK(check_root(fn, "root", comm, root));
+    if (count == 0) return ZCCL_SUCCESS;
+    const bool is_root = (comm->rank == root);
+    ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    if (is_root) ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    bool in_place = is_root && (sendbuf == recvbuf);
+    if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
+    zccl_op_t o = {ZCCL_COLL_REDUCE, false, sendbuf, recvbuf, count, datatype, op, root, in_place, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer,
+                                 zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_send";
+    size_t bytes;
+    ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
+    ZCCL_CHECK(check_root(fn, "peer", comm, peer));
+    if (peer == comm->rank)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; sending to oneself is "
+                           "not supported", fn, peer);
+    if (count == 0) return ZCCL_SUCCESS;
+    ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
+    zccl_op_t o = {ZCCL_COLL_SEND, false, sendbuf, NULL, count, datatype, ZCCL_SUM, peer, false, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
+                                 zccl_stream_t stream) {
+    const char *fn = "zccl_recv";
+    size_t bytes;
+    ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
+    ZCCL_CHECK(check_root(fn, "peer", comm, peer));
+    if (peer == comm->rank)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; receiving from "
+                           "oneself is not supported", fn, peer);
+    if (count == 0) return ZCCL_SUCCESS;
+    ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
+    zccl_op_t o = {ZCCL_COLL_RECV, false, NULL, recvbuf, count, datatype, ZCCL_SUM, peer, false, comm};
+    return zccl__op_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream) {
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_barrier: argument 'comm' is NULL");
+    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, true, NULL, NULL, 1, ZCCL_UINT8, ZCCL_SUM, 0, false, comm};
+    return zccl__op_issue(&o, stream);
+}

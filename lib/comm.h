@@ -1,0 +1,73 @@
+/*
+ * comm.h — the communicator: who the ranks are, where they live, and how this rank reaches each of them.
+ */
+#ifndef ZCCL_COMM_H
+#define ZCCL_COMM_H
+
+#include <pthread.h>
+#include "core.h"
+#include "socket.h"
+#include "transport.h"
+
+/** What every rank tells every other at init (fixed size, exchanged through the bootstrap root). */
+typedef struct {
+    int32_t rank;
+    int32_t pid;
+    uint64_t host_hash;     /* hostname + boot id: equal means "same host, shared memory possible" */
+    zccl_sockaddr_t listen; /* this rank's data/bootstrap listening socket */
+    char shm_name[64];      /* this rank's shared-memory inbox ("" if none) */
+    uint64_t cma_probe;     /* address of a word holding cma_probe_value, for the single-copy probe */
+    uint64_t cma_probe_value;
+} zccl_peer_info_t;
+
+/** Header a rank sends after the handshake on a rank-to-rank connection. */
+typedef struct {
+    uint64_t comm_id;
+    int32_t from_rank;
+    int32_t kind; /* ZCCL_CONN_DATA */
+} zccl_conn_hdr_t;
+#define ZCCL_CONN_DATA 1
+
+struct zccl_shm_comm;
+struct zccl_tcp_comm;
+
+struct zccl_comm {
+    int rank, nranks;
+    uint64_t comm_id;
+    uint8_t secret[ZCCL_SECRET_BYTES];
+    zccl_peer_info_t *peers; /* nranks entries */
+    const zccl_transport_ops_t **tp; /* per peer: the transport that carries its traffic */
+
+    /* Listening socket and the service thread that admits authenticated incoming connections. */
+    int listen_fd;
+    int stop_pipe[2];
+    pthread_t service_thread;
+    bool service_running;
+    pthread_mutex_t in_mutex;
+    int *in_fd; /* per peer: accepted data connection from that peer, -1 until it arrives */
+
+    struct zccl_shm_comm *shm;
+    struct zccl_tcp_comm *tcp;
+
+    /* Doorbell: a futex word this rank sleeps on; peers and the service thread bump it (see engine.c). */
+    uint32_t *doorbell;
+    uint32_t *sleeping;
+    uint32_t local_doorbell[2]; /* used when the rank has no shared-memory segment */
+
+    /* Progress engine. */
+    pthread_mutex_t exec_mutex; /* one operation executes at a time */
+    uint64_t seq;               /* collectives issued */
+    void *scratch;
+    size_t scratch_bytes;
+    uint8_t *chunk_tmp;         /* cache-sized bounce buffer for transports that need one */
+    size_t chunk_bytes;
+    int64_t spin_count;
+    int64_t timeout_ms;
+    volatile int aborted;
+    zccl_result_t async_error;
+};
+
+/** Host identity: hash of hostname and /proc boot_id. */
+uint64_t zccl__host_hash(void);
+
+#endif

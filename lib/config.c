@@ -1,0 +1,54 @@
+/*
+ * config.c — the one table of ZCCL_* environment settings. Every setting the library reads is listed here with
+ * its default and a one-line description; `zccl-bench --env` prints the table with the values in force.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core.h"
+
+const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
+    [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE"},
+    [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "", "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,ALL; ^ excludes"},
+    [ZCCL_CFG_SOCKET_IFNAME] = {"ZCCL_SOCKET_IFNAME", "",
+                                "interfaces for sockets, NCCL grammar: prefixes a,b; ^ excludes; = exact"},
+    [ZCCL_CFG_TRANSPORT] = {"ZCCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
+    [ZCCL_CFG_SECRET] = {"ZCCL_SECRET", "", "job secret, 32 hex digits (set by zcclrun) for zccl_comm_init_env"},
+    [ZCCL_CFG_INIT_TIMEOUT_MS] = {"ZCCL_INIT_TIMEOUT_MS", "120000",
+                                  "deadline for communicator creation (bootstrap and connections), ms"},
+    [ZCCL_CFG_TIMEOUT_MS] = {"ZCCL_TIMEOUT_MS", "0", "deadline for a collective without peer progress, ms; 0 = none"},
+    [ZCCL_CFG_SHM_SLOT_BYTES] = {"ZCCL_SHM_SLOT_BYTES", "128K", "bytes per shared-memory FIFO slot (chunk size)"},
+    [ZCCL_CFG_SHM_SLOTS] = {"ZCCL_SHM_SLOTS", "8", "slots per shared-memory FIFO (per ordered pair of ranks)"},
+    [ZCCL_CFG_SHM_CMA] = {"ZCCL_SHM_CMA", "1", "1: single-copy large messages with process_vm_readv; 0: never"},
+    [ZCCL_CFG_CMA_THRESHOLD] = {"ZCCL_CMA_THRESHOLD", "64K", "message bytes from which shm uses the single copy"},
+    [ZCCL_CFG_SPIN_COUNT] = {"ZCCL_SPIN_COUNT", "2000", "polls without progress before a rank sleeps on a futex"},
+    [ZCCL_CFG_CHUNK_BYTES] = {"ZCCL_CHUNK_BYTES", "128K", "bytes handled per progress step (cache-sized)"},
+    [ZCCL_CFG_RS_ROUND_BYTES] = {"ZCCL_RS_ROUND_BYTES", "4M",
+                                 "bytes per block and round of ring reduce-scatter (bounds scratch memory)"},
+};
+
+const char *zccl__cfg_str(zccl_cfg_id_t id) {
+    if ((unsigned)id >= ZCCL_CFG_COUNT) return "";
+    const char *v = getenv(zccl__cfg_table[id].name);
+    return (v && *v) ? v : zccl__cfg_table[id].deflt;
+}
+
+zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t lo, int64_t hi, int64_t *out) {
+    const char *v = zccl__cfg_str(id);
+    const char *name = zccl__cfg_table[id].name;
+    errno = 0;
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || errno) goto bad;
+    int64_t mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1ll << 10, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1ll << 20, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1ll << 30, end++;
+    if (*end) goto bad;
+    if (__builtin_mul_overflow((int64_t)x, mult, out)) goto bad;
+    if (*out < lo || *out > hi) goto bad;
+    return ZCCL_SUCCESS;
+bad:
+    return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld]", name, v,
+                       (long long)lo, (long long)hi);
+}

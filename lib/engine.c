@@ -1,0 +1,185 @@
+/*
+ * engine.c — the one progress engine. It walks a rank's schedule phase by phase; inside a phase it polls every
+ * unfinished transfer in turn (each poll moves at most about one chunk, so a send and a receive of the same phase
+ * advance together and neither starves), keeps transfers of one channel in order, and sleeps when nothing
+ * moves. Nothing here allocates per chunk or takes a lock on the hot path.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include "engine.h"
+#include "kernels.h"
+
+void zccl__doorbell_wait(struct zccl_comm *comm, uint32_t seen, int timeout_ms) {
+    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+    syscall(SYS_futex, comm->doorbell, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static zccl_result_t ensure_scratch(struct zccl_comm *comm, size_t bytes) {
+    if (bytes <= comm->scratch_bytes) return ZCCL_SUCCESS;
+    void *p = NULL;
+    size_t sz = (bytes + 4095) & ~(size_t)4095;
+    if (posix_memalign(&p, 4096, sz) != 0)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "cannot allocate %zu bytes of scratch memory for the collective", sz);
+    free(comm->scratch);
+    comm->scratch = p;
+    comm->scratch_bytes = sz;
+    return ZCCL_SUCCESS;
+}
+
+/* Waits for any transfer to be able to move: sockets by poll, shared memory by the doorbell futex. */
+static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint32_t seen) {
+    struct pollfd pfd[64];
+    nfds_t np = 0;
+    bool other = false;
+    for (size_t i = 0; i < nx; i++) {
+        if (x[i].complete) continue;
+        short ev = 0;
+        int fd = comm->tp[x[i].peer]->wait_fd(comm, &x[i], &ev);
+        if (fd >= 0 && np < 64) pfd[np++] = (struct pollfd){fd, ev, 0};
+        else other = true;
+    }
+    if (np) poll(pfd, np, other ? 1 : 50);
+    else zccl__doorbell_wait(comm, seen, 50);
+}
+
+static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint64_t last_progress,
+                                   size_t phase) {
+    if (comm->aborted) return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
+    for (size_t i = 0; i < nx; i++) {
+        if (x[i].complete) continue;
+        ZCCL_CHECK(comm->tp[x[i].peer]->check_peer(comm, x[i].peer));
+    }
+    if (comm->timeout_ms > 0 && zccl__now_ns() - last_progress > (uint64_t)comm->timeout_ms * 1000000ull) {
+        for (size_t i = 0; i < nx; i++)
+            if (!x[i].complete)
+                return zccl__error(ZCCL_TIMEOUT, "rank %d: no progress for %lld ms %s rank %d (collective #%llu, "
+                                   "phase %zu, %zu of %zu bytes done)", comm->rank, (long long)comm->timeout_ms,
+                                   x[i].is_send ? "sending to" : "receiving from", x[i].peer,
+                                   (unsigned long long)comm->seq, phase, x[i].done, x[i].bytes);
+    }
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase) {
+    uint64_t idle = 0, last_progress = zccl__now_ns();
+    for (;;) {
+        bool all_done = true, moved = false;
+        for (size_t i = 0; i < nx; i++) {
+            if (x[i].complete) continue;
+            all_done = false;
+            bool blocked = false; /* transfers of one channel run in schedule order */
+            for (size_t j = 0; j < i && !blocked; j++)
+                blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
+            if (blocked) continue;
+            bool pr = false;
+            ZCCL_CHECK(comm->tp[x[i].peer]->progress(comm, &x[i], &pr));
+            moved |= pr;
+        }
+        if (all_done) return ZCCL_SUCCESS;
+        if (moved) { idle = 0; continue; }
+        if (++idle < (uint64_t)comm->spin_count) {
+            if ((idle & 63) == 0) sched_yield();
+            else __builtin_ia32_pause();
+            continue;
+        }
+        /* Nothing moved for a while: announce that we sleep, look once more, then sleep. */
+        uint32_t seen = __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST);
+        __atomic_store_n(comm->sleeping, 1, __ATOMIC_SEQ_CST);
+        bool again = false;
+        for (size_t i = 0; i < nx && !again; i++) {
+            if (x[i].complete) continue;
+            bool blocked = false;
+            for (size_t j = 0; j < i && !blocked; j++)
+                blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
+            if (blocked) continue;
+            bool pr = false;
+            zccl_result_t res = comm->tp[x[i].peer]->progress(comm, &x[i], &pr);
+            if (res != ZCCL_SUCCESS) { __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST); return res; }
+            again |= pr;
+        }
+        if (!again) wait_for_event(comm, x, nx, seen);
+        __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST);
+        if (comm->aborted)
+            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
+                               (unsigned long long)comm->seq);
+        if (again || __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST) != seen) {
+            idle = 0;
+            last_progress = zccl__now_ns();
+            continue;
+        }
+        ZCCL_CHECK(check_stalled(comm, x, nx, last_progress, phase));
+        idle = (uint64_t)comm->spin_count; /* stay in sleeping mode until something moves */
+    }
+}
+
+zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
+                               zccl_datatype_t dt, zccl_redop_t op) {
+    const size_t es = zccl_type_size(dt);
+    ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
+    uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)comm->scratch};
+    const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
+    zccl_xfer_t xs_local[16], *xs = xs_local;
+    size_t xcap = 16;
+    zccl_result_t res = ZCCL_SUCCESS;
+    size_t first = 0;
+    for (size_t p = 0; p < s->nphases; p++) {
+        const size_t end = s->phase_end[p];
+        if (end - first > xcap) {
+            zccl_xfer_t *nxs = malloc((end - first) * sizeof *nxs);
+            if (!nxs) { res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu transfers", end - first); break; }
+            if (xs != xs_local) free(xs);
+            xs = nxs;
+            xcap = end - first;
+        }
+        size_t nx = 0;
+        for (size_t i = first; i < end; i++) {
+            const zccl_step_t *st = &s->steps[i];
+            uint8_t *b = base[st->buf] + st->off * es;
+            if (st->kind == ZCCL_STEP_COPY) {
+                const uint8_t *src = base[st->src] + st->src_off * es;
+                if (src != b) memcpy(b, src, st->count * es);
+                continue;
+            }
+            zccl_xfer_t *x = &xs[nx++];
+            memset(x, 0, sizeof *x);
+            x->peer = st->peer;
+            x->bytes = st->count * es;
+            x->dt = dt;
+            x->op = kop;
+            if (st->kind == ZCCL_STEP_SEND) {
+                x->is_send = true;
+                x->src = b;
+            } else {
+                x->dst = b;
+                if (st->src != ZCCL_BUF_NONE) {
+                    x->op2 = base[st->src] + st->src_off * es;
+                    x->divisor = (st->final && op == ZCCL_AVG) ? (uint32_t)comm->nranks : 1;
+                }
+            }
+        }
+        first = end;
+        if (nx) {
+            res = run_phase(comm, xs, nx, p);
+            if (res != ZCCL_SUCCESS) break;
+        }
+    }
+    if (xs != xs_local) free(xs);
+    return res;
+}
+
+void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len) {
+    if (x->op2) {
+        const size_t es = zccl_type_size(x->dt);
+        zccl_kernel_reduce(x->dst + x->done, x->op2 + x->done, data, len / es, x->dt, x->op, x->divisor);
+    } else if (x->dst + x->done != data) {
+        memcpy(x->dst + x->done, data, len);
+    }
+    x->done += len;
+}

@@ -1,0 +1,22 @@
+/*
+ * engine.h — the progress engine: runs one rank's schedule over the transports.
+ */
+#ifndef ZCCL_ENGINE_H
+#define ZCCL_ENGINE_H
+
+#include "comm.h"
+#include "schedule.h"
+
+/**
+ * Executes schedule s of this rank with the user's buffers. Steps of a phase run concurrently; a phase ends when
+ * its receives are delivered and its sends handed over. Waits spin for ZCCL_SPIN_COUNT polls, then sleep on the
+ * rank's doorbell (futex) or poll the TCP sockets, so oversubscribed ranks do not steal each other's cores.
+ * Errors: ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT naming the peer waited on; ZCCL_SYSTEM_ERROR.
+ */
+zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
+                               zccl_datatype_t dt, zccl_redop_t op);
+
+/** Sleeps on this rank's doorbell until it changes from `seen` or timeout_ms passes. */
+void zccl__doorbell_wait(struct zccl_comm *comm, uint32_t seen, int timeout_ms);
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * log.c — leveled, per-subsystem logging on stderr: "host:pid:tid [rank] zccl LEVEL file:line message".
+ * ZCCL_DEBUG=WARN|INFO|TRACE sets the level (default: WARN is printed only for errors the library reports;
+ * ZCCL_DEBUG unset prints nothing but still keeps last-error messages). ZCCL_DEBUG_SUBSYS filters subsystems.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "core.h"
+
+int zccl__log_level = -1; /* -1: not yet read from the environment */
+static unsigned log_subsys = ZCCL_LOG_ALL;
+static int log_rank = -1;
+static char log_host[64];
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_init_once(void) {
+    const char *v = zccl__cfg_str(ZCCL_CFG_DEBUG);
+    int level = ZCCL_LOG_NONE;
+    if (!strcasecmp(v, "WARN")) level = ZCCL_LOG_WARN;
+    else if (!strcasecmp(v, "INFO")) level = ZCCL_LOG_INFO;
+    else if (!strcasecmp(v, "TRACE")) level = ZCCL_LOG_TRACE;
+    else if (*v && strcasecmp(v, "NONE") && strcasecmp(v, "VERSION"))
+        fprintf(stderr, "zccl: ZCCL_DEBUG=%s is not one of NONE, WARN, INFO, TRACE; using NONE\n", v);
+    const char *s = zccl__cfg_str(ZCCL_CFG_DEBUG_SUBSYS);
+    if (*s) {
+        static const struct { const char *name; unsigned bit; } names[] = {
+            {"INIT", ZCCL_LOG_INIT}, {"BOOT", ZCCL_LOG_BOOT}, {"SHM", ZCCL_LOG_SHM}, {"TCP", ZCCL_LOG_TCP},
+            {"COLL", ZCCL_LOG_COLL}, {"ENV", ZCCL_LOG_ENV}, {"ALL", ZCCL_LOG_ALL}};
+        int exclude = (*s == '^');
+        unsigned mask = 0;
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", s + exclude);
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                if (!strcasecmp(tok, names[i].name)) mask |= names[i].bit;
+        log_subsys = exclude ? (ZCCL_LOG_ALL & ~mask) : mask;
+    }
+    gethostname(log_host, sizeof log_host - 1);
+    char *dot = strchr(log_host, '.');
+    if (dot) *dot = 0;
+    __atomic_store_n(&zccl__log_level, level, __ATOMIC_RELEASE);
+}
+
+void zccl__log_init(void) { pthread_once(&log_once, log_init_once); }
+
+void zccl__log_set_rank(int rank) { log_rank = rank; }
+
+void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
+    zccl__log_init();
+    if ((int)level > zccl__log_level || !(subsys & log_subsys)) return;
+    static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    /* One fprintf per line so lines from threads of one process do not interleave. */
+    if (level == ZCCL_LOG_WARN || level == ZCCL_LOG_TRACE)
+        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s:%d %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
+                log_rank, names[level], base, line, msg);
+    else
+        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid), log_rank,
+                names[level], msg);
+}
+
+uint64_t zccl__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void *zccl__calloc(size_t n, size_t size) { return calloc(n, size); }

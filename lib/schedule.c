@@ -1,0 +1,82 @@
+/* schedule.c — schedule containers, dispatch to the algorithm builders, and printing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include "schedule.h"
+
+void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st) {
+    if (st.count == 0 || s->oom) return;
+    if (s->nsteps == s->steps_cap) {
+        size_t cap = s->steps_cap ? 2 * s->steps_cap : 16;
+        zccl_step_t *p = realloc(s->steps, cap * sizeof *p);
+        if (!p) { s->oom = true; return; }
+        s->steps = p;
+        s->steps_cap = cap;
+    }
+    s->steps[s->nsteps++] = st;
+}
+
+void zccl__sched_end_phase(zccl_schedule_t *s) {
+    size_t start = s->nphases ? s->phase_end[s->nphases - 1] : 0;
+    if (s->nsteps == start || s->oom) return;
+    if (s->nphases == s->phases_cap) {
+        size_t cap = s->phases_cap ? 2 * s->phases_cap : 8;
+        uint32_t *p = realloc(s->phase_end, cap * sizeof *p);
+        if (!p) { s->oom = true; return; }
+        s->phase_end = p;
+        s->phases_cap = cap;
+    }
+    s->phase_end[s->nphases++] = (uint32_t)s->nsteps;
+}
+
+void zccl__sched_free(zccl_schedule_t *s) {
+    free(s->steps);
+    free(s->phase_end);
+    *s = (zccl_schedule_t){0};
+}
+
+zccl_result_t zccl__sched_build(const zccl_sched_args_t *a, zccl_schedule_t *s) {
+    *s = (zccl_schedule_t){0};
+    switch (a->coll) {
+    case ZCCL_COLL_ALLREDUCE: zccl__sched_ring_allreduce(a, s); break;
+    case ZCCL_COLL_REDUCE_SCATTER: zccl__sched_ring_reduce_scatter(a, s); break;
+    case ZCCL_COLL_ALLGATHER: zccl__sched_ring_allgather(a, s); break;
+    case ZCCL_COLL_BROADCAST: zccl__sched_chain_broadcast(a, s); break;
+    case ZCCL_COLL_REDUCE: zccl__sched_chain_reduce(a, s); break;
+    case ZCCL_COLL_SEND:
+        zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_SEND, ZCCL_BUF_SEND, ZCCL_BUF_NONE, 0, a->root, 0, 0, a->count});
+        zccl__sched_end_phase(s);
+        break;
+    case ZCCL_COLL_RECV:
+        zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_RECV, ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0, a->root, 0, 0, a->count});
+        zccl__sched_end_phase(s);
+        break;
+    default: return zccl__error(ZCCL_INTERNAL_ERROR, "schedule requested for unknown collective %d", (int)a->coll);
+    }
+    if (s->oom) {
+        zccl__sched_free(s);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory building a schedule");
+    }
+    return ZCCL_SUCCESS;
+}
+
+void zccl__sched_print(const zccl_schedule_t *s, int rank, char *buf, size_t len) {
+    static const char *bufs[] = {"send", "recv", "tmp", "-"};
+    size_t w = 0;
+    size_t st = 0;
+    for (size_t p = 0; p < s->nphases && w < len; p++) {
+        w += (size_t)snprintf(buf + w, len - w, "rank %d phase %zu:", rank, p);
+        for (; st < s->phase_end[p] && w < len; st++) {
+            const zccl_step_t *x = &s->steps[st];
+            if (x->kind == ZCCL_STEP_SEND)
+                w += (size_t)snprintf(buf + w, len - w, " send(%d %s[%zu+%zu])", x->peer, bufs[x->buf], x->off, x->count);
+            else if (x->kind == ZCCL_STEP_RECV)
+                w += (size_t)snprintf(buf + w, len - w, " recv(%d %s[%zu+%zu]%s%s%s)", x->peer, bufs[x->buf], x->off,
+                                      x->count, x->src != ZCCL_BUF_NONE ? " op " : "",
+                                      x->src != ZCCL_BUF_NONE ? bufs[x->src] : "", x->final ? " final" : "");
+            else
+                w += (size_t)snprintf(buf + w, len - w, " copy(%s[%zu] <- %s[%zu] +%zu)", bufs[x->buf], x->off,
+                                      bufs[x->src], x->src_off, x->count);
+        }
+        if (w < len) w += (size_t)snprintf(buf + w, len - w, "\n");
+    }
+}

@@ -1,0 +1,166 @@
+/*
+ * stream.c — streams: an ordered queue of operations and one background thread that runs them, so the caller
+ * computes while communication progresses (as a CUDA stream lets NCCL kernels run behind the host). The first
+ * error is kept, with its message, until the next synchronize.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "stream.h"
+
+struct zccl_stream {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_idle;
+    zccl_op_t *q;
+    size_t cap, head, tail; /* queue [head, tail) modulo cap; the running op stays at head until it finishes */
+    bool running, stop;
+    zccl_result_t err;
+    char errmsg[1024];
+    struct zccl_stream *next_live;
+};
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct zccl_stream *live; /* every stream, for zccl_comm_destroy's check */
+
+static void *stream_main(void *arg) {
+    struct zccl_stream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->head == s->tail && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
+        if (s->head == s->tail && s->stop) break;
+        zccl_op_t op = s->q[s->head % s->cap];
+        s->running = true;
+        pthread_mutex_unlock(&s->mu);
+        zccl_result_t res = op.comm ? zccl__op_run(&op)
+                                    : zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
+        pthread_mutex_lock(&s->mu);
+        if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {
+            s->err = res;
+            strncpy(s->errmsg, zccl__last_error(), sizeof s->errmsg - 1);
+        }
+        s->head++;
+        s->running = false;
+        if (s->head == s->tail) pthread_cond_broadcast(&s->cv_idle);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
+    if (!stream) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create: argument 'stream' is NULL");
+    struct zccl_stream *s = calloc(1, sizeof *s);
+    if (!s) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream");
+    s->cap = 64;
+    s->q = malloc(s->cap * sizeof *s->q);
+    if (!s->q) { free(s); return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream queue"); }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv_work, NULL);
+    pthread_cond_init(&s->cv_idle, NULL);
+    int rc = pthread_create(&s->thread, NULL, stream_main, s);
+    if (rc != 0) {
+        free(s->q);
+        free(s);
+        return zccl__syserror(rc, "cannot start a stream thread");
+    }
+    pthread_mutex_lock(&live_mu);
+    s->next_live = live;
+    live = s;
+    pthread_mutex_unlock(&live_mu);
+    *stream = s;
+    return ZCCL_SUCCESS;
+}
+
+zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
+    if (!s) return zccl__op_run(op);
+    pthread_mutex_lock(&s->mu);
+    if (s->tail - s->head == s->cap) { /* grow, keeping order */
+        zccl_op_t *nq = malloc(2 * s->cap * sizeof *nq);
+        if (!nq) {
+            pthread_mutex_unlock(&s->mu);
+            return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory growing a stream queue past %zu operations", s->cap);
+        }
+        for (size_t i = s->head; i < s->tail; i++) nq[i - s->head] = s->q[i % s->cap];
+        free(s->q);
+        s->q = nq;
+        s->tail -= s->head;
+        s->head = 0;
+        s->cap *= 2;
+    }
+    s->q[s->tail % s->cap] = *op;
+    s->tail++;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t take_error(struct zccl_stream *s) {
+    zccl_result_t res = s->err;
+    if (res != ZCCL_SUCCESS) {
+        zccl__set_last_error(s->errmsg);
+        s->err = ZCCL_SUCCESS;
+    }
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_stream_synchronize(zccl_stream_t s) {
+    if (!s) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_synchronize: argument 'stream' is NULL");
+    pthread_mutex_lock(&s->mu);
+    while (s->head != s->tail) pthread_cond_wait(&s->cv_idle, &s->mu);
+    zccl_result_t res = take_error(s);
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_stream_query(zccl_stream_t s) {
+    if (!s) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_query: argument 'stream' is NULL");
+    pthread_mutex_lock(&s->mu);
+    zccl_result_t res = (s->head != s->tail) ? ZCCL_IN_PROGRESS : take_error(s);
+    pthread_mutex_unlock(&s->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_stream_destroy(zccl_stream_t s) {
+    if (!s) return ZCCL_SUCCESS;
+    zccl_result_t res = zccl_stream_synchronize(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&live_mu);
+    for (struct zccl_stream **p = &live; *p; p = &(*p)->next_live)
+        if (*p == s) { *p = s->next_live; break; }
+    pthread_mutex_unlock(&live_mu);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_cond_destroy(&s->cv_idle);
+    free(s->q);
+    free(s);
+    return res;
+}
+
+bool zccl__stream_busy_with(struct zccl_comm *comm) {
+    bool busy = false;
+    pthread_mutex_lock(&live_mu);
+    for (struct zccl_stream *s = live; s && !busy; s = s->next_live) {
+        pthread_mutex_lock(&s->mu);
+        for (size_t i = s->head; i < s->tail && !busy; i++) busy = (s->q[i % s->cap].comm == comm);
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
+    return busy;
+}
+
+void zccl__stream_forget(struct zccl_comm *comm) {
+    pthread_mutex_lock(&live_mu);
+    for (struct zccl_stream *s = live; s; s = s->next_live) {
+        pthread_mutex_lock(&s->mu);
+        /* The running op (at head) already finished: abort waited for it. Queued ones fail instead of running. */
+        for (size_t i = s->head + (s->running ? 1 : 0); i < s->tail; i++)
+            if (s->q[i % s->cap].comm == comm) s->q[i % s->cap].comm = NULL;
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
+}

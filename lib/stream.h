@@ -1,0 +1,33 @@
+/*
+ * stream.h — operations as values, and streams that run them in the background, in order.
+ */
+#ifndef ZCCL_STREAM_H
+#define ZCCL_STREAM_H
+
+#include "comm.h"
+#include "schedule.h"
+
+/** One validated operation, as issued by the caller. */
+typedef struct {
+    zccl_coll_t coll;
+    bool barrier; /* a barrier: runs as a one-byte all-reduce on its own buffer */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    zccl_datatype_t dt;
+    zccl_redop_t op;
+    int root; /* broadcast/reduce root, or send/recv peer */
+    bool in_place;
+    struct zccl_comm *comm;
+} zccl_op_t;
+
+/** Runs op to completion on the calling thread. */
+zccl_result_t zccl__op_run(const zccl_op_t *op);
+/** Queues op on stream (or runs it now when stream is NULL). */
+zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t stream);
+/** True if some stream still holds queued or running operations of comm. */
+bool zccl__stream_busy_with(struct zccl_comm *comm);
+/** Drops queued operations of an aborted comm from every stream (they fail with ZCCL_REMOTE_ERROR). */
+void zccl__stream_forget(struct zccl_comm *comm);
+
+#endif

@@ -1,0 +1,128 @@
+// Schedules are data: these tests run every rank's schedule symbolically (lib/sched_check.c), without processes,
+// and check that each output element receives each rank's contribution exactly once, that sends and receives pair
+// up in order without deadlock under rendezvous semantics, and that no step leaves its buffer.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "schedule.h"
+}
+
+namespace {
+
+struct Case {
+    zccl_coll_t coll;
+    const char *name;
+};
+
+const Case kColls[] = {{ZCCL_COLL_ALLREDUCE, "allreduce"},
+                       {ZCCL_COLL_REDUCE_SCATTER, "reduce_scatter"},
+                       {ZCCL_COLL_ALLGATHER, "allgather"},
+                       {ZCCL_COLL_BROADCAST, "broadcast"},
+                       {ZCCL_COLL_REDUCE, "reduce"}};
+
+zccl_sched_args_t Args(zccl_coll_t coll, int n, size_t count, bool in_place, int root, size_t chunk_bytes,
+                       size_t round_bytes) {
+    zccl_sched_args_t a{};
+    a.coll = coll;
+    a.nranks = n;
+    a.rank = 0;
+    a.root = root;
+    a.count = count;
+    a.in_place = in_place;
+    a.elem_size = 4;
+    a.chunk_bytes = chunk_bytes;
+    a.rs_round_bytes = round_bytes;
+    return a;
+}
+
+TEST(Schedule, EveryCollectiveEveryRankCountUpTo64) {
+    char err[512];
+    int checked = 0;
+    for (const Case &c : kColls) {
+        for (int n = 1; n <= 64; n = (n < 12 ? n + 1 : n * 2)) {
+            // Counts below, at and above n so that empty, uneven and several-chunk blocks all occur.
+            for (size_t count : {size_t(1), size_t(n - 1 > 0 ? n - 1 : 1), size_t(n), size_t(3 * n + 1)}) {
+                for (bool in_place : {false, true}) {
+                    std::vector<int> roots = {0};
+                    if (c.coll == ZCCL_COLL_BROADCAST || c.coll == ZCCL_COLL_REDUCE) roots = {0, n / 2, n - 1};
+                    for (int root : roots) {
+                        // 8-byte chunks / rounds (2 float elements) force many pipeline chunks and rounds.
+                        zccl_sched_args_t a = Args(c.coll, n, count, in_place, root, 8, 8);
+                        ASSERT_TRUE(zccl__sched_check(&a, err, sizeof err))
+                            << c.name << " n=" << n << " count=" << count << " in_place=" << in_place
+                            << " root=" << root << ": " << err;
+                        checked++;
+                    }
+                }
+            }
+        }
+    }
+    EXPECT_GT(checked, 500);
+}
+
+TEST(Schedule, LargeChunksSingleRound) {
+    char err[512];
+    for (const Case &c : kColls)
+        for (int n : {2, 3, 5, 8})
+            for (bool in_place : {false, true}) {
+                zccl_sched_args_t a = Args(c.coll, n, 1000, in_place, n - 1, 1 << 20, 1 << 20);
+                EXPECT_TRUE(zccl__sched_check(&a, err, sizeof err)) << c.name << " n=" << n << ": " << err;
+            }
+}
+
+// The checker itself must fail on broken schedules, or the tests above prove nothing.
+void DropLastStepOfRank1(int rank, zccl_schedule_t *s) {
+    if (rank == 1 && s->nphases) s->phase_end[s->nphases - 1]--, s->nsteps--;
+}
+void ClearFinal(int, zccl_schedule_t *s) {
+    for (size_t i = 0; i < s->nsteps; i++) s->steps[i].final = 0;
+}
+void ReduceTwice(int rank, zccl_schedule_t *s) {
+    // Make rank 0's all-gather receive reduce instead of copy: contributions get counted twice.
+    if (rank != 0) return;
+    for (size_t i = s->nsteps; i-- > 0;)
+        if (s->steps[i].kind == ZCCL_STEP_RECV && s->steps[i].src == ZCCL_BUF_NONE) {
+            s->steps[i].src = ZCCL_BUF_RECV;
+            s->steps[i].src_off = s->steps[i].off;
+            return;
+        }
+}
+void SwapPeers(int rank, zccl_schedule_t *s) {
+    if (rank != 2) return;
+    for (size_t i = 0; i < s->nsteps; i++)
+        if (s->steps[i].kind == ZCCL_STEP_RECV) s->steps[i].peer = (s->steps[i].peer + 2) % 4;
+}
+
+TEST(Schedule, CheckerRejectsWrongSchedules) {
+    char err[512];
+    zccl_sched_args_t a = Args(ZCCL_COLL_ALLREDUCE, 4, 16, false, 0, 8, 8);
+    ASSERT_TRUE(zccl__sched_check(&a, err, sizeof err)) << err;
+    EXPECT_FALSE(zccl__sched_check_with(&a, DropLastStepOfRank1, err, sizeof err));
+    EXPECT_FALSE(zccl__sched_check_with(&a, ClearFinal, err, sizeof err));
+    EXPECT_NE(std::string(err).find("final"), std::string::npos) << err;
+    EXPECT_FALSE(zccl__sched_check_with(&a, ReduceTwice, err, sizeof err));
+    EXPECT_FALSE(zccl__sched_check_with(&a, SwapPeers, err, sizeof err));
+    // A send with no matching receive on the other side.
+    zccl_sched_args_t s = Args(ZCCL_COLL_SEND, 2, 4, false, 1, 8, 8);
+    EXPECT_FALSE(zccl__sched_check(&s, err, sizeof err));
+}
+
+TEST(Schedule, PrintIsReadable) {
+    zccl_sched_args_t a = Args(ZCCL_COLL_ALLREDUCE, 3, 6, false, 0, 8, 8);
+    a.rank = 1;
+    zccl_schedule_t s;
+    ASSERT_EQ(zccl__sched_build(&a, &s), ZCCL_SUCCESS);
+    char buf[4096];
+    zccl__sched_print(&s, 1, buf, sizeof buf);
+    std::string out(buf);
+    EXPECT_NE(out.find("send(2"), std::string::npos) << out;
+    EXPECT_NE(out.find("recv(0"), std::string::npos) << out;
+    EXPECT_NE(out.find("final"), std::string::npos) << out;
+    EXPECT_EQ(s.nphases, 4u); // 2 reduce-scatter + 2 all-gather steps
+    zccl__sched_free(&s);
+}
+
+}  // namespace

@@ -1,0 +1,151 @@
+/*
+ * tcp.c — TCP transport between any two ranks, used between hosts (or everywhere with ZCCL_TRANSPORT=tcp).
+ *
+ * Each direction of a pair has its own socket: the sender connects to the receiver's listening socket when it
+ * first sends, proves the job secret (socket.c) and names itself; the receiver's service thread admits it. Data
+ * goes straight from the user's buffer into the socket and, for a plain receive, straight from the socket into the
+ * user's buffer. A receive that reduces lands in a cache-sized staging buffer and is reduced from there into the
+ * destination, so the data crosses memory once.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "comm.h"
+#include "transport.h"
+
+#define TCP_MAX_IO (1u << 20) /* bytes per send/recv call: bounds the work of one progress call */
+
+typedef struct zccl_tcp_comm {
+    int *send_fd;       /* per peer: our connection to it, -1 until the first send */
+    int *recv_fd;       /* per peer: its connection to us, -1 until the service thread admitted it */
+    uint8_t **stage;    /* per peer: staging buffer for reducing receives */
+    size_t *stage_fill; /* per peer: bytes in stage not yet delivered */
+} tcp_comm_t;
+
+static zccl_result_t tcp_setup(struct zccl_comm *comm) {
+    tcp_comm_t *t = calloc(1, sizeof *t);
+    if (!t) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    comm->tcp = t;
+    size_t n = (size_t)comm->nranks;
+    t->send_fd = malloc(n * sizeof(int));
+    t->recv_fd = malloc(n * sizeof(int));
+    t->stage = calloc(n, sizeof(uint8_t *));
+    t->stage_fill = calloc(n, sizeof(size_t));
+    if (!t->send_fd || !t->recv_fd || !t->stage || !t->stage_fill) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    for (size_t i = 0; i < n; i++) t->send_fd[i] = t->recv_fd[i] = -1;
+    return ZCCL_SUCCESS;
+}
+
+static bool tcp_can_reach(const struct zccl_comm *comm, int peer) { return true; }
+
+static zccl_result_t io_error(struct zccl_comm *comm, int peer, bool is_send, ssize_t n, int err) {
+    if (n == 0 || err == ECONNRESET || err == EPIPE)
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d closed its connection while rank %d was %s it (peer exited or "
+                           "aborted?)", peer, comm->rank, is_send ? "sending to" : "receiving from");
+    return zccl__syserror(err, "rank %d: %s rank %d over TCP", comm->rank, is_send ? "send to" : "receive from", peer);
+}
+
+static zccl_result_t tcp_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    tcp_comm_t *t = comm->tcp;
+    if (t->send_fd[x->peer] < 0) {
+        int64_t init_ms;
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms));
+        zccl_conn_hdr_t h = {comm->comm_id, comm->rank, ZCCL_CONN_DATA};
+        int fd;
+        ZCCL_CHECK(zccl__connect_auth(&comm->peers[x->peer].listen, comm->secret, &h, sizeof h,
+                                      zccl__now_ns() + (uint64_t)init_ms * 1000000ull, &fd));
+        t->send_fd[x->peer] = fd;
+        ZCCL_INFO(ZCCL_LOG_TCP, "connected to rank %d over TCP", x->peer);
+    }
+    ssize_t n = send(t->send_fd[x->peer], x->src + x->done, ZCCL_MIN(x->bytes - x->done, TCP_MAX_IO),
+                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return ZCCL_SUCCESS;
+        return io_error(comm, x->peer, true, n, errno);
+    }
+    x->done += (size_t)n;
+    x->complete = (x->done == x->bytes);
+    *progressed = true;
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t tcp_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    tcp_comm_t *t = comm->tcp;
+    const int p = x->peer;
+    if (t->recv_fd[p] < 0) {
+        pthread_mutex_lock(&comm->in_mutex);
+        t->recv_fd[p] = comm->in_fd[p];
+        comm->in_fd[p] = -1;
+        pthread_mutex_unlock(&comm->in_mutex);
+        if (t->recv_fd[p] < 0) return ZCCL_SUCCESS; /* not connected yet: the service thread rings when it is */
+    }
+    const int fd = t->recv_fd[p];
+    if (!x->op2) {
+        ssize_t n = recv(fd, x->dst + x->done, ZCCL_MIN(x->bytes - x->done, TCP_MAX_IO), MSG_DONTWAIT);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return ZCCL_SUCCESS;
+            return io_error(comm, p, false, n, n < 0 ? errno : 0);
+        }
+        x->done += (size_t)n;
+    } else {
+        if (!t->stage[p] && !(t->stage[p] = malloc(comm->chunk_bytes)))
+            return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a %zu-byte TCP staging buffer", comm->chunk_bytes);
+        size_t fill = t->stage_fill[p];
+        size_t want = ZCCL_MIN(comm->chunk_bytes, x->bytes - x->done) - fill;
+        ssize_t n = recv(fd, t->stage[p] + fill, want, MSG_DONTWAIT);
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return ZCCL_SUCCESS;
+            return io_error(comm, p, false, n, n < 0 ? errno : 0);
+        }
+        fill += (size_t)n;
+        /* Reduce whole elements now; keep a split element's bytes for the next call. */
+        const size_t es = zccl_type_size(x->dt), whole = fill / es * es;
+        if (whole) zccl__xfer_deliver(x, t->stage[p], whole);
+        if (fill > whole) memmove(t->stage[p], t->stage[p] + whole, fill - whole);
+        t->stage_fill[p] = fill - whole;
+    }
+    x->complete = (x->done == x->bytes);
+    *progressed = true;
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t tcp_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    return x->is_send ? tcp_send(comm, x, progressed) : tcp_recv(comm, x, progressed);
+}
+
+static int tcp_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) {
+    tcp_comm_t *t = comm->tcp;
+    *events = x->is_send ? POLLOUT : POLLIN;
+    return x->is_send ? t->send_fd[x->peer] : t->recv_fd[x->peer];
+}
+
+static zccl_result_t tcp_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
+
+static void tcp_teardown(struct zccl_comm *comm) {
+    tcp_comm_t *t = comm->tcp;
+    if (!t) return;
+    for (int i = 0; i < comm->nranks; i++) {
+        if (t->send_fd && t->send_fd[i] >= 0) close(t->send_fd[i]);
+        if (t->recv_fd && t->recv_fd[i] >= 0) close(t->recv_fd[i]);
+        if (t->stage) free(t->stage[i]);
+    }
+    free(t->send_fd);
+    free(t->recv_fd);
+    free(t->stage);
+    free(t->stage_fill);
+    free(t);
+    comm->tcp = NULL;
+}
+
+const zccl_transport_ops_t zccl_transport_tcp = {
+    .name = "tcp",
+    .comm_setup = tcp_setup,
+    .can_reach = tcp_can_reach,
+    .progress = tcp_progress,
+    .wait_fd = tcp_wait_fd,
+    .check_peer = tcp_check_peer,
+    .comm_teardown = tcp_teardown,
+};
