@@ -9,7 +9,9 @@
  *
  * Conventions follow nccl-tests:
  *   - a sweep size is the largest buffer involved, in bytes: for allgather and reduce_scatter it is the total
- *     (count per rank * nranks * 4), and the count column is the total number of elements;
+ *     (count per rank * nranks * 4), and the count column is the count argument of the call (per rank there);
+ *     the count per rank is size / 4 / nranks rounded down to a multiple of 4 elements (16 bytes), so sizes below
+ *     nranks * 16 bytes print as 0;
  *   - time is the mean time of one call in microseconds over the timed iterations (here: the maximum of that mean
  *     over the ranks), measured after the warm-up calls and a barrier;
  *   - algbw = size / time; busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n (allgather, reduce_scatter), 1 (broadcast,
@@ -320,7 +322,7 @@ int main(int argc, char **argv) {
     /* Like nccl-tests, warm up once at the smallest size before the sweep, so the first row does not carry the
      * library's first-call costs (connection set-up, algorithm selection); every size then warms up again. */
     {
-        size_t e0 = (size_t)minb / 4, c0 = blocked ? e0 / (size_t)g_nranks : e0;
+        size_t e0 = (size_t)minb / 4, c0 = blocked ? e0 / (size_t)g_nranks / 4 * 4 : e0;
         for (int inplace = 0; inplace < 2; inplace++) {
             prepare(c, inplace, send, recv, c0, (int)root);
             for (long k = 0; k < warmup + 5; k++) run_once(c, inplace, send, recv, c0, (int)root);
@@ -333,7 +335,8 @@ int main(int argc, char **argv) {
     long long wrong_total = 0;
     for (long long size = minb; size <= maxb;) {
         size_t elems = (size_t)size / 4;
-        size_t count = blocked ? elems / (size_t)g_nranks : elems; /* argument passed to MPI */
+        /* argument passed to MPI; per-rank blocks are whole multiples of 16 bytes, as in nccl-tests */
+        size_t count = blocked ? elems / (size_t)g_nranks / 4 * 4 : elems;
         size_t total = blocked ? count * (size_t)g_nranks : count;
         long long bytes = (long long)total * 4;
         double t_us[2];
@@ -357,7 +360,7 @@ int main(int argc, char **argv) {
             }
         }
         if (g_rank == 0) {
-            printf("%12lld  %12zu  %8s  %6s  %6d", bytes, total, "float", COLLS[c].opname, rootcol);
+            printf("%12lld  %12zu  %8s  %6s  %6d", bytes, count, "float", COLLS[c].opname, rootcol);
             for (int k = 0; k < 2; k++) {
                 char ts[32], ws[32];
                 fmt_time(ts, sizeof ts, t_us[k]);

@@ -281,6 +281,13 @@ zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, i
 /** Returns once every rank of comm has entered the barrier (a one-element all-reduce). */
 zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream);
 
+/**
+ * Describes every ZCCL_* environment setting, one per line: "NAME=value-in-force (default D): description".
+ * Writes at most len bytes including the terminating NUL into buf (buf may be NULL when len is 0).
+ * Returns the number of characters the full text needs, excluding the NUL (as snprintf does).
+ */
+size_t zccl_config_describe(char *buf, size_t len);
+
 /** Size in bytes of one element of datatype, or 0 if datatype is out of range. */
 size_t zccl_type_size(zccl_datatype_t datatype);
 

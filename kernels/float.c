@@ -12,7 +12,7 @@
 #include "kernels.h"
 
 /* Function multi-versioning, as in int.c: an AVX2 clone and a baseline clone selected once by an ifunc. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if !defined(ZK_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define ZK_CLONES __attribute__((target_clones("avx2", "default")))
 #endif

@@ -15,9 +15,10 @@
  * Function multi-versioning: each hot loop is compiled twice, once for AVX2 and once for the baseline x86-64
  * (SSE2), and the dynamic loader picks the clone through an ifunc when the library is loaded. This needs an ELF
  * target with ifunc support in the C library, so anywhere else the attribute disappears and the loops are
- * compiled once for whatever the compiler targets.
+ * compiled once for whatever the compiler targets. Defining ZK_CLONES as empty (-DZK_CLONES=) does the same on
+ * purpose, which is how the baseline code path is tested on a machine that has AVX2.
  */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+#if !defined(ZK_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define ZK_CLONES __attribute__((target_clones("avx2", "default")))
 #endif

@@ -68,6 +68,9 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
     if (comm->aborted) return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
                                           coll_names[o->coll], comm->rank);
+    if (comm->async_error != ZCCL_SUCCESS) /* a peer was lost or timed out: fail at once, do not wait again */
+        return zccl__error(comm->async_error, "%s on rank %d: the communicator is broken by an earlier error: %s",
+                           coll_names[o->coll], comm->rank, comm->async_msg);
     uint8_t one = 0, out = 0;
     zccl_op_t b = *o;
     if (o->barrier) {
@@ -77,13 +80,11 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         b.dt = ZCCL_UINT8;
         b.op = ZCCL_SUM;
     }
-    int64_t rs_round;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &rs_round));
     const size_t es = zccl_type_size(b.dt);
     zccl_sched_args_t a = {
         .coll = b.coll, .nranks = comm->nranks, .rank = comm->rank, .root = b.root, .count = b.count,
         .in_place = b.in_place, .elem_size = es, .chunk_bytes = pipeline_chunk(b.count * es, comm->nranks),
-        .rs_round_bytes = (size_t)rs_round,
+        .rs_round_bytes = comm->rs_round_bytes,
     };
     pthread_mutex_lock(&comm->exec_mutex);
     comm->seq++;
@@ -95,6 +96,11 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
                    (int)b.in_place, s.nphases);
         res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
         zccl__sched_free(&s);
+        if (res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT || res == ZCCL_INTERNAL_ERROR) {
+            /* Peers are out of step now: later operations on this communicator cannot succeed. */
+            comm->async_error = res;
+            snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
+        }
     }
     pthread_mutex_unlock(&comm->exec_mutex);
     return res;

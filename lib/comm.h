@@ -62,9 +62,11 @@ struct zccl_comm {
     uint8_t *chunk_tmp;         /* cache-sized bounce buffer for transports that need one */
     size_t chunk_bytes;
     int64_t spin_count;
+    size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     int64_t timeout_ms;
     volatile int aborted;
-    zccl_result_t async_error;
+    zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */
+    char async_msg[512];
 };
 
 /** Host identity: hash of hostname and /proc boot_id. */

@@ -3,6 +3,7 @@
  * its default and a one-line description; `zccl-bench --env` prints the table with the values in force.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core.h"
@@ -51,4 +52,17 @@ zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t lo, int64_t hi, int64_t *o
 bad:
     return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld]", name, v,
                        (long long)lo, (long long)hi);
+}
+
+ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
+    size_t need = 0;
+    for (int i = 0; i < ZCCL_CFG_COUNT; i++) {
+        const zccl_cfg_desc_t *d = &zccl__cfg_table[i];
+        const char *v = zccl__cfg_str((zccl_cfg_id_t)i);
+        int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0,
+                         "%s=%s (default %s): %s\n", d->name, *v ? v : "(unset)", *d->deflt ? d->deflt : "unset",
+                         d->help);
+        if (n > 0) need += (size_t)n;
+    }
+    return need;
 }

@@ -85,13 +85,16 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
         if (all_done) return ZCCL_SUCCESS;
         if (moved) { idle = 0; continue; }
         if (++idle < (uint64_t)comm->spin_count) {
-            if ((idle & 63) == 0) sched_yield();
+            /* Spin first (a peer one step behind answers within a microsecond); past a few hundred polls offer the
+             * core to other ranks now and then, which matters when ranks outnumber cores. */
+            if (idle > 256 && (idle & 31) == 0) sched_yield();
             else __builtin_ia32_pause();
             continue;
         }
         /* Nothing moved for a while: announce that we sleep, look once more, then sleep. */
         uint32_t seen = __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST);
         __atomic_store_n(comm->sleeping, 1, __ATOMIC_SEQ_CST);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
         bool again = false;
         for (size_t i = 0; i < nx && !again; i++) {
             if (x[i].complete) continue;

@@ -14,12 +14,15 @@
  *   inexact float32/float64 sums:       tolerance (nranks-1)*eps*sum|x| and bitwise-identical results on all ranks
  * Count 1000003 (kLarge) runs a reduced subset by default (ZCCL_TEST_FULL=1 runs everything at 1000003 too):
  *   allreduce and reduce:  all 10 datatypes with SUM; float16, bfloat16, float32, int64 with PROD, MAX, MIN, AVG;
- *                          both in-place and out-of-place; reduce at one root per (dtype, op), alternating
- *                          between nranks/2 and nranks-1
+ *                          allreduce in-place and out-of-place; reduce once per (dtype, op), at a root alternating
+ *                          between nranks/2 and nranks-1 and alternately in-place and out-of-place
  *   reduce_scatter (recvcount 1000003): uint8, float16, bfloat16, float32, int64 with SUM; float32 with PROD, MAX,
  *                          MIN, AVG; in-place and out-of-place
  *   allgather (sendcount 1000003) and broadcast (roots nranks/2 and nranks-1): int8, float16, float32, float64
  *   send/recv: int8 and float64, shifts 0 and 1
+ * SmallChunks variants (nranks 2, 3, 5; count kLarge skipped): shm with 4 KiB chunks and FIFO slots, 2 slots,
+ * no single copy and 64-byte reduce-scatter rounds; shm with every message by single copy (CMA threshold 0); tcp
+ * with 4 KiB chunks and 64-byte rounds — the small counts then cross many chunk/slot/round boundaries.
  * Every check: the output equals the reference the rank computes itself (data.h: exact for integers and, by the
  * choice of inputs, for every floating SUM/PROD/MAX/MIN; AVG within the per-type tolerance of zt::tolerance());
  * the 64 guard bytes before and after every buffer are untouched; the send buffer is unchanged in out-of-place
@@ -33,6 +36,7 @@
 #include <gtest/gtest.h>
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +53,7 @@
 
 #include "harness/data.h"
 #include "harness/harness.h"
+#include "kernels.h"
 #include "zccl.h"
 
 using namespace zt;
@@ -89,15 +94,18 @@ bool large_sendrecv_ok(zccl_datatype_t dt) { return full_matrix() || in(dt, {ZCC
 /* State shared between the ranks of one run and the parent (SharedMem, mapped before fork). */
 struct Shared {
     static constexpr int kMaxRanks = 16;
-    static constexpr int kSections = 8;
+    static constexpr int kSections = 10;
     double section_s[kSections];          /* written by rank 0 */
     long checks[kMaxRanks];
     long failures[kMaxRanks];
     uint64_t result_hash[2][kMaxRanks];   /* inexact allreduce results (float32, float64) */
     std::atomic<long> barrier_counter;
+    ShmBarrier bar;                       /* test-side synchronisation for the shared references (not zccl's) */
+    explicit Shared(int n) : bar(n) {}
 };
 const char *const kSectionNames[Shared::kSections] = {"reductions",  "allgather", "broadcast", "send/recv",
-                                                      "barrier",     "inexact",   "large",     "total"};
+                                                      "barrier",     "inexact",   "large",     "total",
+                                                      "large inputs+references", "large reductions"};
 
 uint64_t fnv1a(const void *p, size_t n) {
     const uint8_t *b = (const uint8_t *)p;
@@ -130,7 +138,10 @@ struct Ctx {
 
 class Matrix {
   public:
-    Matrix(zccl_comm_t comm, int rank, int n, Shared *sh) : comm_(comm), rank_(rank), n_(n), sh_(sh) {}
+    /* shref: shared scratch of at least nranks*kLarge 64-bit words (references and expected data at kLarge are
+     * computed cooperatively: each rank fills 1/nranks of them). */
+    Matrix(zccl_comm_t comm, int rank, int n, Shared *sh, uint64_t *shref)
+        : comm_(comm), rank_(rank), n_(n), sh_(sh), shref_(shref) {}
 
     int run() {
         double t_start = now_s();
@@ -139,7 +150,10 @@ class Matrix {
             return 2;
         }
         double t_large = 0;
+        const char *skip = getenv("ZT_MATRIX_SKIP_LARGE");
+        const bool skip_large = skip && *skip && strcmp(skip, "0") != 0;
         for (size_t c : kCounts) {
+            if (c == kLarge && skip_large) continue;
             double t0 = now_s();
             for (zccl_datatype_t dt : kTypes)
                 for (zccl_redop_t op : kOps)
@@ -181,9 +195,11 @@ class Matrix {
     zccl_comm_t comm_;
     int rank_, n_;
     Shared *sh_;
+    uint64_t *shref_;
     zccl_stream_t stream_ = nullptr;
     long checks_ = 0, failures_ = 0;
     bool fatal_ = false;
+    bool self_rejected_ = false;
     GuardedBuf a_, b_;
     std::vector<uint8_t> own_, expect_, other_;
     Reference ref_head_, ref_blk_;
@@ -201,6 +217,16 @@ class Matrix {
         if (res == ZCCL_SUCCESS) return true;
         fail(ctx.str(), std::string("returned ") + zccl_get_error_string(res) + ": " + zccl_get_last_error(comm_));
         fatal_ = true;
+        sh_->bar.abort(); /* the other ranks stop at their next shared-reference barrier instead of waiting */
+        return false;
+    }
+    /* Test-side barrier around the shared references; false (and fatal) if another rank gave up. */
+    bool sync(const char *where) {
+        if (sh_->bar.wait(120.0)) return true;
+        if (!fatal_) child_log(rank_, "stopping at %s: another rank failed (or 120 s passed)", where);
+        fatal_ = true;
+        failures_++;
+        sh_->bar.abort();
         return false;
     }
     void check_guards(const GuardedBuf &b, const Ctx &ctx, const char *which) {
@@ -246,17 +272,42 @@ class Matrix {
         const uint64_t salt = 1000 + c;
         const Pattern pat = pattern_for(op);
         const size_t in_len = do_rs ? (size_t)n_ * c : c;
+        const double t0 = now_s();
         own_.resize(in_len * sz + 1);
         gen_fill(own_.data(), dt, pat, salt, rank_, 0, in_len);
-        if (do_ar) ref_head_.compute(dt, op, salt, n_, 0, c);
-        if (do_rs) ref_blk_.compute(dt, op, salt, n_, (size_t)rank_ * c, c);
+        if (large) {
+            /* Cooperative reference of the whole reduced vector (length in_len): rank r computes slice r. */
+            if (!sync("reference start")) return;
+            const size_t lo = in_len * (size_t)rank_ / (size_t)n_, hi = in_len * (size_t)(rank_ + 1) / (size_t)n_;
+            Reference::compute_range(shref_ + lo, dt, op, salt, n_, lo, hi - lo);
+            if (!sync("reference done")) return;
+            ref_head_.attach(shref_, dt, op, n_, 0, c);
+            if (do_rs) ref_blk_.attach(shref_ + (size_t)rank_ * c, dt, op, n_, (size_t)rank_ * c, c);
+        } else {
+            if (do_ar) ref_head_.compute(dt, op, salt, n_, 0, c);
+            if (do_rs) ref_blk_.compute(dt, op, salt, n_, (size_t)rank_ * c, c);
+        }
+        const double t1 = now_s();
+        if (large) add_time(8, t1 - t0);
+        struct AddOnExit {
+            Matrix *m;
+            double t1;
+            bool large;
+            ~AddOnExit() {
+                if (large) m->add_time(9, now_s() - t1);
+            }
+        } add_on_exit{this, t1, large};
 
         for (int ip = 0; ip < 2 && do_ar && !fatal_; ip++) allreduce(c, dt, op, ip);
         for (int ip = 0; ip < 2 && do_rs && !fatal_; ip++) reduce_scatter(c, dt, op, ip);
         if (!do_ar) return;
-        std::vector<int> roots = roots_for(c);
-        if (large) roots = {((int)dt + (int)op) % 2 ? n_ - 1 : n_ / 2};
-        for (int root : roots)
+        if (large) {
+            /* one root and one mode per (dtype, op), alternating: both roots and both modes are covered */
+            const int alt = ((int)dt + (int)op) % 2;
+            if (!fatal_) reduce(c, dt, op, alt ? n_ - 1 : n_ / 2, ((int)dt / 2 + (int)op) % 2 == 1);
+            return;
+        }
+        for (int root : roots_for(c))
             for (int ip = 0; ip < 2 && !fatal_; ip++) reduce(c, dt, op, root, ip);
     }
 
@@ -335,9 +386,20 @@ class Matrix {
         const size_t sz = dtype_bytes(dt);
         const uint64_t salt = 2000 + c;
         const size_t total = (size_t)n_ * c;
-        expect_.resize(total * sz + 1);
-        for (int r = 0; r < n_; r++) gen_fill(expect_.data() + (size_t)r * c * sz, dt, Pattern::Copy, salt, r, 0, c);
-        const uint8_t *own = expect_.data() + (size_t)rank_ * c * sz;
+        const uint8_t *expect;
+        if (c == kLarge) {
+            /* every rank writes its own block of the expected result into shared memory */
+            if (!sync("allgather expectation start")) return;
+            gen_fill((uint8_t *)shref_ + (size_t)rank_ * c * sz, dt, Pattern::Copy, salt, rank_, 0, c);
+            if (!sync("allgather expectation done")) return;
+            expect = (const uint8_t *)shref_;
+        } else {
+            expect_.resize(total * sz + 1);
+            for (int r = 0; r < n_; r++)
+                gen_fill(expect_.data() + (size_t)r * c * sz, dt, Pattern::Copy, salt, r, 0, c);
+            expect = expect_.data();
+        }
+        const uint8_t *own = expect + (size_t)rank_ * c * sz;
         for (int ip = 0; ip < 2 && !fatal_; ip++) {
             Ctx ctx{"allgather", dt, -1, c, ip != 0, -1};
             b_.reset(total * sz);
@@ -353,7 +415,7 @@ class Matrix {
                 check_same(a_.p(), own, c, ctx, "sendbuf changed");
                 check_guards(a_, ctx, "sendbuf");
             }
-            check_same(b_.p(), expect_.data(), total, ctx, "recvbuf");
+            check_same(b_.p(), expect, total, ctx, "recvbuf");
             check_guards(b_, ctx, "recvbuf");
         }
     }
@@ -417,7 +479,17 @@ class Matrix {
             const void *s = c ? a_.p() : nullptr;
             void *r = c ? b_.p() : nullptr;
             if (k == 0) {
-                if (!call_ok(zccl_send(s, c, dt, rank_, comm_, stream_), ctx)) return;
+                if (self_rejected_) continue;
+                zccl_result_t sr = zccl_send(s, c, dt, rank_, comm_, stream_);
+                if (sr == ZCCL_INVALID_ARGUMENT) {
+                    /* Rejected locally on every rank alike: report once and go on with the rest of the matrix. */
+                    fail(ctx.str(), std::string("a send to self queued on a stream was rejected (zccl.h: \"Sends to "
+                                                "self are matched by a receive from self queued on the same "
+                                                "stream\"): ") + zccl_get_last_error(comm_));
+                    self_rejected_ = true;
+                    continue;
+                }
+                if (!call_ok(sr, ctx)) return;
                 if (!call_ok(zccl_recv(r, c, dt, rank_, comm_, stream_), ctx)) return;
                 if (!call_ok(zccl_stream_synchronize(stream_), ctx)) return;
             } else {
@@ -512,6 +584,31 @@ EnvList base_env(const std::string &transport) {
             {"ZCCL_INIT_TIMEOUT_MS", std::string("60000")}};
 }
 
+/* Transport variants: "shm" and "tcp" with default settings; the "-tiny" and "-cma" variants shrink chunks, FIFO
+ * slots and reduce-scatter rounds to their minimums (or send every shm message by single copy) so that the small
+ * counts already cross many chunk, slot and round boundaries; they skip count kLarge (ZT_MATRIX_SKIP_LARGE). */
+EnvList variant_env(const std::string &variant) {
+    EnvList e = base_env(variant.substr(0, 3));
+    auto add = [&](const char *k, const char *v) { e.push_back({k, std::string(v)}); };
+    if (variant == "shm-tiny") {
+        add("ZCCL_CHUNK_BYTES", "4096");
+        add("ZCCL_SHM_SLOT_BYTES", "4096");
+        add("ZCCL_SHM_SLOTS", "2");
+        add("ZCCL_SHM_CMA", "0");
+        add("ZCCL_RS_ROUND_BYTES", "64");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
+    } else if (variant == "shm-cma") {
+        add("ZCCL_SHM_CMA", "1");
+        add("ZCCL_CMA_THRESHOLD", "0");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
+    } else if (variant == "tcp-tiny") {
+        add("ZCCL_CHUNK_BYTES", "4096");
+        add("ZCCL_RS_ROUND_BYTES", "64");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
+    }
+    return e;
+}
+
 class CollectivesMatrix : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(CollectivesMatrix, EveryCollectiveTypeOpCount) {
@@ -519,12 +616,14 @@ TEST_P(CollectivesMatrix, EveryCollectiveTypeOpCount) {
     const int n = std::get<1>(GetParam());
     SharedMem shm(sizeof(Shared));
     Shared *sh = shm.as<Shared>();
-    new (sh) Shared();
+    new (sh) Shared(n);
+    SharedMem shref((size_t)n * kLarge * sizeof(uint64_t)); /* pages are only materialised when touched */
+    uint64_t *ref = shref.as<uint64_t>();
     Options o;
     o.deadline_s = 280;
-    o.env = base_env(transport);
-    GroupResult res = run_ranks(n, [sh](zccl_comm_t comm, int rank, int nranks) {
-        return Matrix(comm, rank, nranks, sh).run();
+    o.env = variant_env(transport);
+    GroupResult res = run_ranks(n, [sh, ref](zccl_comm_t comm, int rank, int nranks) {
+        return Matrix(comm, rank, nranks, sh, ref).run();
     }, o);
     long checks = 0, failures = 0;
     for (int r = 0; r < n; r++) checks += sh->checks[r], failures += sh->failures[r];
@@ -547,12 +646,19 @@ TEST_P(CollectivesMatrix, EveryCollectiveTypeOpCount) {
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, int>> &i) {
-    return std::get<0>(i.param) + "_" + std::to_string(std::get<1>(i.param)) + "ranks";
+    std::string v = std::get<0>(i.param);
+    std::replace(v.begin(), v.end(), '-', '_');
+    return v + "_" + std::to_string(std::get<1>(i.param)) + "ranks";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("shm"), std::string("tcp")),
                                             ::testing::Values(1, 2, 3, 4, 5, 8)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,
+                         ::testing::Combine(::testing::Values(std::string("shm-tiny"), std::string("shm-cma"),
+                                                              std::string("tcp-tiny")),
+                                            ::testing::Values(2, 3, 5)),
                          param_name);
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -877,6 +983,196 @@ TEST(InitEnv, MissingOrMalformedVariablesAreNamed) {
     }
     GroupResult r = g.wait_all();
     EXPECT_TRUE(r.all_ok()) << r.report();
+}
+
+}  // namespace
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Self-tests of the harness and of the test's own reference arithmetic                                          */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+namespace {
+
+TEST(HarnessSelfTest, DeadlineKillsAndNamesRunningRanks) {
+    Options o;
+    o.deadline_s = 1.0;
+    o.init_comm = false;
+    o.expect_success = false;
+    double t0 = now_s();
+    GroupResult r = run_ranks(3, [](zccl_comm_t, int rank, int) {
+        if (rank == 1) return 0;
+        sleep(30);
+        return 0;
+    }, o);
+    EXPECT_LT(now_s() - t0, 10.0);
+    EXPECT_TRUE(r.deadline_exceeded);
+    EXPECT_FALSE(r.all_ok());
+    EXPECT_NE(r.report().find("deadline exceeded"), std::string::npos) << r.report();
+    EXPECT_NE(r.report().find("ranks 0,2 still running"), std::string::npos) << r.report();
+    EXPECT_TRUE(r.procs.at(1).ok());
+    EXPECT_TRUE(r.procs.at(0).killed_at_deadline);
+}
+
+TEST(HarnessSelfTest, ExitCodesSignalsAndOutputAreReported) {
+    Options o;
+    o.deadline_s = 20;
+    o.init_comm = false;
+    o.expect_success = false;
+    o.env = {{"ZT_SELFTEST_VAR", std::string("hello")}, {"ZT_SELFTEST_UNSET", std::nullopt}};
+    setenv("ZT_SELFTEST_UNSET", "x", 1);
+    GroupResult r = run_ranks(4, [](zccl_comm_t, int rank, int) -> int {
+        const char *v = getenv("ZT_SELFTEST_VAR");
+        if (!v || strcmp(v, "hello") != 0 || getenv("ZT_SELFTEST_UNSET")) return 9;
+        child_log(rank, "output of rank %d", rank);
+        if (rank == 1) return 3;
+        if (rank == 2) raise(SIGSEGV);
+        if (rank == 3) return 256; /* would wrap to 0: must still be a failure */
+        return 0;
+    }, o);
+    unsetenv("ZT_SELFTEST_UNSET");
+    ASSERT_EQ(r.procs.size(), 4u);
+    EXPECT_TRUE(r.procs[0].ok()) << r.report();
+    EXPECT_EQ(r.procs[1].exit_code, 3);
+    EXPECT_EQ(r.procs[2].term_signal, SIGSEGV);
+    EXPECT_FALSE(r.procs[3].ok());
+    EXPECT_NE(r.procs[1].output.find("output of rank 1"), std::string::npos) << r.procs[1].output;
+    std::string rep = r.report();
+    EXPECT_NE(rep.find("rank 1 (pid"), std::string::npos) << rep;
+    EXPECT_NE(rep.find("exited with code 3"), std::string::npos) << rep;
+    EXPECT_NE(rep.find("killed by signal 11"), std::string::npos) << rep;
+}
+
+TEST(HarnessSelfTest, ShmBarrierSynchronisesAndAborts) {
+    SharedMem m(sizeof(ShmBarrier) + sizeof(std::atomic<int>));
+    ShmBarrier *bar = new (m.data()) ShmBarrier(3);
+    std::atomic<int> *counter = new ((char *)m.data() + sizeof(ShmBarrier)) std::atomic<int>(0);
+    Options o;
+    o.init_comm = false;
+    o.deadline_s = 30;
+    run_ranks(3, [bar, counter](zccl_comm_t, int rank, int n) {
+        for (int it = 0; it < 50; it++) {
+            if (rank == it % n) usleep(1000);
+            counter->fetch_add(1);
+            if (!bar->wait(10)) return 1;
+            if (counter->load() < n * (it + 1)) return 2;
+        }
+        return 0;
+    }, o);
+    ShmBarrier *bar2 = new (m.data()) ShmBarrier(2);
+    o.expect_success = false;
+    GroupResult r = run_ranks(2, [bar2](zccl_comm_t, int rank, int) {
+        if (rank == 0) {
+            bar2->abort();
+            return 0;
+        }
+        usleep(100000);
+        return bar2->wait(10) ? 1 : 0; /* aborted: returns false at once */
+    }, o);
+    EXPECT_TRUE(r.all_ok()) << r.report();
+}
+
+TEST(HarnessSelfTest, GuardedBufferDetectsOverruns) {
+    GuardedBuf b;
+    b.reset(10);
+    EXPECT_TRUE(b.guards_ok());
+    EXPECT_TRUE(b.all_bytes(0, 10, GuardedBuf::kPoison));
+    b.p()[10] = 0;
+    std::string why;
+    EXPECT_FALSE(b.guards_ok(&why));
+    EXPECT_NE(why.find("+0"), std::string::npos) << why;
+    b.reset(10);
+    b.p()[-1] = 0;
+    EXPECT_FALSE(b.guards_ok(&why));
+    b.reset(0);
+    EXPECT_TRUE(b.guards_ok());
+}
+
+/* The test's own float16/bfloat16 conversions agree with the library's on every encoding (a disagreement means
+ * one of the two is wrong). */
+TEST(HarnessSelfTest, HalfConversionsAgreeWithLibrary) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = f16_to_f32((uint16_t)h), b = zccl_half_to_float((uint16_t)h);
+        if (std::isnan(a)) EXPECT_TRUE(std::isnan(b)) << "half 0x" << std::hex << h;
+        else ASSERT_EQ(a, b) << "half 0x" << std::hex << h;
+        float c = bf16_to_f32((uint16_t)h), d = zccl_bf16_to_float((uint16_t)h);
+        if (std::isnan(c)) EXPECT_TRUE(std::isnan(d)) << "bf16 0x" << std::hex << h;
+        else ASSERT_EQ(c, d) << "bf16 0x" << std::hex << h;
+    }
+    uint32_t x = 12345;
+    for (int i = 0; i < 200000; i++) {
+        x = x * 1664525u + 1013904223u;
+        float f;
+        memcpy(&f, &x, 4);
+        if (std::isnan(f)) continue;
+        ASSERT_EQ(f32_to_f16(f), zccl_float_to_half(f)) << "float bits 0x" << std::hex << x;
+        ASSERT_EQ(f32_to_bf16(f), zccl_float_to_bf16(f)) << "float bits 0x" << std::hex << x;
+    }
+}
+
+/* The reference arithmetic on a case small enough to do by hand. */
+TEST(HarnessSelfTest, ReferenceMatchesHandComputation) {
+    const int n = 3;
+    for (zccl_datatype_t dt : kTypes)
+        for (zccl_redop_t op : kOps) {
+            const size_t c = 5, sz = dtype_bytes(dt);
+            std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(c * sz));
+            for (int r = 0; r < n; r++) gen_fill(in[r].data(), dt, pattern_for(op), 42, r, 0, c);
+            Reference ref;
+            ref.compute(dt, op, 42, n, 0, c);
+            for (size_t i = 0; i < c; i++) {
+                if (dtype_is_float(dt)) {
+                    double v[n], acc;
+                    for (int r = 0; r < n; r++) v[r] = elem_as_double(in[r].data(), dt, i);
+                    switch (op) {
+                    case ZCCL_SUM: acc = v[0] + v[1] + v[2]; break;
+                    case ZCCL_PROD: acc = v[0] * v[1] * v[2]; break;
+                    case ZCCL_MAX: acc = std::max({v[0], v[1], v[2]}); break;
+                    case ZCCL_MIN: acc = std::min({v[0], v[1], v[2]}); break;
+                    default: acc = (v[0] + v[1] + v[2]) / 3; break;
+                    }
+                    double want;
+                    memcpy(&want, &ref.vals[i], 8);
+                    EXPECT_EQ(acc, want) << dtype_name(dt) << " " << op_name(op) << " element " << i;
+                } else {
+                    /* integers via __int128: wrap explicitly at the type's width */
+                    const unsigned bits = (unsigned)(8 * sz);
+                    const bool sgn = dt == ZCCL_INT8 || dt == ZCCL_INT32 || dt == ZCCL_INT64;
+                    __int128 v[n];
+                    for (int r = 0; r < n; r++) {
+                        uint64_t u = elem_bits(in[r].data(), dt, i);
+                        if (sgn && bits < 64 && (u >> (bits - 1)) & 1) v[r] = (__int128)u - ((__int128)1 << bits);
+                        else if (sgn && bits == 64) v[r] = (int64_t)u;
+                        else v[r] = u;
+                    }
+                    const __int128 mod = (__int128)1 << bits;
+                    auto wrap = [&](__int128 a) {
+                        a %= mod;
+                        if (a < 0) a += mod;
+                        return a; /* in [0, 2^bits) */
+                    };
+                    __int128 acc;
+                    switch (op) {
+                    case ZCCL_SUM: acc = wrap(v[0] + v[1] + v[2]); break;
+                    case ZCCL_PROD: {
+                        typedef unsigned __int128 u128;
+                        const u128 m = (u128)mod;
+                        u128 p = ((u128)wrap(v[0]) * (u128)wrap(v[1])) % m;
+                        acc = (__int128)((p * (u128)wrap(v[2])) % m);
+                        break;
+                    }
+                    case ZCCL_MAX: acc = wrap(std::max({v[0], v[1], v[2]})); break;
+                    case ZCCL_MIN: acc = wrap(std::min({v[0], v[1], v[2]})); break;
+                    default: {
+                        __int128 s = wrap(v[0] + v[1] + v[2]);
+                        if (sgn && s >= mod / 2) s -= mod; /* the wrapped sum, as the signed type */
+                        acc = wrap(s / 3);                 /* C division truncates toward zero */
+                        break;
+                    }
+                    }
+                    EXPECT_EQ((uint64_t)acc, ref.vals[i]) << dtype_name(dt) << " " << op_name(op) << " element " << i;
+                }
+            }
+        }
 }
 
 }  // namespace

@@ -17,10 +17,16 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define HAVE_MXCSR 1
+#endif
 
 namespace {
 
@@ -238,8 +244,8 @@ struct FloatTraits {
                               -std::numeric_limits<F>::max(), F(1), F(-1), F(0.5), F(3)};
         const uint64_t r = rng();
         switch (r % 8) {
-        case 0: return specials[(r >> 8) % (sizeof specials / sizeof specials[0])];
-        case 1:
+        case 0:
+        case 1: return specials[(r >> 8) % (sizeof specials / sizeof specials[0])];
         case 2: {  // arbitrary bit patterns: every exponent, subnormals, NaN payloads
             Bits b = (Bits)rng();
             F f;
@@ -750,8 +756,8 @@ TEST(Kernels, FloatToBf16MatchesReference) {
         for (uint32_t e = 0; e < 256; e++)
             for (uint32_t top : top_patterns)
                 for (uint32_t low : lows) {
-                    check_narrow(kBf16, r, zccl_float_to_bf16, float_from_bits((sign << 31) | (e << 23) | (top << 16) | low),
-                                 &failures);
+                    const float f = float_from_bits((sign << 31) | (e << 23) | (top << 16) | low);
+                    check_narrow(kBf16, r, zccl_float_to_bf16, f, &failures);
                     checked++;
                 }
     for (float f : boundary_floats(r)) {
@@ -828,6 +834,79 @@ void check_16bit_exhaustive(const Rounder16 &rounder) {
 
 TEST(Kernels, Float16KernelsEveryEncoding) { check_16bit_exhaustive<F16>(half_rounder()); }
 TEST(Kernels, Bfloat16KernelsEveryEncoding) { check_16bit_exhaustive<BF16>(bf16_rounder()); }
+
+// binary16 results do not depend on flush-to-zero / denormals-are-zero, which -ffast-math programs and some
+// frameworks switch on: binary16 subnormals are converted without binary32 subnormal arithmetic. (bfloat16 and
+// float32 subnormals are binary32 subnormals and do follow those modes.)
+TEST(Kernels, Float16IgnoresFlushToZero) {
+#if defined(HAVE_MXCSR)
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+    check_16bit_exhaustive<F16>(half_rounder());
+    int failures = 0;
+    for (uint32_t k = 0; k < 65536; k++) {
+        const uint16_t h = (uint16_t)k;
+        if (kHalf.is_nan(h))
+            continue;
+        const float f = zccl_half_to_float(h);
+        if (bits_of(f) != bits_of((float)decode16(kHalf, h)) || zccl_float_to_half(f) != h)
+            failures++;
+    }
+    _mm_setcsr(saved);
+    EXPECT_EQ(0, failures) << "binary16 conversions changed under FTZ/DAZ";
+#else
+    GTEST_SKIP() << "no MXCSR on this architecture";
+#endif
+}
+
+// Narrowing rounds to nearest even even when the thread's rounding mode is another one (the float32 arithmetic
+// itself does follow the mode, so only sums that are exact in float32 are checked here).
+TEST(Kernels, NarrowingIgnoresRoundingMode) {
+#if defined(HAVE_MXCSR)
+    const size_t n = 65536;
+    std::vector<uint16_t> a(n), b(n), out(n), out_bf(n);
+    Rng rng(27);
+    for (size_t k = 0; k < n; k++) {
+        a[k] = (uint16_t)k;
+        b[k] = (uint16_t)(rng() & 0x7fffu);  // non-negative partners, so that sums of like signs round
+    }
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr((saved & ~0x6000u) | 0x6000u);  // round toward zero
+    zccl_kernel_reduce(out.data(), a.data(), b.data(), n, ZCCL_FLOAT16, ZCCL_SUM, 0);
+    zccl_kernel_reduce(out_bf.data(), a.data(), b.data(), n, ZCCL_BFLOAT16, ZCCL_SUM, 0);
+    std::vector<float> floats(n);
+    std::vector<uint16_t> conv(n), conv_bf(n);
+    for (size_t k = 0; k < n; k++) {
+        floats[k] = float_from_bits((uint32_t)rng());
+        conv[k] = zccl_float_to_half(floats[k]);
+        conv_bf[k] = zccl_float_to_bf16(floats[k]);
+    }
+    _mm_setcsr(saved);
+    int failures = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (std::isnan(floats[k]))
+            continue;
+        if ((conv[k] != half_rounder().round(floats[k]) || conv_bf[k] != bf16_rounder().round(floats[k])) &&
+            ++failures <= 10)
+            ADD_FAILURE() << "toward-zero mode: conversion of 0x" << std::hex << bits_of(floats[k]);
+    }
+    for (size_t k = 0; k < n; k++) {
+        for (const auto &[fmt, rounder, got] :
+             {std::tuple<Format16, const Rounder16 *, uint16_t>{kHalf, &half_rounder(), out[k]},
+              std::tuple<Format16, const Rounder16 *, uint16_t>{kBf16, &bf16_rounder(), out_bf[k]}}) {
+            const double x = decode16(fmt, a[k]), y = decode16(fmt, b[k]);
+            const wide_t exact = (wide_t)x + (wide_t)y;
+            if (std::isnan(x) || std::isnan(y) || (wide_t)(float)exact != exact)
+                continue;  // float32 rounding involved: mode-dependent by design
+            if (got != rounder->round((double)exact) && ++failures <= 10)
+                ADD_FAILURE() << "toward-zero mode: " << x << " + " << y << " narrowed to 0x" << std::hex << got;
+        }
+    }
+    EXPECT_EQ(0, failures);
+#else
+    GTEST_SKIP() << "no MXCSR on this architecture";
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Integer division by multiplication

@@ -10,6 +10,9 @@
  *    random bytes, some send nothing (one of them half-closes its side). The real ranks must still initialise and
  *    run an allreduce; the root must close the garbage connection within a few seconds, and the silent ones
  *    within its handshake timeout (socket.h: ZCCL_HANDSHAKE_MS, 5 s) plus margin.
+ *  - ForgedProofIsDroppedByRoot: a client that speaks the handshake but forges the proof is dropped by the root.
+ *  - DuplicateRankIsRefused / NranksMismatchIsRefused: the root refuses a second process claiming a taken rank,
+ *    or one with a different nranks, with ZCCL_REMOTE_ERROR (zccl.h), and the real job still runs.
  */
 #include <gtest/gtest.h>
 
@@ -20,7 +23,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <new>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -236,6 +241,173 @@ TEST(Security, HostileConnectionsToRoot) {
         close(silent[i]);
     }
     printf("[   INFO   ] garbage connection closed after %.3f s\n", closed_after);
+}
+
+/* recv exactly len bytes within timeout_s; false on close, error or timeout. */
+bool recv_exact(int fd, void *buf, size_t len, double timeout_s) {
+    double end = now_s() + timeout_s;
+    size_t got = 0;
+    while (got < len) {
+        double left = end - now_s();
+        if (left <= 0) return false;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        ssize_t r = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
+        if (r == 0) return false;
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            return false;
+        }
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/*
+ * A client that speaks the handshake (socket.h) but does not know the secret: a valid HELLO, then a PROOF of random
+ * bytes followed by a header claiming to be a rank. The root must answer the HELLO with its challenge, then drop
+ * the connection without admitting it, and still admit the real ranks. (The ImpostorWithWrongSecret test above
+ * stops on the client side, which detects first that the root's challenge MAC is wrong; this one reaches the
+ * root's own proof check.) Protocol constants are those of lib/socket.c: magic "ZCCLHELO", version 1.
+ */
+TEST(Security, ForgedProofIsDroppedByRoot) {
+    zccl_unique_id_t id;
+    ASSERT_EQ(zccl_get_unique_id(&id), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    char host[256] = {0};
+    int port = -1;
+    ASSERT_EQ(zccl__unique_id_address(&id, host, sizeof host, &port), ZCCL_SUCCESS);
+
+    int fd = connect_to(host, port);
+    ASSERT_GE(fd, 0);
+    uint8_t hello[28];
+    memcpy(hello, "ZCCLHELO", 8);
+    const uint8_t version_be[4] = {0, 0, 0, 1};
+    memcpy(hello + 8, version_be, 4);
+    for (int i = 0; i < 16; i++) hello[12 + i] = (uint8_t)(i * 37 + 11);
+    ASSERT_EQ(send(fd, hello, sizeof hello, MSG_NOSIGNAL), (ssize_t)sizeof hello);
+    uint8_t chal[48];
+    ASSERT_TRUE(recv_exact(fd, chal, sizeof chal, 5.0))
+        << "the root did not answer a well-formed HELLO with its 48-byte challenge (protocol changed?)";
+    /* forged proof (32 bytes) + a header of zeros (rank 0 of 1 rank, if it were parsed) */
+    std::vector<uint8_t> proof(32 + 4096, 0);
+    for (int i = 0; i < 32; i++) proof[(size_t)i] = (uint8_t)(0xC0 ^ i);
+    ssize_t sent = send(fd, proof.data(), proof.size(), MSG_NOSIGNAL);
+    EXPECT_GT(sent, 0);
+    double t = wait_closed(fd, 8.0);
+    EXPECT_GE(t, 0) << "the root kept a connection whose proof was forged";
+    close(fd);
+
+    Options o;
+    o.deadline_s = 60;
+    o.id = id;
+    o.env = {{"ZCCL_INIT_TIMEOUT_MS", std::string("30000")}, {"ZCCL_TIMEOUT_MS", std::string("30000")}};
+    GroupResult r = run_ranks(2, [](zccl_comm_t comm, int rank, int n) -> int {
+        int32_t v = rank + 1, out = 0;
+        if (zccl_allreduce(&v, &out, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) != ZCCL_SUCCESS) return 1;
+        int cnt = 0;
+        zccl_comm_count(comm, &cnt);
+        return (out == n * (n + 1) / 2 && cnt == n) ? 0 : 2;
+    }, o);
+    EXPECT_TRUE(r.all_ok());
+}
+
+/* ---- joining rules: a rank taken twice, a disagreeing nranks ------------------------------------------------ */
+
+/* Waits (polling) until flag >= v or timeout_s passes. */
+bool wait_flag(const std::atomic<int> *flag, int v, double timeout_s) {
+    double end = now_s() + timeout_s;
+    while (flag->load() < v) {
+        if (now_s() > end) return false;
+        usleep(2000);
+    }
+    return true;
+}
+
+/* zccl.h, zccl_comm_init_rank: "ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice)". */
+TEST(Security, DuplicateRankIsRefused) {
+    zccl_unique_id_t id;
+    ASSERT_EQ(zccl_get_unique_id(&id), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    SharedMem shm(sizeof(std::atomic<int>) * 2);
+    std::atomic<int> *admitted = new (shm.data()) std::atomic<int>(0);
+    std::atomic<int> *refused = new ((char *)shm.data() + sizeof(std::atomic<int>)) std::atomic<int>(0);
+    ProcessGroup g(60);
+    const EnvList env = {{"ZCCL_INIT_TIMEOUT_MS", std::string("20000")}, {"ZCCL_TIMEOUT_MS", std::string("20000")}};
+    /* Two candidates for rank 1; rank 0 joins only once one of them was refused, so both reach the root while the
+     * job is incomplete (deterministic): exactly one must be refused, with ZCCL_REMOTE_ERROR. */
+    for (int k = 0; k < 2; k++)
+        g.spawn("rank 1 candidate " + std::to_string(k), [id, admitted, refused]() -> int {
+            zccl_comm_t comm = nullptr;
+            zccl_result_t res = zccl_comm_init_rank(&comm, 2, id, 1);
+            if (res != ZCCL_SUCCESS) {
+                fprintf(stderr, "refused: %s: %s\n", zccl_get_error_string(res), zccl_get_last_error(nullptr));
+                refused->fetch_add(1);
+                return res == ZCCL_REMOTE_ERROR ? 0 : 10 + (int)res;
+            }
+            admitted->fetch_add(1);
+            int32_t v = 2, out = 0;
+            res = zccl_allreduce(&v, &out, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+            zccl_comm_destroy(comm);
+            return (res == ZCCL_SUCCESS && out == 3) ? 0 : 2;
+        }, env);
+    g.spawn("rank 0", [id, refused]() -> int {
+        if (!wait_flag(refused, 1, 20.0)) fprintf(stderr, "rank 0: no candidate was refused within 20 s\n");
+        zccl_comm_t comm = nullptr;
+        if (zccl_comm_init_rank(&comm, 2, id, 0) != ZCCL_SUCCESS) {
+            fprintf(stderr, "rank 0: %s\n", zccl_get_last_error(nullptr));
+            return 1;
+        }
+        int32_t v = 1, out = 0;
+        zccl_result_t res = zccl_allreduce(&v, &out, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+        zccl_comm_destroy(comm);
+        return (res == ZCCL_SUCCESS && out == 3) ? 0 : 2;
+    }, env);
+    GroupResult r = g.wait_all();
+    EXPECT_TRUE(r.all_ok()) << "(exit code 10+N: refused with zccl_result_t N instead of ZCCL_REMOTE_ERROR = 6)\n"
+                            << r.report();
+    EXPECT_EQ(admitted->load(), 1) << "exactly one of two processes claiming rank 1 must be admitted";
+    EXPECT_EQ(refused->load(), 1);
+}
+
+TEST(Security, NranksMismatchIsRefused) {
+    zccl_unique_id_t id;
+    ASSERT_EQ(zccl_get_unique_id(&id), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    SharedMem shm(sizeof(std::atomic<int>) * 2);
+    std::atomic<int> *started0 = new (shm.data()) std::atomic<int>(0);
+    std::atomic<int> *done = new ((char *)shm.data() + sizeof(std::atomic<int>)) std::atomic<int>(0);
+    ProcessGroup g(60);
+    const EnvList env = {{"ZCCL_INIT_TIMEOUT_MS", std::string("20000")}, {"ZCCL_TIMEOUT_MS", std::string("20000")}};
+    /* Order: rank 0 (nranks 2) reaches the root first and fixes nranks; then a process says nranks=3 and must be
+     * refused; rank 1 joins only after that refusal. */
+    auto real = [id](int rank, std::atomic<int> *before, std::atomic<int> *wait_for) {
+        return [id, rank, before, wait_for]() -> int {
+            if (wait_for && !wait_flag(wait_for, 1, 20.0)) fprintf(stderr, "rank %d: gave up waiting\n", rank);
+            if (before) before->store(1);
+            zccl_comm_t comm = nullptr;
+            if (zccl_comm_init_rank(&comm, 2, id, rank) != ZCCL_SUCCESS) {
+                fprintf(stderr, "rank %d: %s\n", rank, zccl_get_last_error(nullptr));
+                return 1;
+            }
+            int32_t v = rank + 1, out = 0;
+            zccl_result_t res = zccl_allreduce(&v, &out, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+            zccl_comm_destroy(comm);
+            return (res == ZCCL_SUCCESS && out == 3) ? 0 : 2;
+        };
+    };
+    g.spawn("rank 0", real(0, started0, nullptr), env);
+    g.spawn("nranks=3 rank 2", [id, started0, done]() -> int {
+        wait_flag(started0, 1, 20.0);
+        usleep(500000); /* let rank 0's hello reach the root first */
+        zccl_comm_t comm = nullptr;
+        zccl_result_t res = zccl_comm_init_rank(&comm, 3, id, 2);
+        fprintf(stderr, "nranks=3 rank 2: %s: %s\n", zccl_get_error_string(res), zccl_get_last_error(nullptr));
+        done->store(1);
+        if (res == ZCCL_SUCCESS) return 1;
+        return res == ZCCL_REMOTE_ERROR ? 0 : 10 + (int)res;
+    }, env);
+    g.spawn("rank 1", real(1, nullptr, done), env);
+    GroupResult r = g.wait_all();
+    EXPECT_TRUE(r.all_ok()) << "(exit code 10+N: refused with zccl_result_t N instead of ZCCL_REMOTE_ERROR = 6)\n"
+                            << r.report();
 }
 
 }  // namespace

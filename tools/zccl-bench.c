@@ -339,8 +339,9 @@ static double now_s(void)
 static void die_zccl(struct bench *b, const char *what, zccl_result_t r)
 {
     fflush(stdout);
-    fprintf(stderr, NAME ": rank %d: %s failed: %s (%d): %s\n", b->rank, what, zccl_get_error_string(r), (int)r,
-            zccl_get_last_error(b->comm));
+    int len = (int)strcspn(what, "("); /* "zccl_allreduce(&t, ...)" -> "zccl_allreduce" */
+    fprintf(stderr, NAME ": rank %d: %.*s failed: %s (%d): %s\n", b->rank, len, what, zccl_get_error_string(r),
+            (int)r, zccl_get_last_error(b->comm));
     if (b->json) fclose(b->json);
     if (b->comm) zccl_comm_abort(b->comm);
     exit(1);
@@ -761,6 +762,10 @@ int main(int argc, char **argv)
     if (rc == -1) return 0;
     if (rc != 0) return rc;
     if (c.np > 0) {
+        if (colls[c.coll].has_root && c.root >= c.np) {
+            fprintf(stderr, NAME ": -r %d: root must be below the number of ranks (-np %d)\n", c.root, c.np);
+            return 2;
+        }
         struct zl_opts o = {.nranks = c.np, .name = NAME};
         return zl_launch(&o, run_rank, &c);
     }

@@ -97,8 +97,15 @@ void zccl__doorbell_ring(struct zccl_comm *comm, int peer) {
         bell = &hdr_of(s, li)->doorbell;
         sleeping = &hdr_of(s, li)->sleeping;
     }
-    __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(sleeping, __ATOMIC_SEQ_CST)) syscall(SYS_futex, bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+    /* Dekker-style pairing with the sleeper in engine.c: it publishes `sleeping` and then re-polls its channels;
+     * we published our channel update before this fence and read `sleeping` after it. So either it sees our
+     * update, or we see it asleep and bump the bell, which makes its FUTEX_WAIT return. A rank that is awake costs
+     * one load here, not a contended atomic. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(sleeping, __ATOMIC_RELAXED)) {
+        __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
 }
 
 static void seg_name(const struct zccl_comm *comm, int rank, char *buf, size_t len) {
@@ -292,7 +299,10 @@ static zccl_result_t shm_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     shm_comm_t *s = comm->shm;
     chan_ctl_t *c = chan(s, s->local_index[comm->rank], s->local_index[x->peer]);
     if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message: one chunk per call */
-        size_t len = ZCCL_MIN(comm->chunk_bytes, x->bytes - x->done);
+        /* A reduction pulls one cache-sized chunk into the bounce buffer and reduces it while it is hot; a plain
+         * copy lands in place, so it pulls larger pieces to spend fewer system calls per byte. */
+        size_t piece = x->op2 ? comm->chunk_bytes : 8 * comm->chunk_bytes;
+        size_t len = ZCCL_MIN(piece, x->bytes - x->done);
         uint8_t *to = x->op2 ? comm->chunk_tmp : x->dst + x->done;
         struct iovec l = {to, len}, r = {(void *)(uintptr_t)(x->t[1] + x->done), len};
         ssize_t got = process_vm_readv(comm->peers[x->peer].pid, &l, 1, &r, 1, 0);

@@ -233,20 +233,41 @@ double tolerance(zccl_datatype_t dt, zccl_redop_t op) {
 
 /* ---- reference ----------------------------------------------------------------------------------------------- */
 
+static inline uint64_t dbits(double d) {
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    return u;
+}
+static inline double bitsd(uint64_t u) {
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
 void Reference::compute(zccl_datatype_t dt_, zccl_redop_t op_, uint64_t salt, int nranks_, size_t start_,
-                        size_t n) {
+                        size_t n_) {
+    store_.resize(n_);
+    compute_range(store_.data(), dt_, op_, salt, nranks_, start_, n_);
+    attach(store_.data(), dt_, op_, nranks_, start_, n_);
+}
+
+void Reference::attach(const uint64_t *ext, zccl_datatype_t dt_, zccl_redop_t op_, int nranks_, size_t start_,
+                       size_t n_) {
+    vals = ext;
     dt = dt_;
     op = op_;
     nranks = nranks_;
     start = start_;
-    ints.clear();
-    flts.clear();
+    n = n_;
+}
+
+void Reference::compute_range(uint64_t *out, zccl_datatype_t dt, zccl_redop_t op, uint64_t salt, int nranks,
+                              size_t start, size_t n) {
     const Pattern p = pattern_for(op);
     std::vector<uint64_t> base((size_t)nranks);
     for (int r = 0; r < nranks; r++) base[(size_t)r] = rank_base(dt, p, salt, r);
 
     if (dtype_is_float(dt)) {
-        flts.resize(n);
         for (size_t k = 0; k < n; k++) {
             size_t i = start + k;
             double acc = float_value(dt, p, hash_at(base[0], i));
@@ -261,7 +282,7 @@ void Reference::compute(zccl_datatype_t dt_, zccl_redop_t op_, uint64_t salt, in
                 }
             }
             if (op == ZCCL_AVG) acc /= (double)nranks;
-            flts[k] = acc;
+            out[k] = dbits(acc);
         }
         return;
     }
@@ -274,7 +295,6 @@ void Reference::compute(zccl_datatype_t dt_, zccl_redop_t op_, uint64_t salt, in
         if (sgn && bits < 64 && (v >> (bits - 1)) & 1) v |= ~mask;
         return v;
     };
-    ints.resize(n);
     for (size_t k = 0; k < n; k++) {
         size_t i = start + k;
         uint64_t acc = widen(int_value(p, hash_at(base[0], i)));
@@ -297,17 +317,17 @@ void Reference::compute(zccl_datatype_t dt_, zccl_redop_t op_, uint64_t salt, in
             if (sgn) acc = (uint64_t)((int64_t)s / (int64_t)nranks);
             else acc = (s & mask) / (uint64_t)nranks;
         }
-        ints[k] = acc & mask;
+        out[k] = acc & mask;
     }
 }
 
-size_t Reference::check(const void *buf, size_t off, size_t n, std::string *first) const {
+size_t Reference::check(const void *buf, size_t off, size_t cnt, std::string *first) const {
     size_t bad = 0;
     if (dtype_is_float(dt)) {
         const double tol = tolerance(dt, op);
-        for (size_t k = 0; k < n; k++) {
+        for (size_t k = 0; k < cnt; k++) {
             double got = elem_as_double(buf, dt, k);
-            double want = flts[off + k];
+            double want = bitsd(vals[off + k]);
             bool ok = got == want || (tol > 0 && std::fabs(got - want) <= tol * std::fabs(want));
             if (!ok) {
                 if (bad == 0 && first) {
@@ -320,9 +340,9 @@ size_t Reference::check(const void *buf, size_t off, size_t n, std::string *firs
             }
         }
     } else {
-        for (size_t k = 0; k < n; k++) {
+        for (size_t k = 0; k < cnt; k++) {
             uint64_t got = elem_bits(buf, dt, k);
-            uint64_t want = ints[off + k];
+            uint64_t want = vals[off + k];
             if (got != want) {
                 if (bad == 0 && first) {
                     char b[200];

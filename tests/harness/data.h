@@ -61,22 +61,34 @@ uint64_t elem_bits(const void *buf, zccl_datatype_t dt, size_t i);
  */
 double tolerance(zccl_datatype_t dt, zccl_redop_t op);
 
-/** Expected reduction of elements [start, start+n) over nranks ranks' inputs. */
+/**
+ * Expected reduction of elements [start, start+n) over nranks ranks' inputs. Values are kept as 64-bit words:
+ * integer types hold the value truncated to the type's width (zero-extended); floating types hold the bits of the
+ * float64 result. The words live in the object (compute) or in memory the caller provides (attach; e.g. shared
+ * memory filled cooperatively by several ranks with compute_range).
+ */
 struct Reference {
     zccl_datatype_t dt = ZCCL_FLOAT32;
     zccl_redop_t op = ZCCL_SUM;
     int nranks = 1;
     size_t start = 0;
-    std::vector<uint64_t> ints;  /* integer types: value truncated to the type's width (zero-extended) */
-    std::vector<double> flts;    /* floating types */
+    size_t n = 0;
+    const uint64_t *vals = nullptr;
 
     void compute(zccl_datatype_t dt, zccl_redop_t op, uint64_t salt, int nranks, size_t start, size_t n);
-    size_t size() const { return dtype_is_float(dt) ? flts.size() : ints.size(); }
+    void attach(const uint64_t *ext, zccl_datatype_t dt, zccl_redop_t op, int nranks, size_t start, size_t n);
+    /** Writes the words for elements [start, start+n) to out[0..n). */
+    static void compute_range(uint64_t *out, zccl_datatype_t dt, zccl_redop_t op, uint64_t salt, int nranks,
+                              size_t start, size_t n);
+    size_t size() const { return n; }
     /**
-     * Compares n elements of buf with reference elements [off, off+n). Returns the number of mismatches; the
+     * Compares cnt elements of buf with reference elements [off, off+cnt). Returns the number of mismatches; the
      * first one is described in *first (if not NULL): index, got, expected.
      */
-    size_t check(const void *buf, size_t off, size_t n, std::string *first) const;
+    size_t check(const void *buf, size_t off, size_t cnt, std::string *first) const;
+
+  private:
+    std::vector<uint64_t> store_;
 };
 
 /** Bytewise comparison of n elements; returns the number of differing elements, describing the first. */

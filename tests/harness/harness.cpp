@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -402,6 +403,27 @@ SharedMem::SharedMem(size_t bytes) : n_(bytes) {
 
 SharedMem::~SharedMem() {
     if (p_) munmap(p_, n_ ? n_ : 1);
+}
+
+bool ShmBarrier::wait(double timeout_s) {
+    if (aborted()) return false;
+    const int gen = generation_.load();
+    if (count_.fetch_add(1) + 1 == n_) {
+        count_.store(0);
+        generation_.fetch_add(1);
+        return true;
+    }
+    const double end = now_s() + timeout_s;
+    for (int spin = 0; generation_.load() == gen; spin++) {
+        if (aborted()) return false;
+        if (spin < 64) {
+            sched_yield();
+            continue;
+        }
+        if ((spin & 63) == 0 && now_s() > end) return false;
+        usleep(50);
+    }
+    return true;
 }
 
 int free_tcp_port() {

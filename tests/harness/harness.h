@@ -23,6 +23,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -153,6 +154,25 @@ class SharedMem {
   private:
     void *p_ = nullptr;
     size_t n_ = 0;
+};
+
+/**
+ * A barrier for forked processes that does not depend on zccl: construct it (placement new) in a SharedMem before
+ * forking. wait() returns false when the barrier was aborted by some process (abort(): e.g. a rank that hit a fatal
+ * error, so that the others stop instead of waiting for it) or when timeout_s passed.
+ */
+class ShmBarrier {
+  public:
+    explicit ShmBarrier(int nprocs) : n_(nprocs) {}
+    bool wait(double timeout_s = 60.0);
+    void abort() { aborted_.store(1); }
+    bool aborted() const { return aborted_.load() != 0; }
+
+  private:
+    std::atomic<int> count_{0};
+    std::atomic<int> generation_{0};
+    std::atomic<int> aborted_{0};
+    int n_;
 };
 
 /** A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back, close). */

@@ -1,0 +1,208 @@
+/*
+ * topo_hwloc.c — models built through hwloc: the live machine, hwloc XML files (v1 and v2 exports) and synthetic
+ * descriptions. This file loads the topology and reads the CPU side (packages, NUMA nodes, cores, caches) and the
+ * distance matrices; topo_hwloc_pci.c reads the I/O side.
+ *
+ * hwloc drops every I/O object by default. We ask for all of them from files (the file is all we will ever know
+ * about that machine) and for the important ones on the live machine (GPUs, NICs, storage, the bridges above them;
+ * not every chipset function).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <hwloc.h>
+#include "topo_model.h"
+
+static zccl_result_t read_packages_numa_cores(zccl_topo_t *t) {
+    hwloc_topology_t hw = t->hw;
+    hwloc_bitmap_copy(t->machine, hwloc_topology_get_topology_cpuset(hw));
+    t->hw_packages = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PACKAGE);
+    for (int i = 0; i < t->hw_packages; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(hw, HWLOC_OBJ_PACKAGE, (unsigned)i);
+        hwloc_bitmap_t *slot = zccl__topo_push(&t->packages, &t->npackages, &t->cap_packages, sizeof *slot);
+        if (!slot || !(*slot = hwloc_bitmap_dup(o->cpuset))) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    }
+    int nnuma = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
+    for (int i = 0; i < nnuma; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+        zccl_topo_numa_t *m = zccl__topo_push(&t->numa, &t->nnuma, &t->cap_numa, sizeof *m);
+        if (!m || !(m->cpuset = hwloc_bitmap_dup(o->cpuset))) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+        m->os_index = (int)o->os_index;
+        m->memory = o->attr ? o->attr->numanode.local_memory : 0;
+    }
+    /* Cores: hwloc's Core objects; a source without them (synthetic "pu:4") gets one core per PU. */
+    hwloc_obj_type_t core_type = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+    int ncores = hwloc_get_nbobjs_by_type(hw, core_type);
+    for (int i = 0; i < ncores; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(hw, core_type, (unsigned)i);
+        zccl_topo_core_t *c = zccl__topo_push(&t->cores, &t->ncores, &t->cap_cores, sizeof *c);
+        if (!c || !(c->cpuset = hwloc_bitmap_dup(o->cpuset))) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    }
+    return ZCCL_SUCCESS;
+}
+
+static int cache_cmp(const void *pa, const void *pb) {
+    const zccl_topo_cache_t *a = pa, *b = pb;
+    if (a->level != b->level) return a->level - b->level;
+    if (a->type != b->type) return a->type - b->type;
+    return a->size < b->size ? -1 : a->size > b->size;
+}
+
+/* Caches are summarised per (level, type, size): "L2 unified 1 MiB x 16". Hybrid CPUs give two L2 lines. */
+static zccl_result_t read_caches(zccl_topo_t *t) {
+    int depth = hwloc_topology_get_depth(t->hw);
+    for (int d = 0; d < depth; d++) {
+        hwloc_obj_type_t type = hwloc_get_depth_type(t->hw, d);
+        if (!hwloc_obj_type_is_cache(type)) continue;
+        for (hwloc_obj_t o = hwloc_get_next_obj_by_depth(t->hw, d, NULL); o;
+             o = hwloc_get_next_obj_by_depth(t->hw, d, o)) {
+            char kind = o->attr->cache.type == HWLOC_OBJ_CACHE_DATA          ? 'd'
+                        : o->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION ? 'i'
+                                                                             : 'u';
+            zccl_topo_cache_t *c = NULL;
+            for (int i = 0; i < t->ncaches; i++)
+                if (t->caches[i].level == (int)o->attr->cache.depth && t->caches[i].type == kind &&
+                    t->caches[i].size == o->attr->cache.size)
+                    c = &t->caches[i];
+            if (!c) {
+                c = zccl__topo_push(&t->caches, &t->ncaches, &t->cap_caches, sizeof *c);
+                if (!c) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+                c->level = (int)o->attr->cache.depth;
+                c->type = kind;
+                c->size = o->attr->cache.size;
+                c->linesize = o->attr->cache.linesize;
+            }
+            c->count++;
+        }
+    }
+    if (t->ncaches > 1) qsort(t->caches, (size_t)t->ncaches, sizeof *t->caches, cache_cmp);
+    return ZCCL_SUCCESS;
+}
+
+static void object_label(hwloc_obj_t o, char *buf, size_t len) {
+    char type[32];
+    hwloc_obj_type_snprintf(type, sizeof type, o, 0);
+    if (o->type == HWLOC_OBJ_OS_DEVICE && o->name) snprintf(buf, len, "%s", o->name);
+    else if (o->type == HWLOC_OBJ_NUMANODE || o->type == HWLOC_OBJ_PU) snprintf(buf, len, "%s P#%u", type, o->os_index);
+    else snprintf(buf, len, "%s L#%u", type, o->logical_index);
+}
+
+static zccl_result_t read_distances(zccl_topo_t *t) {
+    unsigned nr = 0;
+    if (hwloc_distances_get(t->hw, &nr, NULL, 0, 0) < 0 || nr == 0) return ZCCL_SUCCESS;
+    struct hwloc_distances_s **all = zccl__calloc(nr, sizeof *all);
+    if (!all) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (hwloc_distances_get(t->hw, &nr, all, 0, 0) < 0) {
+        free(all);
+        return ZCCL_SUCCESS; /* distances are optional: a matrix we cannot read is left out */
+    }
+    for (unsigned i = 0; i < nr && res == ZCCL_SUCCESS; i++) {
+        struct hwloc_distances_s *h = all[i];
+        zccl_topo_distances_t *d = zccl__topo_push(&t->dist, &t->ndist, &t->cap_dist, sizeof *d);
+        if (!d) {
+            res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+            break;
+        }
+        const char *name = hwloc_distances_get_name(t->hw, h);
+        snprintf(d->name, sizeof d->name, "%s", name ? name : "");
+        d->kind = h->kind;
+        d->n = (int)h->nbobjs;
+        d->labels = zccl__calloc(h->nbobjs ? h->nbobjs : 1, sizeof *d->labels);
+        d->values = zccl__calloc((size_t)h->nbobjs * h->nbobjs + 1, sizeof *d->values);
+        if (!d->labels || !d->values) {
+            res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+            break;
+        }
+        for (unsigned j = 0; j < h->nbobjs; j++) object_label(h->objs[j], d->labels[j], ZCCL_TOPO_NAME_LEN);
+        memcpy(d->values, h->values, (size_t)h->nbobjs * h->nbobjs * sizeof *d->values);
+    }
+    for (unsigned i = 0; i < nr; i++) hwloc_distances_release(t->hw, all[i]);
+    free(all);
+    return res;
+}
+
+zccl_result_t zccl__topo_from_hwloc(hwloc_topology_t hw, zccl_topo_source_t source, const char *origin,
+                                    int this_system, zccl_topo_t **out) {
+    zccl_topo_t *t = zccl__topo_alloc(source, origin);
+    if (!t) {
+        hwloc_topology_destroy(hw);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the topology model");
+    }
+    t->hw = hw;
+    t->this_system = this_system;
+    zccl_result_t res;
+    ZCCL_CHECK_GOTO(read_packages_numa_cores(t), res, fail);
+    ZCCL_CHECK_GOTO(read_caches(t), res, fail);
+    ZCCL_CHECK_GOTO(zccl__topo_hwloc_io(t), res, fail);
+    ZCCL_CHECK_GOTO(read_distances(t), res, fail);
+    ZCCL_CHECK_GOTO(zccl__topo_finish(t), res, fail);
+    ZCCL_INFO(ZCCL_LOG_INIT, "topology from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, %d NICs",
+              t->origin, t->hw_packages, t->nnuma, t->ncores, t->pus, t->nkind[ZCCL_TOPO_DEV_GPU],
+              t->nkind[ZCCL_TOPO_DEV_NIC]);
+    *out = t;
+    return ZCCL_SUCCESS;
+fail:
+    zccl_topo_destroy(t);
+    return res;
+}
+
+static zccl_result_t new_hwloc(hwloc_topology_t *hw) {
+    if (hwloc_topology_init(hw) < 0) return zccl__syserror(errno, "hwloc_topology_init failed");
+    return ZCCL_SUCCESS;
+}
+
+zccl_result_t zccl_topo_create_live(zccl_topo_t **out) {
+    if (!out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_live: out is NULL");
+    hwloc_topology_t hw;
+    ZCCL_CHECK(new_hwloc(&hw));
+    hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (hwloc_topology_load(hw) < 0) {
+        int err = errno;
+        hwloc_topology_destroy(hw);
+        return zccl__syserror(err, "hwloc could not discover this machine");
+    }
+    return zccl__topo_from_hwloc(hw, ZCCL_TOPO_SRC_LIVE, "this machine", 1, out);
+}
+
+zccl_result_t zccl_topo_create_hwloc_xml(const char *path, unsigned flags, zccl_topo_t **out) {
+    if (!path || !out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_hwloc_xml: path or out is NULL");
+    FILE *f = fopen(path, "r");
+    if (!f) return zccl__error(ZCCL_INVALID_ARGUMENT, "cannot open hwloc XML file %s: %s", path, strerror(errno));
+    fclose(f);
+    hwloc_topology_t hw;
+    ZCCL_CHECK(new_hwloc(&hw));
+    hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+    if (flags & ZCCL_TOPO_THIS_SYSTEM) hwloc_topology_set_flags(hw, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
+    if (hwloc_topology_set_xml(hw, path) < 0) {
+        int err = errno;
+        hwloc_topology_destroy(hw);
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "hwloc cannot read %s as an XML topology: %s", path, strerror(err));
+    }
+    if (hwloc_topology_load(hw) < 0) {
+        int err = errno;
+        hwloc_topology_destroy(hw);
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s is not a valid hwloc XML topology (hwloc: %s)", path,
+                           strerror(err));
+    }
+    return zccl__topo_from_hwloc(hw, ZCCL_TOPO_SRC_HWLOC_XML, path, (flags & ZCCL_TOPO_THIS_SYSTEM) != 0, out);
+}
+
+zccl_result_t zccl_topo_create_synthetic(const char *description, zccl_topo_t **out) {
+    if (!description || !out)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_synthetic: description or out is NULL");
+    hwloc_topology_t hw;
+    ZCCL_CHECK(new_hwloc(&hw));
+    if (hwloc_topology_set_synthetic(hw, description) < 0) {
+        hwloc_topology_destroy(hw);
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "invalid hwloc synthetic topology \"%s\"", description);
+    }
+    if (hwloc_topology_load(hw) < 0) {
+        int err = errno;
+        hwloc_topology_destroy(hw);
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "hwloc could not build synthetic topology \"%s\": %s",
+                           description, strerror(err));
+    }
+    return zccl__topo_from_hwloc(hw, ZCCL_TOPO_SRC_SYNTHETIC, description, 0, out);
+}

@@ -1,0 +1,275 @@
+/*
+ * topo_nccl.c — models from NCCL topology files (the XML given to NCCL_TOPO_FILE, published by cloud vendors whose
+ * VMs hide the PCI tree), parsed with libxml2.
+ *
+ *   <system version="1">
+ *     <cpu numaid="0" affinity="0000ffff,..." arch vendor familyid modelid>
+ *       <pci busid="ffff:ff:01.0" class="0x060400" link_speed="16 GT/s" link_width="16">   a switch
+ *         <pci busid="0000:10:1c.0" class="0x030200" vendor="0x10de" ...> <gpu dev="0" .../> </pci>
+ *         <pci busid="0000:10:1b.0" class="0x020000" ...> <nic> <net name="mlx5_0" .../> </nic> </pci>
+ *       </pci>
+ *       <nic> <net .../> </nic>                                                          a NIC without PCI
+ *     </cpu>
+ *   </system>
+ *
+ * Each <cpu> is one CPU attachment, one package and one NUMA node (the file has no finer CPU information; each PU
+ * of its affinity counts as a core). A <pci> of class 0x0604xx, or one that holds other <pci> elements, is a
+ * switch; any other <pci> is a device.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include "topo_model.h"
+
+typedef struct {
+    zccl_topo_t *t;
+    const char *path;
+} reader_t;
+
+static bool is_elem(xmlNodePtr n, const char *name) {
+    return n->type == XML_ELEMENT_NODE && xmlStrcmp(n->name, (const xmlChar *)name) == 0;
+}
+
+/* Copies an attribute into buf ("" when absent); returns whether it was present. */
+static bool attr(xmlNodePtr n, const char *name, char *buf, size_t len) {
+    xmlChar *v = xmlGetProp(n, (const xmlChar *)name);
+    snprintf(buf, len, "%s", v ? (const char *)v : "");
+    xmlFree(v);
+    return v != NULL;
+}
+
+/* A hexadecimal attribute ("0x10de", "10de"); absent is 0. Malformed values are an error naming the place. */
+static zccl_result_t attr_hex(reader_t *r, xmlNodePtr n, const char *name, unsigned *out) {
+    char v[64];
+    *out = 0;
+    if (!attr(n, name, v, sizeof v) || !v[0]) return ZCCL_SUCCESS;
+    char *end;
+    errno = 0;
+    unsigned long x = strtoul(v, &end, 16);
+    if (errno || *end || x > 0xffffffffu)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <%s> attribute %s=\"%s\" is not a hexadecimal number",
+                           r->path, xmlGetLineNo(n), (const char *)n->name, name, v);
+    *out = (unsigned)x;
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t parse_busid(reader_t *r, xmlNodePtr n, char *busid) {
+    char v[64];
+    unsigned dom, bus, dev, fn;
+    char tail;
+    if (!attr(n, "busid", v, sizeof v))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <pci> without busid", r->path, xmlGetLineNo(n));
+    if (sscanf(v, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4 || dom > 0xffff || bus > 0xff || dev > 0x1f ||
+        fn > 7)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <pci> busid=\"%s\" is not a PCI address dddd:bb:dd.f",
+                           r->path, xmlGetLineNo(n), v);
+    zccl__topo_busid(busid, dom, bus, dev, fn);
+    return ZCCL_SUCCESS;
+}
+
+/* "16 GT/s" x 16 lanes -> GB/s, with 8b/10b encoding up to 5 GT/s and 128b/130b above. */
+static double link_gbs(const char *speed, int width) {
+    double gts = strtod(speed, NULL);
+    if (gts <= 0 || width <= 0) return 0;
+    double encoding = gts <= 5.0 ? 0.8 : 128.0 / 130.0;
+    return gts * width * encoding / 8.0;
+}
+
+static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu);
+
+static zccl_result_t read_nic_names(zccl_topo_dev_t *d, xmlNodePtr nic) {
+    for (xmlNodePtr c = nic->children; c; c = c->next) {
+        if (!is_elem(c, "net")) continue;
+        char name[ZCCL_TOPO_NAME_LEN];
+        if (!attr(c, "name", name, sizeof name) || !name[0]) snprintf(name, sizeof name, "net");
+        zccl__topo_dev_add_osdev(d, name);
+    }
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, int parent, int cpu, unsigned cls,
+                                 double gbs, const char *link) {
+    unsigned vendor, device;
+    ZCCL_CHECK(attr_hex(r, n, "vendor", &vendor));
+    ZCCL_CHECK(attr_hex(r, n, "device", &device));
+    int node = zccl__topo_add_pci(r->t, ZCCL_TOPO_PCI_DEVICE, busid, parent, cpu, gbs);
+    zccl_topo_dev_t *d = node < 0 ? NULL : zccl__topo_add_dev(r->t, node, cpu);
+    if (!d) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    snprintf(d->busid, sizeof d->busid, "%s", busid);
+    d->vendor = vendor;
+    d->device = device;
+    d->class_id = cls >> 8; /* NCCL writes class and programming interface: 0x030200 */
+    d->link_gbs = gbs;
+    snprintf(d->link, sizeof d->link, "%s", link);
+    /* NCCL files often leave out the vendor: then the class decides, as it does for NCCL. */
+    d->kind = zccl__topo_kind_from_ids(vendor ? vendor : 0x10de, d->class_id);
+    for (xmlNodePtr c = n->children; c; c = c->next) {
+        if (is_elem(c, "gpu")) {
+            char dev[16], name[ZCCL_TOPO_NAME_LEN];
+            d->kind = ZCCL_TOPO_DEV_GPU;
+            if (attr(c, "dev", dev, sizeof dev)) {
+                snprintf(name, sizeof name, "cuda%s", dev);
+                zccl__topo_dev_add_osdev(d, name);
+            }
+        } else if (is_elem(c, "nic")) {
+            if (d->kind == ZCCL_TOPO_DEV_PCI) d->kind = ZCCL_TOPO_DEV_NIC;
+            read_nic_names(d, c);
+        }
+    }
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu) {
+    char busid[ZCCL_TOPO_BUSID_LEN], speed[32], width_s[16], link[24] = "";
+    unsigned cls;
+    ZCCL_CHECK(parse_busid(r, n, busid));
+    ZCCL_CHECK(attr_hex(r, n, "class", &cls));
+    attr(n, "link_speed", speed, sizeof speed);
+    attr(n, "link_width", width_s, sizeof width_s);
+    int width = atoi(width_s);
+    double gbs = link_gbs(speed, width);
+    if (speed[0]) snprintf(link, sizeof link, width > 0 ? "%s x%d" : "%s", speed, width);
+    bool has_pci_child = false;
+    for (xmlNodePtr c = n->children; c; c = c->next) has_pci_child |= is_elem(c, "pci");
+    if ((cls >> 8) != 0x0604 && !has_pci_child) return read_device(r, n, busid, parent, cpu, cls, gbs, link);
+    int node = zccl__topo_add_pci(r->t, ZCCL_TOPO_PCI_SWITCH, busid, parent, cpu, gbs);
+    if (node < 0) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    for (xmlNodePtr c = n->children; c; c = c->next)
+        if (is_elem(c, "pci")) ZCCL_CHECK(read_pci(r, c, node, cpu));
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t read_cpu(reader_t *r, xmlNodePtr n, int index) {
+    zccl_topo_t *t = r->t;
+    char numa_s[16], aff[512], arch[32], vendor[32];
+    int numa = index;
+    if (attr(n, "numaid", numa_s, sizeof numa_s)) {
+        char *end;
+        long v = strtol(numa_s, &end, 10);
+        if (end == numa_s || *end || v < 0 || v > 65535)
+            return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <cpu> numaid=\"%s\" is not a NUMA node number",
+                               r->path, xmlGetLineNo(n), numa_s);
+        numa = (int)v;
+    }
+    hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (!cpus || !nodes) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+        goto out;
+    }
+    if (attr(n, "affinity", aff, sizeof aff) && aff[0] && hwloc_bitmap_sscanf(cpus, aff) < 0) {
+        res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <cpu> affinity=\"%s\" is not a CPU mask", r->path,
+                          xmlGetLineNo(n), aff);
+        goto out;
+    }
+    hwloc_bitmap_set(nodes, (unsigned)numa);
+    attr(n, "arch", arch, sizeof arch);
+    attr(n, "vendor", vendor, sizeof vendor);
+    char label[48];
+    snprintf(label, sizeof label, "CPU numa %d", numa);
+    int package = t->npackages;
+    int cpu = zccl__topo_add_cpu(t, label, package, cpus, nodes);
+    hwloc_bitmap_t *pkg = zccl__topo_push(&t->packages, &t->npackages, &t->cap_packages, sizeof *pkg);
+    zccl_topo_numa_t *m = zccl__topo_push(&t->numa, &t->nnuma, &t->cap_numa, sizeof *m);
+    if (cpu < 0 || !pkg || !(*pkg = hwloc_bitmap_dup(cpus)) || !m || !(m->cpuset = hwloc_bitmap_dup(cpus))) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+        goto out;
+    }
+    m->os_index = numa;
+    hwloc_bitmap_or(t->machine, t->machine, cpus);
+    int pu;
+    hwloc_bitmap_foreach_begin(pu, cpus) {
+        zccl_topo_core_t *c = zccl__topo_push(&t->cores, &t->ncores, &t->cap_cores, sizeof *c);
+        if (!c || !(c->cpuset = hwloc_bitmap_alloc())) {
+            res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+            break;
+        }
+        hwloc_bitmap_only(c->cpuset, (unsigned)pu);
+    }
+    hwloc_bitmap_foreach_end();
+    for (xmlNodePtr c = n->children; c && res == ZCCL_SUCCESS; c = c->next) {
+        if (is_elem(c, "pci")) {
+            res = read_pci(r, c, -1, cpu);
+        } else if (is_elem(c, "nic")) {
+            zccl_topo_dev_t *d = zccl__topo_add_dev(t, -1, cpu);
+            if (!d) res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+            else {
+                d->kind = ZCCL_TOPO_DEV_NIC;
+                read_nic_names(d, c);
+            }
+        }
+    }
+out:
+    hwloc_bitmap_free(cpus);
+    hwloc_bitmap_free(nodes);
+    return res;
+}
+
+static zccl_result_t read_system(reader_t *r, xmlDocPtr doc) {
+    xmlNodePtr root = xmlDocGetRootElement(doc);
+    if (!root || !is_elem(root, "system"))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: root element is <%s>, an NCCL topology file has <system>",
+                           r->path, root ? (const char *)root->name : "(none)");
+    char version[16];
+    if (attr(root, "version", version, sizeof version) && strcmp(version, "1") != 0)
+        ZCCL_WARN(ZCCL_LOG_INIT, "%s: NCCL topology version \"%s\" (zccl knows version 1); reading it anyway",
+                  r->path, version);
+    int ncpu = 0;
+    for (xmlNodePtr c = root->children; c; c = c->next)
+        if (is_elem(c, "cpu")) ZCCL_CHECK(read_cpu(r, c, ncpu++));
+    if (ncpu == 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: <system> holds no <cpu> element", r->path);
+    r->t->hw_packages = r->t->npackages;
+    return ZCCL_SUCCESS;
+}
+
+/* Parses the file; XML_PARSE_NOERROR keeps libxml2 quiet, the error is reported once through zccl__error. */
+static zccl_result_t xml_read(const char *path, xmlDocPtr *out) {
+    FILE *f = fopen(path, "r");
+    if (!f) return zccl__error(ZCCL_INVALID_ARGUMENT, "cannot open topology file %s: %s", path, strerror(errno));
+    fclose(f);
+    xmlParserCtxtPtr ctx = xmlNewParserCtxt();
+    if (!ctx) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the XML parser");
+    xmlDocPtr doc = xmlCtxtReadFile(ctx, path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (!doc) {
+        const xmlError *e = xmlCtxtGetLastError(ctx);
+        char msg[256] = "unknown error";
+        if (e && e->message) {
+            snprintf(msg, sizeof msg, "%s", e->message);
+            size_t l = strlen(msg);
+            if (l && msg[l - 1] == '\n') msg[l - 1] = '\0';
+        }
+        res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%d: not well-formed XML: %s", path, e ? e->line : 0, msg);
+    }
+    xmlFreeParserCtxt(ctx);
+    if (res == ZCCL_SUCCESS) *out = doc;
+    return res;
+}
+
+zccl_result_t zccl_topo_create_nccl_xml(const char *path, unsigned flags, zccl_topo_t **out) {
+    if (!path || !out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_nccl_xml: path or out is NULL");
+    xmlDocPtr doc;
+    ZCCL_CHECK(xml_read(path, &doc));
+    zccl_topo_t *t = zccl__topo_alloc(ZCCL_TOPO_SRC_NCCL_XML, path);
+    if (!t) {
+        xmlFreeDoc(doc);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the topology model");
+    }
+    t->this_system = (flags & ZCCL_TOPO_THIS_SYSTEM) != 0;
+    reader_t r = {.t = t, .path = path};
+    zccl_result_t res = read_system(&r, doc);
+    xmlFreeDoc(doc);
+    if (res == ZCCL_SUCCESS) res = zccl__topo_finish(t);
+    if (res != ZCCL_SUCCESS) {
+        zccl_topo_destroy(t);
+        return res;
+    }
+    ZCCL_INFO(ZCCL_LOG_INIT, "topology from NCCL file %s: %d CPUs, %d GPUs, %d NICs", path, t->ncpus,
+              t->nkind[ZCCL_TOPO_DEV_GPU], t->nkind[ZCCL_TOPO_DEV_NIC]);
+    *out = t;
+    return ZCCL_SUCCESS;
+}

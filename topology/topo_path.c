@@ -1,0 +1,92 @@
+/*
+ * topo_path.c — NCCL's path classes between devices of one model, and each device's nearest NICs.
+ *
+ * The PCI tree is at switch granularity (topo_hwloc_pci.c), so classes follow from the lowest node two devices
+ * share: a switch with no other switch on the way is PIX, a switch reached through other switches is PXB, a host
+ * bridge is PHB. Devices in different PCI trees meet at the CPU side: the same CPU attachment, or attachments of
+ * one package whose NUMA nodes overlap, is PHB (through the root complex of one CPU); anything else crosses the
+ * socket interconnect, SYS. Hops count links, the CPU-to-CPU link included, and break ties between NICs of one class.
+ */
+#include "topo_model.h"
+
+#define MAX_DEPTH 64
+
+/* The device's PCI node and its ancestors, nearest first; returns how many. */
+static int chain(const zccl_topo_t *t, const zccl_topo_dev_t *d, int *out) {
+    int n = 0;
+    for (int p = d->pci; p >= 0 && n < MAX_DEPTH; p = t->pci[p].parent) out[n++] = p;
+    return n;
+}
+
+static zccl_path_t cpu_side_path(const zccl_topo_t *t, int ca, int cb) {
+    if (ca == cb) return ZCCL_PATH_PHB;
+    if (ca < 0 || cb < 0) return ZCCL_PATH_SYS;
+    const zccl_topo_cpu_t *a = &t->cpus[ca], *b = &t->cpus[cb];
+    if (a->package >= 0 && b->package >= 0 && a->package != b->package) return ZCCL_PATH_SYS;
+    return hwloc_bitmap_intersects(a->nodeset, b->nodeset) ? ZCCL_PATH_PHB : ZCCL_PATH_SYS;
+}
+
+zccl_path_t zccl_topo_path(const zccl_topo_t *t, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b, int *hops) {
+    int h = 0;
+    zccl_path_t path;
+    if (a == b || a->id == b->id) {
+        path = ZCCL_PATH_LOC;
+        goto out;
+    }
+    int ca[MAX_DEPTH], cb[MAX_DEPTH];
+    int na = chain(t, a, ca), nb = chain(t, b, cb);
+    for (int i = 0; i < na; i++) {
+        for (int j = 0; j < nb; j++) {
+            if (ca[i] != cb[j]) continue;
+            /* Lowest common node: i links up from a, j links up from b. */
+            const zccl_topo_pci_t *c = &t->pci[ca[i]];
+            h = i + j;
+            if (c->kind == ZCCL_TOPO_PCI_HOSTBRIDGE) {
+                path = ZCCL_PATH_PHB;
+                goto out;
+            }
+            int switches = 1;
+            for (int k = 1; k < i; k++) switches += t->pci[ca[k]].kind == ZCCL_TOPO_PCI_SWITCH;
+            for (int k = 1; k < j; k++) switches += t->pci[cb[k]].kind == ZCCL_TOPO_PCI_SWITCH;
+            path = switches == 1 ? ZCCL_PATH_PIX : ZCCL_PATH_PXB;
+            goto out;
+        }
+    }
+    /* Separate trees: up to the CPU side (one link per node, at least one for a device without PCI). */
+    h = (na ? na : 1) + (nb ? nb : 1);
+    path = cpu_side_path(t, a->cpu, b->cpu);
+    if (path == ZCCL_PATH_SYS) h++;
+out:
+    if (hops) *hops = h;
+    return path;
+}
+
+zccl_path_t zccl_topo_path_cpuset(const zccl_topo_t *t, hwloc_const_cpuset_t cpus, const zccl_topo_dev_t *dev) {
+    if (!cpus || dev->cpu < 0 || hwloc_bitmap_iszero(cpus)) return ZCCL_PATH_SYS;
+    const zccl_topo_cpu_t *c = &t->cpus[dev->cpu];
+    return hwloc_bitmap_isincluded(cpus, c->cpuset) ? ZCCL_PATH_PHB : ZCCL_PATH_SYS;
+}
+
+int zccl_topo_nearest_nics(const zccl_topo_t *t, const zccl_topo_dev_t *dev, int *nics, int max, zccl_path_t *path,
+                           int *hops) {
+    zccl_path_t best = ZCCL_PATH_COUNT;
+    int best_hops = 0, found = 0;
+    for (int i = 0; i < t->nkind[ZCCL_TOPO_DEV_NIC]; i++) {
+        const zccl_topo_dev_t *nic = &t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]];
+        if (nic->id == dev->id) continue;
+        int h;
+        zccl_path_t p = zccl_topo_path(t, dev, nic, &h);
+        if (p < best || (p == best && h < best_hops)) {
+            best = p;
+            best_hops = h;
+            found = 0;
+        }
+        if (p == best && h == best_hops) {
+            if (found < max && nics) nics[found] = i;
+            found++;
+        }
+    }
+    if (path) *path = found ? best : ZCCL_PATH_COUNT;
+    if (hops) *hops = found ? best_hops : 0;
+    return found;
+}
