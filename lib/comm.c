@@ -7,6 +7,7 @@
  * with a barrier so every peer has mapped what it needs before shared-memory names are removed.
  */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,22 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
     return ZCCL_SUCCESS;
 }
 
+/* Polling keeps latency low only while every rank of the host has a core; with more ranks than cores a poller
+ * steals the core its peer needs to make progress, so such ranks sleep at once and are woken by their peers. */
+static zccl_result_t choose_spin(struct zccl_comm *comm) {
+    int64_t us;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SPIN_US, -1, 10000000, &us));
+    int local = 0;
+    for (int r = 0; r < comm->nranks; r++) local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (us < 0) us = (local <= cpus) ? 50 : 0;
+    comm->spin_ns = (uint64_t)us * 1000u;
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks on this host, %d cores available: poll %lld us before sleeping",
+              comm->rank, local, cpus, (long long)us);
+    return ZCCL_SUCCESS;
+}
+
 static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t *id, int rank) {
     zccl_result_t res;
     struct zccl_comm *comm = calloc(1, sizeof *comm);
@@ -150,7 +167,6 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms), res, fail);
     const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_TIMEOUT_MS, 0, INT64_MAX / 1000000, &comm->timeout_ms), res, fail);
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_SPIN_COUNT, 1, 1ll << 40, &comm->spin_count), res, fail);
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &v), res, fail);
     comm->rs_round_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, 4096, 256ll << 20, &v), res, fail);
@@ -200,6 +216,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     me.cma_probe_value = cma_probe_word;
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);
+    ZCCL_CHECK_GOTO(choose_spin(comm), res, fail);
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         bool used = false;
         for (int r = 0; r < nranks; r++) used |= (comm->tp[r] == transports[t] && r != rank);

@@ -61,7 +61,7 @@ struct zccl_comm {
     size_t scratch_bytes;
     uint8_t *chunk_tmp;         /* cache-sized bounce buffer for transports that need one */
     size_t chunk_bytes;
-    int64_t spin_count;
+    uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     int64_t timeout_ms;
     volatile int aborted;

@@ -22,7 +22,9 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_SHM_SLOTS] = {"ZCCL_SHM_SLOTS", "8", "slots per shared-memory FIFO (per ordered pair of ranks)"},
     [ZCCL_CFG_SHM_CMA] = {"ZCCL_SHM_CMA", "1", "1: single-copy large messages with process_vm_readv; 0: never"},
     [ZCCL_CFG_CMA_THRESHOLD] = {"ZCCL_CMA_THRESHOLD", "64K", "message bytes from which shm uses the single copy"},
-    [ZCCL_CFG_SPIN_COUNT] = {"ZCCL_SPIN_COUNT", "2000", "polls without progress before a rank sleeps on a futex"},
+    [ZCCL_CFG_SPIN_US] = {"ZCCL_SPIN_US", "-1",
+                          "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
+                          "fit its cores, else 0 (sleep at once, leave the core to a peer)"},
     [ZCCL_CFG_CHUNK_BYTES] = {"ZCCL_CHUNK_BYTES", "128K", "bytes handled per progress step (cache-sized)"},
     [ZCCL_CFG_RS_ROUND_BYTES] = {"ZCCL_RS_ROUND_BYTES", "4M",
                                  "bytes per block and round of ring reduce-scatter (bounds scratch memory)"},

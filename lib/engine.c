@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,58 +66,55 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
     return ZCCL_SUCCESS;
 }
 
+/* Advances every transfer that may move (transfers of one channel go in schedule order). */
+static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, bool *all_done, bool *moved) {
+    *all_done = true;
+    *moved = false;
+    for (size_t i = 0; i < nx; i++) {
+        if (x[i].complete) continue;
+        *all_done = false;
+        bool blocked = false;
+        for (size_t j = 0; j < i && !blocked; j++)
+            blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
+        if (blocked) continue;
+        bool pr = false;
+        ZCCL_CHECK(comm->tp[x[i].peer]->progress(comm, &x[i], &pr));
+        *moved |= pr;
+    }
+    return ZCCL_SUCCESS;
+}
+
 static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase) {
-    uint64_t idle = 0, last_progress = zccl__now_ns();
+    uint64_t idle = 0, idle_since = 0, last_progress = zccl__now_ns();
     for (;;) {
-        bool all_done = true, moved = false;
-        for (size_t i = 0; i < nx; i++) {
-            if (x[i].complete) continue;
-            all_done = false;
-            bool blocked = false; /* transfers of one channel run in schedule order */
-            for (size_t j = 0; j < i && !blocked; j++)
-                blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
-            if (blocked) continue;
-            bool pr = false;
-            ZCCL_CHECK(comm->tp[x[i].peer]->progress(comm, &x[i], &pr));
-            moved |= pr;
-        }
+        bool all_done, moved;
+        ZCCL_CHECK(poll_once(comm, x, nx, &all_done, &moved));
         if (all_done) return ZCCL_SUCCESS;
         if (moved) { idle = 0; continue; }
-        if (++idle < (uint64_t)comm->spin_count) {
-            /* Spin first (a peer one step behind answers within a microsecond); past a few hundred polls offer the
-             * core to other ranks now and then, which matters when ranks outnumber cores. */
-            if (idle > 256 && (idle & 31) == 0) sched_yield();
-            else __builtin_ia32_pause();
+        /* Poll for up to spin_ns (a peer one step behind answers within microseconds), reading the clock only every
+         * 64 polls; then sleep. */
+        if (idle++ == 0) idle_since = zccl__now_ns();
+        if ((idle & 63) != 0 || zccl__now_ns() - idle_since < comm->spin_ns) {
+            __builtin_ia32_pause();
             continue;
         }
-        /* Nothing moved for a while: announce that we sleep, look once more, then sleep. */
+        /* Announce that we sleep, look once more, then sleep. */
         uint32_t seen = __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST);
         __atomic_store_n(comm->sleeping, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
-        bool again = false;
-        for (size_t i = 0; i < nx && !again; i++) {
-            if (x[i].complete) continue;
-            bool blocked = false;
-            for (size_t j = 0; j < i && !blocked; j++)
-                blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
-            if (blocked) continue;
-            bool pr = false;
-            zccl_result_t res = comm->tp[x[i].peer]->progress(comm, &x[i], &pr);
-            if (res != ZCCL_SUCCESS) { __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST); return res; }
-            again |= pr;
-        }
-        if (!again) wait_for_event(comm, x, nx, seen);
+        zccl_result_t res = poll_once(comm, x, nx, &all_done, &moved);
+        if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
         __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST);
+        ZCCL_CHECK(res);
         if (comm->aborted)
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
                                (unsigned long long)comm->seq);
-        if (again || __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST) != seen) {
+        if (moved || all_done || __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST) != seen) {
             idle = 0;
             last_progress = zccl__now_ns();
             continue;
         }
         ZCCL_CHECK(check_stalled(comm, x, nx, last_progress, phase));
-        idle = (uint64_t)comm->spin_count; /* stay in sleeping mode until something moves */
     }
 }
 

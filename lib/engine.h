@@ -9,7 +9,7 @@
 
 /**
  * Executes schedule s of this rank with the user's buffers. Steps of a phase run concurrently; a phase ends when
- * its receives are delivered and its sends handed over. Waits spin for ZCCL_SPIN_COUNT polls, then sleep on the
+ * its receives are delivered and its sends handed over. Waits poll for ZCCL_SPIN_US, then sleep on the
  * rank's doorbell (futex) or poll the TCP sockets, so oversubscribed ranks do not steal each other's cores.
  * Errors: ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT naming the peer waited on; ZCCL_SYSTEM_ERROR.
  */

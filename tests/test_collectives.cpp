@@ -31,7 +31,12 @@
  *
  * Also here: operations queued on streams (query returns only IN_PROGRESS or SUCCESS, synchronize, results),
  * 100 back-to-back allreduces on one communicator (blocking and queued), zccl_comm_init_env with the torchrun,
- * Open MPI and PMI variable sets.
+ * Open MPI and PMI variable sets (and its errors for missing/malformed variables), and self-tests of the harness
+ * (deadline, exit status and output reporting, shared barrier, guards) and of the reference arithmetic.
+ *
+ * Runtime (2-core machine, sequential, RelWithDebInfo): about 1.5 min for the whole file when the machine is
+ * otherwise idle, about 3 min when it is busy; count kLarge dominates. Set ZCCL_TEST_VERBOSE=1 to see every rank's
+ * output, ZCCL_TEST_FULL=1 to run every (collective, dtype, op) at count 1000003 as well.
  */
 #include <gtest/gtest.h>
 

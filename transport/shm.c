@@ -37,18 +37,23 @@
 #define CMA_NO 2
 
 typedef struct {
-    _Alignas(64) uint64_t head;     /* slots posted: written by the sender */
-    _Alignas(64) uint64_t tail;     /* slots consumed: written by the receiver */
+    _Alignas(64) uint64_t head;     /* slots posted: written by the sender (for diagnostics; receivers poll seq) */
+    _Alignas(64) uint64_t tail;     /* slots consumed: written by the receiver, read by a sender whose view is full */
     _Alignas(64) uint64_t cma_acks; /* single-copy descriptors fully read: written by the receiver */
     _Alignas(64) int32_t cma_ok;    /* receiver's probe of the sender: CMA_* */
 } chan_ctl_t;
 
+/* One cache line per slot. The sender fills it and stores seq last; the receiver polls seq of the slot it expects,
+ * so a small message costs the receiver one cache-line transfer: flag, length and payload arrive together. */
+#define TINY_BYTES 40
 typedef struct {
+    _Alignas(64) uint64_t seq; /* index of the message in this channel + 1, once the slot is filled */
     uint32_t kind;
-    uint32_t pad;
-    uint64_t len;
-    uint64_t addr;
+    uint32_t len;
+    uint64_t addr;             /* SLOT_CMA: the sender's buffer */
+    uint8_t tiny[TINY_BYTES];  /* SLOT_INLINE with len <= TINY_BYTES: the payload itself */
 } slot_meta_t;
+_Static_assert(sizeof(slot_meta_t) == 64, "slot metadata must be one cache line");
 
 typedef struct {
     uint64_t magic; /* written last by the creator */
@@ -70,6 +75,9 @@ typedef struct zccl_shm_comm {
     size_t cma_threshold;
     bool cma_enabled;
     uint64_t *cma_posted; /* per global rank: single-copy descriptors this rank posted to it */
+    uint64_t *send_head;  /* per global rank: messages slots this rank posted to it (sender-private copy) */
+    uint64_t *tail_seen;  /* per global rank: last value of its `tail` this rank read (refreshed when full) */
+    uint64_t *recv_tail;  /* per global rank: slots this rank consumed from it (receiver-private copy) */
 } shm_comm_t;
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -81,6 +89,21 @@ static chan_ctl_t *chan(shm_comm_t *s, int owner_li, int sender_li) {
     return (chan_ctl_t *)(s->seg[owner_li] + s->chan_base + (size_t)sender_li * s->chan_stride);
 }
 static slot_meta_t *metas(chan_ctl_t *c) { return (slot_meta_t *)((uint8_t *)c + sizeof(chan_ctl_t)); }
+
+/* Whether the sender has a free slot; reads the receiver's tail (a remote cache line) only when its cached view
+ * says the FIFO is full. */
+static bool slot_free(shm_comm_t *s, chan_ctl_t *c, int peer) {
+    if (s->send_head[peer] - s->tail_seen[peer] < s->nslots) return true;
+    s->tail_seen[peer] = __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE);
+    return s->send_head[peer] - s->tail_seen[peer] < s->nslots;
+}
+
+static void slot_post(struct zccl_comm *comm, shm_comm_t *s, chan_ctl_t *c, int peer, slot_meta_t *m) {
+    uint64_t h = ++s->send_head[peer];
+    __atomic_store_n(&m->seq, h, __ATOMIC_RELEASE);
+    __atomic_store_n(&c->head, h, __ATOMIC_RELAXED);
+    zccl__doorbell_ring(comm, peer);
+}
 static uint8_t *slot_data(shm_comm_t *s, chan_ctl_t *c, uint64_t idx) {
     return (uint8_t *)c + s->data_offset + (size_t)(idx % s->nslots) * s->slot_bytes;
 }
@@ -191,7 +214,11 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
     comm->shm = s;
     s->local_index = malloc((size_t)comm->nranks * sizeof(int));
     s->cma_posted = calloc((size_t)comm->nranks, sizeof(uint64_t));
-    if (!s->local_index || !s->cma_posted) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    s->send_head = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    s->tail_seen = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    s->recv_tail = calloc((size_t)comm->nranks, sizeof(uint64_t));
+    if (!s->local_index || !s->cma_posted || !s->send_head || !s->tail_seen || !s->recv_tail)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     for (int r = 0; r < comm->nranks; r++)
         s->local_index[r] = (comm->tp[r] == &zccl_transport_shm || r == comm->rank) ? s->nlocal++ : -1;
     s->seg = calloc((size_t)s->nlocal, sizeof(uint8_t *));
@@ -254,24 +281,23 @@ static bool shm_can_reach(const struct zccl_comm *comm, int peer) {
 
 static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
     shm_comm_t *s = comm->shm;
-    chan_ctl_t *c = chan(s, s->local_index[x->peer], s->local_index[comm->rank]);
+    const int peer = x->peer;
+    chan_ctl_t *c = chan(s, s->local_index[peer], s->local_index[comm->rank]);
     if (!x->started) {
         x->started = true;
         x->t[0] = (s->cma_enabled && x->bytes >= s->cma_threshold &&
                    __atomic_load_n(&c->cma_ok, __ATOMIC_ACQUIRE) == CMA_YES) ? SLOT_CMA : SLOT_INLINE;
         x->t[1] = 0; /* CMA: ack count that completes this send, once posted */
     }
-    const uint64_t head = c->head; /* only this rank writes head */
     if (x->t[0] == SLOT_CMA) {
         if (x->t[1] == 0) {
-            if (head - __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) >= s->nslots) return ZCCL_SUCCESS;
-            slot_meta_t *m = &metas(c)[head % s->nslots];
+            if (!slot_free(s, c, peer)) return ZCCL_SUCCESS;
+            slot_meta_t *m = &metas(c)[s->send_head[peer] % s->nslots];
             m->kind = SLOT_CMA;
-            m->len = x->bytes;
+            m->len = (uint32_t)ZCCL_MIN(x->bytes, UINT32_MAX);
             m->addr = (uint64_t)(uintptr_t)x->src;
-            __atomic_store_n(&c->head, head + 1, __ATOMIC_RELEASE);
-            x->t[1] = ++s->cma_posted[x->peer];
-            zccl__doorbell_ring(comm, x->peer);
+            x->t[1] = ++s->cma_posted[peer];
+            slot_post(comm, s, c, peer, m);
             *progressed = true;
         }
         if (__atomic_load_n(&c->cma_acks, __ATOMIC_ACQUIRE) >= x->t[1]) {
@@ -281,14 +307,14 @@ static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
         }
         return ZCCL_SUCCESS;
     }
-    if (head - __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE) >= s->nslots) return ZCCL_SUCCESS; /* FIFO full */
+    if (!slot_free(s, c, peer)) return ZCCL_SUCCESS; /* FIFO full: the receiver rings us when it frees a slot */
+    const uint64_t idx = s->send_head[peer];
+    slot_meta_t *m = &metas(c)[idx % s->nslots];
     size_t len = ZCCL_MIN(s->slot_bytes, x->bytes - x->done);
-    memcpy(slot_data(s, c, head), x->src + x->done, len);
-    slot_meta_t *m = &metas(c)[head % s->nslots];
+    memcpy(len <= TINY_BYTES ? m->tiny : slot_data(s, c, idx), x->src + x->done, len);
     m->kind = SLOT_INLINE;
-    m->len = len;
-    __atomic_store_n(&c->head, head + 1, __ATOMIC_RELEASE);
-    zccl__doorbell_ring(comm, x->peer);
+    m->len = (uint32_t)len;
+    slot_post(comm, s, c, peer, m);
     x->done += len;
     x->complete = (x->done == x->bytes);
     *progressed = true;
@@ -297,52 +323,56 @@ static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
 
 static zccl_result_t shm_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
     shm_comm_t *s = comm->shm;
-    chan_ctl_t *c = chan(s, s->local_index[comm->rank], s->local_index[x->peer]);
-    if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message: one chunk per call */
+    const int peer = x->peer;
+    chan_ctl_t *c = chan(s, s->local_index[comm->rank], s->local_index[peer]);
+    if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message */
         /* A reduction pulls one cache-sized chunk into the bounce buffer and reduces it while it is hot; a plain
          * copy lands in place, so it pulls larger pieces to spend fewer system calls per byte. */
         size_t piece = x->op2 ? comm->chunk_bytes : 8 * comm->chunk_bytes;
         size_t len = ZCCL_MIN(piece, x->bytes - x->done);
         uint8_t *to = x->op2 ? comm->chunk_tmp : x->dst + x->done;
         struct iovec l = {to, len}, r = {(void *)(uintptr_t)(x->t[1] + x->done), len};
-        ssize_t got = process_vm_readv(comm->peers[x->peer].pid, &l, 1, &r, 1, 0);
+        ssize_t got = process_vm_readv(comm->peers[peer].pid, &l, 1, &r, 1, 0);
         if (got != (ssize_t)len) {
             if (got < 0 && errno == ESRCH)
-                return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d) exited during a transfer to rank %d", x->peer,
-                                   comm->peers[x->peer].pid, comm->rank);
+                return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d) exited during a transfer to rank %d", peer,
+                                   comm->peers[peer].pid, comm->rank);
             return zccl__syserror(got < 0 ? errno : EIO, "process_vm_readv of %zu bytes from rank %d (pid %d)", len,
-                                  x->peer, comm->peers[x->peer].pid);
+                                  peer, comm->peers[peer].pid);
         }
         zccl__xfer_deliver(x, to, len);
         if (x->done == x->bytes) {
             __atomic_fetch_add(&c->cma_acks, 1, __ATOMIC_RELEASE);
-            zccl__doorbell_ring(comm, x->peer);
+            zccl__doorbell_ring(comm, peer);
             x->complete = true;
         }
         *progressed = true;
         return ZCCL_SUCCESS;
     }
-    const uint64_t tail = c->tail; /* only this rank writes tail */
-    if (__atomic_load_n(&c->head, __ATOMIC_ACQUIRE) == tail) return ZCCL_SUCCESS;
-    const slot_meta_t *m = &metas(c)[tail % s->nslots];
+    const uint64_t idx = s->recv_tail[peer];
+    const slot_meta_t *m = &metas(c)[idx % s->nslots];
+    if (__atomic_load_n(&m->seq, __ATOMIC_ACQUIRE) != idx + 1) return ZCCL_SUCCESS; /* not posted yet */
     if (m->kind == SLOT_CMA) {
-        if (x->done != 0 || m->len != x->bytes)
-            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent a %llu-byte message where rank %d expected %zu "
-                               "(collectives called differently on the two ranks?)", x->peer,
-                               (unsigned long long)m->len, comm->rank, x->bytes - x->done);
+        if (x->done != 0 || m->len != ZCCL_MIN(x->bytes, UINT32_MAX))
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent a %u-byte message where rank %d expected %zu "
+                               "(collectives called differently on the two ranks?)", peer, m->len, comm->rank,
+                               x->bytes - x->done);
         x->t[0] = SLOT_CMA;
         x->t[1] = m->addr;
-        __atomic_store_n(&c->tail, tail + 1, __ATOMIC_RELEASE); /* the descriptor is copied: free its slot */
+        s->recv_tail[peer] = idx + 1;
+        __atomic_store_n(&c->tail, idx + 1, __ATOMIC_RELEASE); /* the descriptor is copied: free its slot */
         *progressed = true;
         return shm_recv(comm, x, progressed);
     }
     if (m->kind != SLOT_INLINE || m->len > x->bytes - x->done)
-        return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent %llu more bytes where rank %d expected %zu "
-                           "(collectives called differently on the two ranks?)", x->peer, (unsigned long long)m->len,
-                           comm->rank, x->bytes - x->done);
-    zccl__xfer_deliver(x, slot_data(s, c, tail), (size_t)m->len);
-    __atomic_store_n(&c->tail, tail + 1, __ATOMIC_RELEASE);
-    zccl__doorbell_ring(comm, x->peer);
+        return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent %u more bytes where rank %d expected %zu "
+                           "(collectives called differently on the two ranks?)", peer, m->len, comm->rank,
+                           x->bytes - x->done);
+    zccl__xfer_deliver(x, m->len <= TINY_BYTES ? m->tiny : slot_data(s, c, idx), m->len);
+    s->recv_tail[peer] = idx + 1;
+    __atomic_store_n(&c->tail, idx + 1, __ATOMIC_RELEASE);
+    /* Only a sender that found the FIFO full waits for this; it sleeps only after re-reading tail. */
+    zccl__doorbell_ring(comm, peer);
     x->complete = (x->done == x->bytes);
     *progressed = true;
     return ZCCL_SUCCESS;
@@ -393,6 +423,9 @@ static void shm_teardown(struct zccl_comm *comm) {
     free(s->seg);
     free(s->local_index);
     free(s->cma_posted);
+    free(s->send_head);
+    free(s->tail_seen);
+    free(s->recv_tail);
     free(s);
     comm->shm = NULL;
 }
