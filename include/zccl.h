@@ -268,8 +268,11 @@ zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl
 
 /**
  * Point-to-point send of count elements to rank peer; matched, in order, by zccl_recv on peer with the same
- * count and datatype. Sends to self are matched by a receive from self queued on the same stream.
- * @param peer  0 <= peer < nranks.
+ * count and datatype. Messages between two ranks arrive in the order they were sent. A blocking send of a large
+ * message may wait until the peer has posted the matching receive, so two ranks that exchange data must order
+ * their calls: one rank sends first while the other receives first.
+ * @param peer  0 <= peer < nranks and peer != the caller's rank (sending to oneself is ZCCL_INVALID_ARGUMENT;
+ *              NCCL allows it only inside group calls, which zccl does not have yet).
  */
 zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
                         zccl_stream_t stream);

@@ -5,15 +5,16 @@
  * The kernels live here, beside the conversions, because the conversions must be inlined into the loops for GCC
  * to vectorise them, and a static inline function can only be shared with another file through a header.
  *
- * The conversions are pure integer and bit manipulation rather than F16C instructions or float tricks:
- *  - the baseline clone must work on any x86-64, which has no F16C, and both clones must give identical bits;
- *  - integer code does not depend on the MXCSR: a process that enables flush-to-zero or denormals-are-zero (as
- *    -ffast-math programs and some training frameworks do) still converts binary16 subnormals exactly, and a
- *    changed rounding mode does not change the narrowing, which is always to nearest-even.
+ * The conversions here are integer and bit manipulation; the only floating-point operations in them are exact
+ * (an int-to-float conversion and a multiplication by a power of two, on normal numbers) or a NaN test. So:
+ *  - they work on any x86-64, which need not have F16C, and give identical bits in every clone;
+ *  - they do not depend on the MXCSR: a process that enables flush-to-zero or denormals-are-zero (as -ffast-math
+ *    programs and some training frameworks do) still converts binary16 subnormals exactly, and a changed
+ *    rounding mode does not change the narrowing, which is always to nearest-even.
  * With AVX2 every step is one vector instruction, including the per-element variable shift (vpsrlvd) that
  * rounds results into the subnormal range. That is still about 30 instructions per 8 binary16 values, so on CPUs
- * with F16C the binary16 kernels run the hardware conversions of half_f16c.c instead (same results); bfloat16
- * needs only a shift and an add, and stays here.
+ * with F16C the binary16 kernels use the hardware conversions of half_f16c.c instead (same results); bfloat16
+ * needs little more than a shift and an add, and stays here.
  */
 #include <stdint.h>
 #include <string.h>

@@ -7,10 +7,11 @@
  * vcvtps2ph convert 8 values in one instruction each. GCC 12 does not vectorise _Float16 conversions without
  * AVX-512 FP16, so this file uses the intrinsics directly; the arithmetic around them is the same as in half.c.
  *
- * The results are bit-identical to half.c's (the unit tests compare both against one reference):
+ * The results are those of half.c (both paths pass the same unit tests against one reference, including the
+ * ones run under FTZ/DAZ and under another rounding mode):
  *  - vcvtph2ps is exact, including subnormals, and is not affected by MXCSR.DAZ;
- *  - vcvtps2ph is given rounding mode 0, round to nearest even, from the instruction rather than from MXCSR,
- *    and it produces binary16 subnormals whatever MXCSR.FTZ says; NaNs come out quiet with their top payload;
+ *  - vcvtps2ph is given rounding mode 0, round to nearest even, in the instruction rather than from MXCSR, and
+ *    it produces binary16 subnormals whatever MXCSR.FTZ says; NaNs come out quiet with their top payload;
  *  - the float32 arithmetic in between never sees a binary32 subnormal, because binary16 values, their sums,
  *    products and quotients by a divisor < 2^32 all stay far above 2^-126.
  */
@@ -31,7 +32,9 @@
 #endif
 
 #if ZK_HAVE_F16C_PATH
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdatomic.h>
 
 /* AVX for the 256-bit float operations, F16C for the conversions; nothing else is required of the CPU. */
 #define ZK_F16C __attribute__((target("avx,f16c")))
@@ -119,14 +122,37 @@ ZK_F16C static void zk_f16c_scale(unsigned char *d, const unsigned char *s, size
 }
 
 /*
- * libgcc fills in the CPU model from a constructor; __builtin_cpu_init() makes sure of it even if a kernel runs
- * from an earlier constructor, and returns at once otherwise. The "avx" bit is set only when the OS saves the
- * YMM registers, so checking both bits covers the OS as well as the CPU.
+ * CPUID leaf 1 reports AVX and F16C; the OS must also save the YMM registers (OSXSAVE set, and XCR0 bits 1 and 2,
+ * SSE and AVX state). This is what __builtin_cpu_supports("f16c") checks in GCC, but clang 14 does not know that
+ * name, so the check is written out.
+ */
+static int zk_detect_f16c(void)
+{
+    unsigned eax, ebx, ecx, edx;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    const unsigned need = bit_OSXSAVE | bit_AVX | bit_F16C;
+    if ((ecx & need) != need)
+        return 0;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    return (xcr0_lo & 6u) == 6u;
+}
+
+/*
+ * CPUID is slow (in a virtual machine it traps to the hypervisor), so the answer is computed on first use and
+ * kept. Threads racing on the first call compute the same value; relaxed atomics make that race well-defined
+ * without a lock.
  */
 static int zk_f16c_usable(void)
 {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    static atomic_int state; /* 0: not known yet, 1: unavailable, 2: available */
+    int s = atomic_load_explicit(&state, memory_order_relaxed);
+    if (s == 0) {
+        s = zk_detect_f16c() ? 2 : 1;
+        atomic_store_explicit(&state, s, memory_order_relaxed);
+    }
+    return s == 2;
 }
 #endif /* ZK_HAVE_F16C_PATH */
 

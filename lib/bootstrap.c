@@ -213,7 +213,7 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     if (res == ZCCL_SUCCESS && rep.status != 0) {
         static const char *why[] = {"", "another process already joined as this rank",
                                     "this nranks differs from the other ranks'", "rank out of range"};
-        res = zccl__error(ZCCL_INVALID_USAGE, "bootstrap root refused rank %d (nranks %d): %s", comm->rank,
+        res = zccl__error(ZCCL_REMOTE_ERROR, "bootstrap root refused rank %d (nranks %d): %s", comm->rank,
                           comm->nranks, rep.status >= 1 && rep.status <= 3 ? why[rep.status] : "unknown reason");
     } else if (res == ZCCL_SUCCESS && rep.nranks != comm->nranks) {
         res = zccl__error(ZCCL_INTERNAL_ERROR, "bootstrap root answered for %d ranks, expected %d", rep.nranks,

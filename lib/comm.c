@@ -292,10 +292,12 @@ static zccl_result_t env_int(const char *name, int lo, int hi, int *out, bool *f
 
 static zccl_result_t parse_secret(const char *hex, uint8_t out[ZCCL_SECRET_BYTES]) {
     if (strlen(hex) != 2 * ZCCL_SECRET_BYTES) goto bad;
-    for (int i = 0; i < ZCCL_SECRET_BYTES; i++) {
-        unsigned b;
-        if (sscanf(hex + 2 * i, "%2x", &b) != 1) goto bad;
-        out[i] = (uint8_t)b;
+    for (int i = 0; i < 2 * ZCCL_SECRET_BYTES; i++) {
+        const char ch = hex[i];
+        int v = (ch >= '0' && ch <= '9') ? ch - '0' : (ch >= 'a' && ch <= 'f') ? ch - 'a' + 10
+              : (ch >= 'A' && ch <= 'F') ? ch - 'A' + 10 : -1;
+        if (v < 0) goto bad;
+        out[i / 2] = (uint8_t)((i % 2) ? (out[i / 2] | v) : (v << 4));
     }
     return ZCCL_SUCCESS;
 bad:
