@@ -17,22 +17,23 @@ extern "C" {
 
 /**
  * dst[i] = a[i] OP b[i] for 0 <= i < count (count in ELEMENTS of dt).
- *  - op is ZCCL_SUM, ZCCL_PROD, ZCCL_MAX or ZCCL_MIN. ZCCL_AVG is handled by the caller as ZCCL_SUM with
- *    divisor = nranks on the step that produces the complete sum.
- *  - divisor > 1 (only meaningful with ZCCL_SUM): dst[i] = (a[i] + b[i]) / divisor, integer types truncating
- *    toward zero, floating types computed as (a+b)/divisor in the working precision. divisor <= 1: no division.
+ *  - op is ZCCL_SUM, ZCCL_PROD, ZCCL_MAX, ZCCL_MIN or ZCCL_AVG; ZCCL_AVG is treated as ZCCL_SUM (the engine
+ *    passes divisor = nranks on the one step that produces the complete sum, and 1 elsewhere).
+ *  - divisor > 1 with SUM/AVG: dst[i] = (a[i] + b[i]) / divisor, integer types truncating toward zero, floating
+ *    types computed as (a+b)/divisor in the working precision (float16/bfloat16/float32 convert the divisor to
+ *    float, exact up to 2^24). divisor <= 1: no division. The divisor is ignored for PROD, MAX and MIN.
  *  - Integer SUM/PROD wrap modulo 2^bits (computed in unsigned arithmetic; no signed-overflow UB).
  *  - float16/bfloat16: both operands are widened to float32, combined (and divided), and the result is rounded
  *    to nearest-even once. NaN stays NaN; MAX/MIN follow fmaxf/fminf semantics for floating types
- *    (a NaN operand yields the other operand) — see docs/kernels.md.
+ *    (a NaN operand yields the other operand; -0 orders below +0) — see docs/kernels.md.
  *  - Aliasing: dst may equal a or b exactly (in-place); partial overlap is not allowed.
- *  - No alignment requirement beyond the element's natural alignment... (unaligned data also works).
+ *  - No alignment requirement: any byte address works. count 0 accepts NULL pointers.
  * Returns nothing; dt/op out of range are caller bugs and must have been rejected by argument checks.
  */
 void zccl_kernel_reduce(void *dst, const void *a, const void *b, size_t count, zccl_datatype_t dt,
                         zccl_redop_t op, uint32_t divisor);
 
-/** dst[i] = src[i] / divisor (integer: truncating), for ZCCL_AVG when only one rank contributes a value. */
+/** dst[i] = src[i] / divisor (integer: truncating). dst may equal src; divisor <= 1 copies bit for bit. */
 void zccl_kernel_scale(void *dst, const void *src, size_t count, zccl_datatype_t dt, uint32_t divisor);
 
 /** IEEE binary16 <-> binary32 conversions, round-to-nearest-even, NaN/Inf/subnormals preserved. */

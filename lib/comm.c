@@ -169,6 +169,8 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_TIMEOUT_MS, 0, INT64_MAX / 1000000, &comm->timeout_ms), res, fail);
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &v), res, fail);
     comm->rs_round_bytes = (size_t)v;
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_DIRECT_BYTES, 0, 1ll << 40, &v), res, fail);
+    comm->direct_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, 4096, 256ll << 20, &v), res, fail);
     comm->chunk_bytes = (size_t)v & ~(size_t)63;
     if (posix_memalign((void **)&comm->chunk_tmp, 4096, comm->chunk_bytes) != 0) {

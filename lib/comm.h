@@ -63,6 +63,7 @@ struct zccl_comm {
     size_t chunk_bytes;
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
+    size_t direct_bytes;        /* ZCCL_ALLREDUCE_DIRECT_BYTES */
     int64_t timeout_ms;
     volatile int aborted;
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */

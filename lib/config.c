@@ -20,7 +20,8 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_TIMEOUT_MS] = {"ZCCL_TIMEOUT_MS", "0", "deadline for a collective without peer progress, ms; 0 = none"},
     [ZCCL_CFG_SHM_SLOT_BYTES] = {"ZCCL_SHM_SLOT_BYTES", "128K", "bytes per shared-memory FIFO slot (chunk size)"},
     [ZCCL_CFG_SHM_SLOTS] = {"ZCCL_SHM_SLOTS", "8", "slots per shared-memory FIFO (per ordered pair of ranks)"},
-    [ZCCL_CFG_SHM_CMA] = {"ZCCL_SHM_CMA", "1", "1: single-copy large messages with process_vm_readv; 0: never"},
+    [ZCCL_CFG_SHM_CMA] = {"ZCCL_SHM_CMA", "0",
+                          "1: single-copy large messages with process_vm_readv; 0: pipelined copies through slots"},
     [ZCCL_CFG_CMA_THRESHOLD] = {"ZCCL_CMA_THRESHOLD", "64K", "message bytes from which shm uses the single copy"},
     [ZCCL_CFG_SPIN_US] = {"ZCCL_SPIN_US", "-1",
                           "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
@@ -28,6 +29,13 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_CHUNK_BYTES] = {"ZCCL_CHUNK_BYTES", "128K", "bytes handled per progress step (cache-sized)"},
     [ZCCL_CFG_RS_ROUND_BYTES] = {"ZCCL_RS_ROUND_BYTES", "4M",
                                  "bytes per block and round of ring reduce-scatter (bounds scratch memory)"},
+    [ZCCL_CFG_DIRECT_BYTES] = {"ZCCL_ALLREDUCE_DIRECT_BYTES", "32K",
+                               "all-reduce sends its whole vector to every peer in one step (instead of the ring) "
+                               "while count*typesize*(nranks-1) is at most this; 0 disables"},
+    [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
+                            "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
+    [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",
+                             "ring order: topo (neighbours share NUMA node/package/host) or rank (0,1,...,n-1)"},
 };
 
 const char *zccl__cfg_str(zccl_cfg_id_t id) {

@@ -67,6 +67,7 @@ enum {
     ZCCL_LOG_TCP = 1u << 3,
     ZCCL_LOG_COLL = 1u << 4,
     ZCCL_LOG_ENV = 1u << 5,
+    ZCCL_LOG_TOPO = 1u << 6,
     ZCCL_LOG_ALL = 0xffffu
 };
 extern int zccl__log_level; /* resolved from ZCCL_DEBUG on first use */
@@ -107,6 +108,9 @@ typedef enum {
     ZCCL_CFG_SPIN_US,          /* ZCCL_SPIN_US */
     ZCCL_CFG_CHUNK_BYTES,      /* ZCCL_CHUNK_BYTES */
     ZCCL_CFG_RS_ROUND_BYTES,   /* ZCCL_RS_ROUND_BYTES */
+    ZCCL_CFG_DIRECT_BYTES,     /* ZCCL_ALLREDUCE_DIRECT_BYTES */
+    ZCCL_CFG_TOPO_FILE,        /* ZCCL_TOPO_FILE */
+    ZCCL_CFG_RING_ORDER,       /* ZCCL_RING_ORDER */
     ZCCL_CFG_COUNT
 } zccl_cfg_id_t;
 

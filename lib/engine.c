@@ -146,6 +146,11 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
                 if (src != b) memcpy(b, src, st->count * es);
                 continue;
             }
+            if (st->kind == ZCCL_STEP_REDUCE) {
+                zccl_kernel_reduce(b, base[st->src] + st->src_off * es, base[st->src2] + st->src2_off * es, st->count,
+                                   dt, kop, (st->final && op == ZCCL_AVG) ? (uint32_t)comm->nranks : 1);
+                continue;
+            }
             zccl_xfer_t *x = &xs[nx++];
             memset(x, 0, sizeof *x);
             x->peer = st->peer;

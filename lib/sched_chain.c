@@ -13,6 +13,13 @@
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
+static void step(zccl_schedule_t *s, int kind, int buf, int src, bool final, int peer, size_t off, size_t src_off,
+                 size_t count) {
+    zccl__sched_step(s, (zccl_step_t){.kind = (uint8_t)kind, .buf = (uint8_t)buf, .src = (uint8_t)src,
+                                      .final = (uint8_t)final, .peer = peer, .off = off, .src_off = src_off,
+                                      .count = count});
+}
+
 static size_t chunk_elems(const zccl_sched_args_t *a) {
     size_t c = a->chunk_bytes / (a->elem_size ? a->elem_size : 1);
     return c ? c : 1;
@@ -23,19 +30,18 @@ void zccl__sched_chain_broadcast(const zccl_sched_args_t *a, zccl_schedule_t *s)
     const size_t count = a->count;
     const int p = mod(r - root, n); /* position in the chain; root is 0 */
     if (p == 0 && !a->in_place)
-        zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count});
+        step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count);
     if (n == 1) { zccl__sched_end_phase(s); return; }
     const size_t C = chunk_elems(a), K = (count + C - 1) / C;
     const int next = mod(r + 1, n), prev = mod(r - 1, n);
     for (size_t t = 0; t + 2 < K + (size_t)n; t++) {
         if (p >= 1 && t + 1 >= (size_t)p && t + 1 - (size_t)p < K) {
             const size_t c = t + 1 - (size_t)p, off = c * C, len = ZCCL_MIN(C, count - off);
-            zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_RECV, ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0, prev, off, 0, len});
+            step(s, ZCCL_STEP_RECV, ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0, prev, off, 0, len);
         }
         if (p <= n - 2 && t >= (size_t)p && t - (size_t)p < K) {
             const size_t c = t - (size_t)p, off = c * C, len = ZCCL_MIN(C, count - off);
-            zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_SEND, p == 0 ? ZCCL_BUF_SEND : ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0,
-                                              next, off, 0, len});
+            step(s, ZCCL_STEP_SEND, p == 0 ? ZCCL_BUF_SEND : ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0, next, off, 0, len);
         }
         zccl__sched_end_phase(s);
     }
@@ -47,7 +53,7 @@ void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const size_t count = a->count;
     if (n == 1) {
         if (!a->in_place)
-            zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count});
+            step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count);
         zccl__sched_end_phase(s);
         return;
     }
@@ -60,13 +66,13 @@ void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s) {
         if (p >= 1 && t + 1 >= (size_t)p && t + 1 - (size_t)p < K) {
             const size_t c = t + 1 - (size_t)p, off = c * C, len = ZCCL_MIN(C, count - off);
             const bool at_root = (p == n - 1);
-            zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_RECV, at_root ? ZCCL_BUF_RECV : ZCCL_BUF_TMP, ZCCL_BUF_SEND,
-                                              at_root, prev, at_root ? off : (c % 2) * C, off, len});
+            step(s, ZCCL_STEP_RECV, at_root ? ZCCL_BUF_RECV : ZCCL_BUF_TMP, ZCCL_BUF_SEND, at_root, prev,
+                 at_root ? off : (c % 2) * C, off, len);
         }
         if (p <= n - 2 && t >= (size_t)p && t - (size_t)p < K) {
             const size_t c = t - (size_t)p, off = c * C, len = ZCCL_MIN(C, count - off);
-            zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_SEND, p == 0 ? ZCCL_BUF_SEND : ZCCL_BUF_TMP, ZCCL_BUF_NONE, 0,
-                                              next, p == 0 ? off : (c % 2) * C, 0, len});
+            step(s, ZCCL_STEP_SEND, p == 0 ? ZCCL_BUF_SEND : ZCCL_BUF_TMP, ZCCL_BUF_NONE, 0, next,
+                 p == 0 ? off : (c % 2) * C, 0, len);
         }
         zccl__sched_end_phase(s);
     }

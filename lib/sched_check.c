@@ -153,6 +153,18 @@ static sym_t *range(sim_t *sim, rank_t *R, int r, int buf, size_t off, size_t co
 
 static bool overlap(const sym_t *a, size_t na, const sym_t *b, size_t nb) { return a < b + nb && b < a + na; }
 
+/* dst = p OP q, symbolically: same element, contributions added, neither operand already divided. */
+static bool combine(sim_t *sim, int r, sym_t *dst, const sym_t *p, const sym_t *q, bool final) {
+    if (p->tag < 0 || q->tag < 0) return fail(sim, "rank %d reduces with an uninitialised element", r);
+    if (p->tag != q->tag)
+        return fail(sim, "rank %d reduces element %lld with element %lld", r, (long long)p->tag, (long long)q->tag);
+    if (p->final || q->final) return fail(sim, "rank %d reduces a value that was already finalised (divided twice)", r);
+    for (int k = 0; k < sim->n; k++) dst->cnt[k] = (uint8_t)(p->cnt[k] + q->cnt[k]); /* dst may be p or q */
+    dst->tag = p->tag;
+    dst->final = final;
+    return true;
+}
+
 /* Starts the current phase of rank r: local copies, then posting its sends. */
 static bool post_phase(sim_t *sim, int r) {
     rank_t *R = &sim->ranks[r];
@@ -175,8 +187,19 @@ static bool post_phase(sim_t *sim, int r) {
                             R->phase);
         }
     }
-    for (size_t i = b; i < e; i++) {
+    for (size_t i = b; i < e; i++) { /* local steps run first, in order */
         const zccl_step_t *x = &s->steps[i];
+        if (x->kind == ZCCL_STEP_REDUCE) {
+            sym_t *dst = range(sim, R, r, x->buf, x->off, x->count, "reduce destination");
+            sym_t *p = range(sim, R, r, x->src, x->src_off, x->count, "reduce operand");
+            sym_t *q = range(sim, R, r, x->src2, x->src2_off, x->count, "reduce operand 2");
+            if (!dst || !p || !q) return false;
+            if ((dst != p && overlap(dst, x->count, p, x->count)) || (dst != q && overlap(dst, x->count, q, x->count)))
+                return fail(sim, "rank %d: reduce destination partly overlaps an operand", r);
+            for (size_t k = 0; k < x->count; k++)
+                if (!combine(sim, r, &dst[k], &p[k], &q[k], x->final)) return false;
+            continue;
+        }
         if (x->kind != ZCCL_STEP_COPY) continue;
         sym_t *dst = range(sim, R, r, x->buf, x->off, x->count, "copy destination");
         sym_t *src = range(sim, R, r, x->src, x->src_off, x->count, "copy source");
@@ -240,21 +263,8 @@ static bool try_recvs(sim_t *sim, int r, const zccl_sched_args_t *args) {
         if (x->src != ZCCL_BUF_NONE) {
             sym_t *op2 = range(sim, R, r, x->src, x->src_off, x->count, "reduce operand");
             if (!op2) return false;
-            for (size_t k = 0; k < x->count; k++) {
-                if (op2[k].tag < 0) return fail(sim, "rank %d reduces with an uninitialised element", r);
-                if (op2[k].tag != m->data[k].tag)
-                    return fail(sim, "rank %d reduces element %lld with element %lld", r, (long long)op2[k].tag,
-                                (long long)m->data[k].tag);
-                if (op2[k].final || m->data[k].final)
-                    return fail(sim, "rank %d reduces a value that was already finalised (divided twice)", r);
-                uint8_t sum[4096];
-                uint8_t *tmp = sim->n <= 4096 ? sum : NULL;
-                if (!tmp) return fail(sim, "too many ranks for the checker");
-                for (int q = 0; q < sim->n; q++) tmp[q] = (uint8_t)(op2[k].cnt[q] + m->data[k].cnt[q]);
-                dst[k].tag = op2[k].tag;
-                memcpy(dst[k].cnt, tmp, (size_t)sim->n);
-                dst[k].final = x->final;
-            }
+            for (size_t k = 0; k < x->count; k++)
+                if (!combine(sim, r, &dst[k], &op2[k], &m->data[k], x->final)) return false;
         } else {
             if (x->final) return fail(sim, "rank %d: a plain receive is marked final", r);
             for (size_t k = 0; k < x->count; k++) sym_copy(sim->n, &dst[k], &m->data[k]);

@@ -18,8 +18,9 @@ static int mod(int a, int n) { return ((a % n) + n) % n; }
 
 static void step(zccl_schedule_t *s, int kind, int buf, size_t off, int src, size_t src_off, size_t count, int peer,
                  bool final) {
-    zccl__sched_step(s, (zccl_step_t){(uint8_t)kind, (uint8_t)buf, (uint8_t)src, (uint8_t)final, peer, off, src_off,
-                                      count});
+    zccl__sched_step(s, (zccl_step_t){.kind = (uint8_t)kind, .buf = (uint8_t)buf, .src = (uint8_t)src,
+                                      .final = (uint8_t)final, .peer = peer, .off = off, .src_off = src_off,
+                                      .count = count});
 }
 
 void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s) {

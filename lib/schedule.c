@@ -37,17 +37,22 @@ void zccl__sched_free(zccl_schedule_t *s) {
 zccl_result_t zccl__sched_build(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     *s = (zccl_schedule_t){0};
     switch (a->coll) {
-    case ZCCL_COLL_ALLREDUCE: zccl__sched_ring_allreduce(a, s); break;
+    case ZCCL_COLL_ALLREDUCE:
+        if (a->algo == ZCCL_ALGO_DIRECT) zccl__sched_direct_allreduce(a, s);
+        else zccl__sched_ring_allreduce(a, s);
+        break;
     case ZCCL_COLL_REDUCE_SCATTER: zccl__sched_ring_reduce_scatter(a, s); break;
     case ZCCL_COLL_ALLGATHER: zccl__sched_ring_allgather(a, s); break;
     case ZCCL_COLL_BROADCAST: zccl__sched_chain_broadcast(a, s); break;
     case ZCCL_COLL_REDUCE: zccl__sched_chain_reduce(a, s); break;
     case ZCCL_COLL_SEND:
-        zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_SEND, ZCCL_BUF_SEND, ZCCL_BUF_NONE, 0, a->root, 0, 0, a->count});
+        zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE,
+                                          .peer = a->root, .count = a->count});
         zccl__sched_end_phase(s);
         break;
     case ZCCL_COLL_RECV:
-        zccl__sched_step(s, (zccl_step_t){ZCCL_STEP_RECV, ZCCL_BUF_RECV, ZCCL_BUF_NONE, 0, a->root, 0, 0, a->count});
+        zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                          .peer = a->root, .count = a->count});
         zccl__sched_end_phase(s);
         break;
     default: return zccl__error(ZCCL_INTERNAL_ERROR, "schedule requested for unknown collective %d", (int)a->coll);
@@ -73,6 +78,10 @@ void zccl__sched_print(const zccl_schedule_t *s, int rank, char *buf, size_t len
                 w += (size_t)snprintf(buf + w, len - w, " recv(%d %s[%zu+%zu]%s%s%s)", x->peer, bufs[x->buf], x->off,
                                       x->count, x->src != ZCCL_BUF_NONE ? " op " : "",
                                       x->src != ZCCL_BUF_NONE ? bufs[x->src] : "", x->final ? " final" : "");
+            else if (x->kind == ZCCL_STEP_REDUCE)
+                w += (size_t)snprintf(buf + w, len - w, " reduce(%s[%zu] <- %s[%zu] op %s[%zu] +%zu%s)", bufs[x->buf],
+                                      x->off, bufs[x->src], x->src_off, bufs[x->src2], x->src2_off, x->count,
+                                      x->final ? " final" : "");
             else
                 w += (size_t)snprintf(buf + w, len - w, " copy(%s[%zu] <- %s[%zu] +%zu)", bufs[x->buf], x->off,
                                       bufs[x->src], x->src_off, x->count);

@@ -21,7 +21,8 @@ typedef enum {
     ZCCL_STEP_SEND = 0, /* send buf[off, off+count) to peer */
     ZCCL_STEP_RECV = 1, /* receive count elements from peer into buf[off..]; if src != NONE, reduce them with
                            src[src_off..] (dst = received OP src), dividing by nranks when `final` and op is AVG */
-    ZCCL_STEP_COPY = 2  /* buf[off..] = src[src_off..] (skipped when both are the same memory) */
+    ZCCL_STEP_COPY = 2, /* buf[off..] = src[src_off..] (skipped when both are the same memory) */
+    ZCCL_STEP_REDUCE = 3 /* local: buf[off..] = src[src_off..] OP src2[src2_off..] (divided when `final`, AVG) */
 } zccl_step_kind_t;
 
 typedef struct {
@@ -31,7 +32,12 @@ typedef struct {
     uint8_t final;
     int32_t peer;
     size_t off, src_off, count; /* elements */
+    uint8_t src2;               /* ZCCL_STEP_REDUCE only */
+    size_t src2_off;
 } zccl_step_t;
+
+/** Algorithms a collective may run with (the choice is the caller's: collectives.c picks by size). */
+enum { ZCCL_ALGO_RING = 0, ZCCL_ALGO_DIRECT = 1 };
 
 typedef enum {
     ZCCL_COLL_ALLREDUCE = 0,
@@ -54,6 +60,7 @@ typedef struct {
     size_t elem_size;  /* bytes per element: chunking is decided in bytes */
     size_t chunk_bytes;      /* pipeline chunk for broadcast/reduce */
     size_t rs_round_bytes;   /* reduce-scatter block slice per round (bounds TMP) */
+    int algo;                /* ZCCL_ALGO_* for collectives with several algorithms */
 } zccl_sched_args_t;
 
 typedef struct {
@@ -75,6 +82,7 @@ void zccl__sched_ring_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_ring_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_chain_broadcast(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
 
 /* Building blocks. */
 void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st); /* count 0 steps are dropped */

@@ -15,13 +15,15 @@ namespace {
 struct Case {
     zccl_coll_t coll;
     const char *name;
+    int algo;
 };
 
-const Case kColls[] = {{ZCCL_COLL_ALLREDUCE, "allreduce"},
-                       {ZCCL_COLL_REDUCE_SCATTER, "reduce_scatter"},
-                       {ZCCL_COLL_ALLGATHER, "allgather"},
-                       {ZCCL_COLL_BROADCAST, "broadcast"},
-                       {ZCCL_COLL_REDUCE, "reduce"}};
+const Case kColls[] = {{ZCCL_COLL_ALLREDUCE, "allreduce(ring)", ZCCL_ALGO_RING},
+                       {ZCCL_COLL_ALLREDUCE, "allreduce(direct)", ZCCL_ALGO_DIRECT},
+                       {ZCCL_COLL_REDUCE_SCATTER, "reduce_scatter", ZCCL_ALGO_RING},
+                       {ZCCL_COLL_ALLGATHER, "allgather", ZCCL_ALGO_RING},
+                       {ZCCL_COLL_BROADCAST, "broadcast", ZCCL_ALGO_RING},
+                       {ZCCL_COLL_REDUCE, "reduce", ZCCL_ALGO_RING}};
 
 zccl_sched_args_t Args(zccl_coll_t coll, int n, size_t count, bool in_place, int root, size_t chunk_bytes,
                        size_t round_bytes) {
@@ -51,6 +53,7 @@ TEST(Schedule, EveryCollectiveEveryRankCountUpTo64) {
                     for (int root : roots) {
                         // 8-byte chunks / rounds (2 float elements) force many pipeline chunks and rounds.
                         zccl_sched_args_t a = Args(c.coll, n, count, in_place, root, 8, 8);
+                        a.algo = c.algo;
                         ASSERT_TRUE(zccl__sched_check(&a, err, sizeof err))
                             << c.name << " n=" << n << " count=" << count << " in_place=" << in_place
                             << " root=" << root << ": " << err;
@@ -69,6 +72,7 @@ TEST(Schedule, LargeChunksSingleRound) {
         for (int n : {2, 3, 5, 8})
             for (bool in_place : {false, true}) {
                 zccl_sched_args_t a = Args(c.coll, n, 1000, in_place, n - 1, 1 << 20, 1 << 20);
+                a.algo = c.algo;
                 EXPECT_TRUE(zccl__sched_check(&a, err, sizeof err)) << c.name << " n=" << n << ": " << err;
             }
 }

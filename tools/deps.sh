@@ -2,7 +2,8 @@
 # Installs what building and testing zccl needs on Debian 12 (run as root, or with sudo available).
 # Usage: tools/deps.sh [--bench]   (--bench adds Open MPI and MPICH for bench/compare)
 set -euo pipefail
-pkgs=(cmake make gcc g++ pkg-config libssl-dev googletest libgtest-dev iproute2)
+pkgs=(cmake make gcc g++ pkg-config libssl-dev googletest libgtest-dev iproute2 libhwloc-dev libxml2-dev
+      libjansson-dev graphviz)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev)
 fi

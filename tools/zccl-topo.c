@@ -9,7 +9,10 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include "core.h"
+#include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,7 +111,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         } else if (!strcmp(a, "--hosts")) {
             if (parse_count(a, v, 1, 4096, &o->hosts)) return 2;
         } else if (!strcmp(a, "--bind")) {
-            if ((o->bind = zccl_topo_bind_parse(v)) < 0) return bad("--bind: \"%s\" is not core, numa or none%s", v, "");
+            if ((o->bind = zccl_topo_bind_parse(v)) < 0)
+                return bad("--bind: \"%s\" is not core, numa or none%s", v, "");
         } else if (!strcmp(a, "--map")) {
             if ((o->map = zccl_topo_map_parse(v)) < 0)
                 return bad("--map: \"%s\" is not core, numa, package or gpu%s", v, "");
@@ -126,7 +130,7 @@ static zccl_result_t load(const opts_t *o, zccl_topo_t **t) {
     if (o->nccl_xml) return zccl_topo_create_nccl_xml(o->nccl_xml, 0, t);
     if (o->synthetic) return zccl_topo_create_synthetic(o->synthetic, t);
     /* ZCCL_TOPO_FILE: the same setting the library reads (lib/config.c), here for the machine it describes. */
-    const char *file = getenv("ZCCL_TOPO_FILE");
+    const char *file = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
     if (file && *file) return zccl_topo_create_file(file, ZCCL_TOPO_THIS_SYSTEM, t);
     return zccl_topo_create_live(t);
 }
@@ -145,7 +149,10 @@ static zccl_result_t simulate(const zccl_topo_t *t, const opts_t *o, sim_t *s) {
     s->loc = calloc((size_t)s->n, sizeof *s->loc);
     s->order = calloc((size_t)s->n, sizeof *s->order);
     s->identity = calloc((size_t)s->n, sizeof *s->identity);
-    if (!s->loc || !s->order || !s->identity) return ZCCL_SYSTEM_ERROR;
+    if (!s->loc || !s->order || !s->identity) {
+        fprintf(stderr, "zccl-topo: out of memory for %d ranks\n", s->n);
+        return ZCCL_SYSTEM_ERROR;
+    }
     for (int h = 0, first = 0; h < s->hosts; h++) {
         int local = s->n / s->hosts + (h < s->n % s->hosts);
         zccl_result_t res = zccl_topo_place(t, local, s->bind, s->map, (uint64_t)h, s->loc + first);
@@ -224,9 +231,10 @@ static void text_tree(const zccl_topo_t *t, int node, int depth) {
     printf("%*s", 4 + 2 * depth, "");
     if (p->kind == ZCCL_TOPO_PCI_HOSTBRIDGE) printf("HostBridge %s\n", p->busid);
     else if (p->kind == ZCCL_TOPO_PCI_SWITCH) {
-        printf("Switch %s (%d bridge%s", p->busid, p->ports, p->ports == 1 ? "" : "s");
-        if (p->link_gbs > 0) printf(", %.2f GB/s", p->link_gbs);
-        printf(")\n");
+        printf("Switch %s", p->busid);
+        if (p->ports > 1) printf(" (%d downstream port%s)", p->ports - 1, p->ports == 2 ? "" : "s");
+        if (p->link_gbs > 0) printf(" link %.2f GB/s", p->link_gbs);
+        printf("\n");
     } else {
         const zccl_topo_dev_t *d = zccl_topo_dev_at(t, p->dev);
         char os[160], lab[16];
@@ -307,15 +315,15 @@ static void text_matrix(const zccl_topo_t *t) {
 static void text_ring(const sim_t *s) {
     printf("\nRing for %d rank%s on %d host%s (map %s, bind %s)\n", s->n, s->n == 1 ? "" : "s", s->hosts,
            s->hosts == 1 ? "" : "s", zccl_topo_map_name(s->map), zccl_topo_bind_name(s->bind));
-    printf("  %5s %5s %8s %5s %5s %-12s %s\n", "rank", "host", "package", "numa", "core", "PUs", "nic");
+    printf("  %5s %5s %8s %5s %5s %8s %5s  %s\n", "rank", "host", "package", "numa", "core", "first PU", "PUs",
+           "NIC path");
     for (int r = 0; r < s->n; r++) {
         const zccl_locality_t *l = &s->loc[r];
-        char pus[32];
-        if (l->npus == 1) snprintf(pus, sizeof pus, "%d", l->first_pu);
-        else snprintf(pus, sizeof pus, "%d PUs %d-%d", l->npus, l->first_pu, l->last_pu);
-        printf("  %5d %5llu %8d %5d %5d %-12s %s\n", r, (unsigned long long)l->host, l->package, l->numa, l->core,
-               pus, l->nic_path == ZCCL_TOPO_NO_NIC ? "-" : zccl_topo_path_name((zccl_path_t)l->nic_path));
+        printf("  %5d %5llu %8d %5d %5d %8d %5d  %s\n", r, (unsigned long long)l->host, l->package, l->numa, l->core,
+               l->first_pu, l->npus,
+               l->nic_path == ZCCL_TOPO_NO_NIC ? "-" : zccl_topo_path_name((zccl_path_t)l->nic_path));
     }
+    printf("  (-1: the binding spans several; NIC path: from the binding to the nearest NIC)\n");
     size_t need = zccl_topo_ring_format(s->order, s->n, NULL, 0) + 1;
     char *text = malloc(need);
     if (text) {
@@ -338,10 +346,14 @@ static void text_report(const zccl_topo_t *t, const sim_t *s) {
            c.gpus == 1 ? "" : "s", c.nics, c.nics == 1 ? "" : "s");
     for (int i = 0; i < zccl_topo_numa_count(t); i++) {
         const zccl_topo_numa_t *m = zccl_topo_numa(t, i);
-        char cpus[256] = "none", mem[32] = "?";
+        char cpus[256] = "none", mem[48] = "";
         if (!hwloc_bitmap_iszero(m->cpuset)) hwloc_bitmap_list_snprintf(cpus, sizeof cpus, m->cpuset);
-        if (m->memory) bytes_text(m->memory, mem, sizeof mem);
-        printf("  NUMA %-3d package %-3d PUs %-24s memory %s\n", m->os_index, m->package, cpus, mem);
+        if (m->memory) {
+            char sz[32];
+            bytes_text(m->memory, sz, sizeof sz);
+            snprintf(mem, sizeof mem, " memory %s", sz);
+        }
+        printf("  NUMA %-3d package %-3d PUs %-*s%s\n", m->os_index, m->package, mem[0] ? 24 : 0, cpus, mem);
     }
     if (zccl_topo_cache_count(t)) {
         printf("Caches:");
@@ -374,15 +386,17 @@ static void text_report(const zccl_topo_t *t, const sim_t *s) {
         printf("\nDistances \"%s\" (%s, %d objects)\n", d->name,
                (d->kind & HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH) ? "bandwidth" : "latency", d->n);
         if (d->n > 32) {
-            printf("  (too wide for text; see --json)\n");
+            printf("  (too wide for text: see --json)\n");
             continue;
         }
-        printf("  %-12s", "");
-        for (int j = 0; j < d->n; j++) printf(" %6.6s", d->labels[j]);
+        int w = 8;
+        for (int j = 0; j < d->n; j++) w = (int)strlen(d->labels[j]) > w ? (int)strlen(d->labels[j]) : w;
+        printf("  %-*s", w, "");
+        for (int j = 0; j < d->n; j++) printf(" %*s", w, d->labels[j]);
         printf("\n");
         for (int r = 0; r < d->n; r++) {
-            printf("  %-12s", d->labels[r]);
-            for (int j = 0; j < d->n; j++) printf(" %6llu", (unsigned long long)d->values[r * d->n + j]);
+            printf("  %-*s", w, d->labels[r]);
+            for (int j = 0; j < d->n; j++) printf(" %*llu", w, (unsigned long long)d->values[r * d->n + j]);
             printf("\n");
         }
     }
@@ -402,14 +416,20 @@ static json_t *json_dev(const zccl_topo_t *t, const zccl_topo_dev_t *d) {
     json_t *o = json_object(), *os = json_array(), *numa = json_array();
     for (int i = 0; i < d->nosdevs; i++) json_array_append_new(os, json_string(d->osdev[i]));
     const zccl_topo_cpu_t *cpu = zccl_topo_cpu(t, d->cpu);
-    int n;
-    if (cpu) hwloc_bitmap_foreach_begin(n, cpu->nodeset) json_array_append_new(numa, json_integer(n));
-    if (cpu) hwloc_bitmap_foreach_end();
+    if (cpu) {
+        int n;
+        hwloc_bitmap_foreach_begin(n, cpu->nodeset) { json_array_append_new(numa, json_integer(n)); }
+        hwloc_bitmap_foreach_end();
+    }
     json_object_set_new(o, "index", json_integer(d->index));
     json_object_set_new(o, "busid", d->busid[0] ? json_string(d->busid) : json_null());
-    json_object_set_new(o, "vendor", json_integer(d->vendor));
-    json_object_set_new(o, "device", json_integer(d->device));
-    json_object_set_new(o, "class", json_integer(d->class_id));
+    char hex[3][8];
+    snprintf(hex[0], sizeof hex[0], "0x%04x", d->vendor & 0xffffu);
+    snprintf(hex[1], sizeof hex[1], "0x%04x", d->device & 0xffffu);
+    snprintf(hex[2], sizeof hex[2], "0x%04x", d->class_id & 0xffffu);
+    json_object_set_new(o, "vendor", json_string(hex[0]));
+    json_object_set_new(o, "device", json_string(hex[1]));
+    json_object_set_new(o, "class", json_string(hex[2]));
     json_object_set_new(o, "link", json_string(d->link));
     json_object_set_new(o, "link_gbs", json_real(d->link_gbs));
     json_object_set_new(o, "numa", numa);
@@ -498,7 +518,8 @@ static json_t *json_report(const zccl_topo_t *t, const sim_t *s) {
         for (int j = 0; j < d->n; j++) {
             json_t *row = json_array();
             json_array_append_new(labels, json_string(d->labels[j]));
-            for (int k = 0; k < d->n; k++) json_array_append_new(row, json_integer((json_int_t)d->values[j * d->n + k]));
+            for (int k = 0; k < d->n; k++)
+                json_array_append_new(row, json_integer((json_int_t)d->values[j * d->n + k]));
             json_array_append_new(rows, row);
         }
         json_object_set_new(o, "name", json_string(d->name));
@@ -516,8 +537,10 @@ static json_t *json_report(const zccl_topo_t *t, const sim_t *s) {
         json_t *row = json_array();
         dev_label(devs[i], lab, sizeof lab);
         json_array_append_new(labels, json_string(lab));
-        for (int j = 0; j < n; j++)
-            json_array_append_new(row, json_string(i == j ? "X" : zccl_topo_path_name(zccl_topo_path(t, devs[i], devs[j], NULL))));
+        for (int j = 0; j < n; j++) {
+            zccl_path_t p = zccl_topo_path(t, devs[i], devs[j], NULL);
+            json_array_append_new(row, json_string(i == j ? "X" : zccl_topo_path_name(p)));
+        }
         json_array_append_new(rows, row);
     }
     json_object_set_new(paths, "devices", labels);
@@ -578,13 +601,15 @@ static bool pci_shown(const zccl_topo_t *t, int node) {
 static void dot_report(FILE *f, const zccl_topo_t *t, const sim_t *s) {
     zccl_topo_counts_t c;
     zccl_topo_counts(t, &c);
+    const char *origin = zccl_topo_origin(t), *slash = strrchr(origin, '/');
     fprintf(f, "digraph zccl_topo {\n  graph [fontname=\"Helvetica\", fontsize=12, labelloc=t, label=\"");
-    dot_str(f, zccl_topo_origin(t));
+    dot_str(f, slash && zccl_topo_source(t) != ZCCL_TOPO_SRC_SYNTHETIC ? slash + 1 : origin);
     fprintf(f, "\\n%d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, %d NICs\"];\n", c.packages, c.numa_nodes,
             c.cores, c.pus, c.gpus, c.nics);
     fprintf(f, "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n"
-               "  edge [dir=none];\n  subgraph cluster_pci {\n    label=\"PCI tree (GPUs, NICs and the "
-               "switches above them)\"; color=\"#999999\";\n");
+               "  edge [dir=none, fontname=\"Helvetica\", fontsize=9];\n"
+               "  subgraph cluster_pci {\n"
+               "    label=\"PCI tree (GPUs, NICs and the switches above them)\"; color=\"#999999\";\n");
     for (int i = 0; i < zccl_topo_cpu_count(t); i++) {
         const zccl_topo_cpu_t *cpu = zccl_topo_cpu(t, i);
         char pus[128] = "-", numa[64] = "-";
@@ -593,8 +618,11 @@ static void dot_report(FILE *f, const zccl_topo_t *t, const sim_t *s) {
         fprintf(f, "    cpu%d [label=\"", i);
         dot_str(f, cpu->label);
         fprintf(f, "\\nNUMA %s\\nPUs %s\", fillcolor=\"#dbe5f1\"];\n", numa, pus);
-        if (i > 0) fprintf(f, "    cpu%d -> cpu%d [style=dashed, label=\"SYS\", fontsize=9];\n", i - 1, i);
+        if (i > 0) fprintf(f, "    cpu%d -> cpu%d [style=dashed, label=\"SYS\"];\n", i - 1, i);
     }
+    fprintf(f, "    { rank=same;");
+    for (int i = 0; i < zccl_topo_cpu_count(t); i++) fprintf(f, " cpu%d;", i);
+    fprintf(f, " }\n");
     for (int i = 0; i < zccl_topo_pci_count(t); i++) {
         if (!pci_shown(t, i)) continue;
         const zccl_topo_pci_t *p = zccl_topo_pci_node(t, i);
@@ -612,8 +640,11 @@ static void dot_report(FILE *f, const zccl_topo_t *t, const sim_t *s) {
             char lab[16], os[160];
             dev_label(d, lab, sizeof lab);
             osdev_list(d, os, sizeof os);
-            fprintf(f, "%s %s\\n", lab, d->busid);
-            dot_str(f, os);
+            fprintf(f, "%s %s", lab, d->busid);
+            if (d->nosdevs) {
+                fprintf(f, "\\n");
+                dot_str(f, os);
+            }
             if (d->link[0]) {
                 fprintf(f, "\\n");
                 dot_str(f, d->link);
@@ -671,6 +702,7 @@ static int render(const zccl_topo_t *t, const sim_t *s, const char *fmt, const c
         else fprintf(stderr, "zccl-topo: cannot run dot: %s\n", strerror(err));
         return 1;
     }
+    signal(SIGPIPE, SIG_IGN); /* dot may exit early (bad output path): its status reports it, not a signal */
     FILE *f = fdopen(fds[1], "w");
     if (f) {
         dot_report(f, t, s);

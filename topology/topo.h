@@ -172,9 +172,9 @@ const zccl_topo_pci_t *zccl_topo_pci_node(const zccl_topo_t *topo, int i);
 
 /**
  * What a device is. A GPU is a PCI device of class 0x0300/0x0302/0x0380 from NVIDIA (0x10de) or AMD (0x1002), or
- * one that has a CUDA, NVML or RSMI OS device; a NIC is a PCI device of class 0x02xx or one with an OpenFabrics OS
- * device (or, in NCCL files, a `<nic>` element); OSDEV is an OS device that hangs off the CPU side directly (e.g. a
- * block device without PCI information).
+ * one that has a CUDA, NVML or RSMI OS device (in NCCL files, a `<gpu>` element); a NIC is a PCI device of class
+ * 0x02xx (in NCCL files also a `<nic>` element) — its Net/OpenFabrics OS devices (eth0, mlx5_0) are listed in
+ * osdev; OSDEV is an OS device that hangs off the CPU side directly (e.g. a block device without PCI information).
  */
 typedef enum {
     ZCCL_TOPO_DEV_GPU = 0,
@@ -212,7 +212,7 @@ const zccl_topo_dev_t *zccl_topo_dev(const zccl_topo_t *topo, zccl_topo_dev_kind
 /** All devices, in discovery order (a depth-first walk of the tree). */
 int zccl_topo_dev_total(const zccl_topo_t *topo);
 const zccl_topo_dev_t *zccl_topo_dev_at(const zccl_topo_t *topo, int id);
-/** The device with this PCI bus id (case-insensitive), or NULL. */
+/** The first device with this PCI bus id (case-insensitive), or NULL. Bus ids repeat only in odd exports. */
 const zccl_topo_dev_t *zccl_topo_dev_by_busid(const zccl_topo_t *topo, const char *busid);
 /** Writes the device's NUMA nodes as a list ("0", "0,1", "-" for none) into buf; returns buf. */
 char *zccl_topo_dev_numa_list(const zccl_topo_t *topo, const zccl_topo_dev_t *dev, char *buf, size_t len);

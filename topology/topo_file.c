@@ -9,7 +9,7 @@
 #include <libxml/xmlreader.h>
 #include "topo_model.h"
 
-static zccl_result_t root_element(const char *path, char *name, size_t len) {
+zccl_result_t zccl__topo_xml_root(const char *path, char *name, size_t len) {
     FILE *f = fopen(path, "r");
     if (!f) return zccl__error(ZCCL_INVALID_ARGUMENT, "cannot open topology file %s: %s", path, strerror(errno));
     fclose(f);
@@ -33,7 +33,7 @@ static zccl_result_t root_element(const char *path, char *name, size_t len) {
 zccl_result_t zccl_topo_create_file(const char *path, unsigned flags, zccl_topo_t **out) {
     if (!path || !*path || !out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_file: no path");
     char root[64];
-    ZCCL_CHECK(root_element(path, root, sizeof root));
+    ZCCL_CHECK(zccl__topo_xml_root(path, root, sizeof root));
     if (strcmp(root, "topology") == 0) return zccl_topo_create_hwloc_xml(path, flags, out);
     if (strcmp(root, "system") == 0) return zccl_topo_create_nccl_xml(path, flags, out);
     return zccl__error(ZCCL_INVALID_ARGUMENT,

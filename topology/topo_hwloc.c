@@ -81,10 +81,11 @@ static zccl_result_t read_caches(zccl_topo_t *t) {
 }
 
 static void object_label(hwloc_obj_t o, char *buf, size_t len) {
-    char type[32];
+    char type[16];
     hwloc_obj_type_snprintf(type, sizeof type, o, 0);
     if (o->type == HWLOC_OBJ_OS_DEVICE && o->name) snprintf(buf, len, "%s", o->name);
-    else if (o->type == HWLOC_OBJ_NUMANODE || o->type == HWLOC_OBJ_PU) snprintf(buf, len, "%s P#%u", type, o->os_index);
+    else if (o->type == HWLOC_OBJ_NUMANODE) snprintf(buf, len, "NUMA P#%u", o->os_index);
+    else if (o->type == HWLOC_OBJ_PU) snprintf(buf, len, "PU P#%u", o->os_index);
     else snprintf(buf, len, "%s L#%u", type, o->logical_index);
 }
 
@@ -138,7 +139,7 @@ zccl_result_t zccl__topo_from_hwloc(hwloc_topology_t hw, zccl_topo_source_t sour
     ZCCL_CHECK_GOTO(zccl__topo_hwloc_io(t), res, fail);
     ZCCL_CHECK_GOTO(read_distances(t), res, fail);
     ZCCL_CHECK_GOTO(zccl__topo_finish(t), res, fail);
-    ZCCL_INFO(ZCCL_LOG_INIT, "topology from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, %d NICs",
+    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, %d NICs",
               t->origin, t->hw_packages, t->nnuma, t->ncores, t->pus, t->nkind[ZCCL_TOPO_DEV_GPU],
               t->nkind[ZCCL_TOPO_DEV_NIC]);
     *out = t;
@@ -148,16 +149,22 @@ fail:
     return res;
 }
 
-static zccl_result_t new_hwloc(hwloc_topology_t *hw) {
+/* A new hwloc topology that keeps instruction caches (hwloc drops them by default) and the given I/O objects. */
+static zccl_result_t new_hwloc(hwloc_topology_t *hw, enum hwloc_type_filter_e io) {
     if (hwloc_topology_init(hw) < 0) return zccl__syserror(errno, "hwloc_topology_init failed");
+    hwloc_topology_set_icache_types_filter(*hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+    hwloc_topology_set_io_types_filter(*hw, io);
     return ZCCL_SUCCESS;
 }
 
 zccl_result_t zccl_topo_create_live(zccl_topo_t **out) {
     if (!out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_live: out is NULL");
     hwloc_topology_t hw;
-    ZCCL_CHECK(new_hwloc(&hw));
-    hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    ZCCL_CHECK(new_hwloc(&hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT));
+    /* Every rank loads the topology at init: skip the backends that are slow and tell nothing about placement
+     * (OpenCL initialises every platform, GL queries X displays). PCI classes find the GPUs without them. */
+    hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "opencl");
+    hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
     if (hwloc_topology_load(hw) < 0) {
         int err = errno;
         hwloc_topology_destroy(hw);
@@ -168,12 +175,13 @@ zccl_result_t zccl_topo_create_live(zccl_topo_t **out) {
 
 zccl_result_t zccl_topo_create_hwloc_xml(const char *path, unsigned flags, zccl_topo_t **out) {
     if (!path || !out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_hwloc_xml: path or out is NULL");
-    FILE *f = fopen(path, "r");
-    if (!f) return zccl__error(ZCCL_INVALID_ARGUMENT, "cannot open hwloc XML file %s: %s", path, strerror(errno));
-    fclose(f);
+    char root[64];
+    ZCCL_CHECK(zccl__topo_xml_root(path, root, sizeof root)); /* names a missing or non-XML file clearly */
+    if (strcmp(root, "topology") != 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s is not an hwloc XML topology: its root element is <%s>%s", path,
+                           root, strcmp(root, "system") == 0 ? " (an NCCL topology file?)" : "");
     hwloc_topology_t hw;
-    ZCCL_CHECK(new_hwloc(&hw));
-    hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+    ZCCL_CHECK(new_hwloc(&hw, HWLOC_TYPE_FILTER_KEEP_ALL));
     if (flags & ZCCL_TOPO_THIS_SYSTEM) hwloc_topology_set_flags(hw, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
     if (hwloc_topology_set_xml(hw, path) < 0) {
         int err = errno;
@@ -193,7 +201,7 @@ zccl_result_t zccl_topo_create_synthetic(const char *description, zccl_topo_t **
     if (!description || !out)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_synthetic: description or out is NULL");
     hwloc_topology_t hw;
-    ZCCL_CHECK(new_hwloc(&hw));
+    ZCCL_CHECK(new_hwloc(&hw, HWLOC_TYPE_FILTER_KEEP_NONE));
     if (hwloc_topology_set_synthetic(hw, description) < 0) {
         hwloc_topology_destroy(hw);
         return zccl__error(ZCCL_INVALID_ARGUMENT, "invalid hwloc synthetic topology \"%s\"", description);

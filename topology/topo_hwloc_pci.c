@@ -39,15 +39,19 @@ static bool name_starts(const char *name, const char *prefix) {
     return name && strncmp(name, prefix, strlen(prefix)) == 0;
 }
 
-/* What an OS device below a PCI device says about it: CUDA/NVML/RSMI mean GPU, OpenFabrics means NIC. */
+/*
+ * What an OS device below a PCI device says about it: CUDA/NVML/RSMI mean GPU. An OpenFabrics device does not make
+ * a NIC: NICs are PCI class 0x02xx (old InfiniBand HCAs of class 0x0c06 stay plain PCI devices), as EXPECTED.md and
+ * NCCL count them.
+ */
 static void apply_osdev_hint(zccl_topo_dev_t *d, hwloc_obj_t os) {
     const char *sub = os->subtype;
     hwloc_obj_osdev_type_t type = os->attr->osdev.type;
-    bool gpu = (type == HWLOC_OBJ_OSDEV_COPROC && ((sub && strcmp(sub, "CUDA") == 0) || name_starts(os->name, "cuda"))) ||
-               (type == HWLOC_OBJ_OSDEV_GPU && ((sub && (strcmp(sub, "NVML") == 0 || strcmp(sub, "RSMI") == 0)) ||
-                                                name_starts(os->name, "nvml") || name_starts(os->name, "rsmi")));
+    bool cuda = (sub && strcmp(sub, "CUDA") == 0) || name_starts(os->name, "cuda");
+    bool smi = (sub && (strcmp(sub, "NVML") == 0 || strcmp(sub, "RSMI") == 0)) || name_starts(os->name, "nvml") ||
+               name_starts(os->name, "rsmi");
+    bool gpu = (type == HWLOC_OBJ_OSDEV_COPROC && cuda) || (type == HWLOC_OBJ_OSDEV_GPU && smi);
     if (gpu) d->kind = ZCCL_TOPO_DEV_GPU;
-    else if (type == HWLOC_OBJ_OSDEV_OPENFABRICS && d->kind == ZCCL_TOPO_DEV_PCI) d->kind = ZCCL_TOPO_DEV_NIC;
 }
 
 static zccl_result_t walk_io(walker_t *w, hwloc_obj_t o, int parent, int cpu, int level);

@@ -61,7 +61,7 @@ zccl_result_t zccl_topo_locality_self(const zccl_topo_t *t, uint64_t host, zccl_
     } else {
         hwloc_bitmap_and(set, set, t->machine);
         if (hwloc_bitmap_iszero(set)) {
-            ZCCL_WARN(ZCCL_LOG_INIT, "this process's CPU binding has no PU of the topology from %s; "
+            ZCCL_WARN(ZCCL_LOG_TOPO, "this process's CPU binding has no PU of the topology from %s; "
                                      "taking the whole machine", t->origin);
             hwloc_bitmap_copy(set, t->machine);
         }
@@ -120,7 +120,7 @@ zccl_result_t zccl_topo_place_cpuset(const zccl_topo_t *t, int rank, int nranks,
     if (!t || !out || rank < 0 || rank >= nranks)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_place_cpuset: rank %d of %d", rank, nranks);
     if (t->ncores == 0) return zccl__error(ZCCL_INVALID_ARGUMENT, "the topology from %s has no core", t->origin);
-    int core;
+    int core = 0;
     switch (map) {
     case ZCCL_MAP_CORE: core = rank % t->ncores; break;
     case ZCCL_MAP_NUMA: core = round_robin(t, in_numa, t->nnuma, rank); break;

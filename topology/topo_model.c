@@ -75,7 +75,7 @@ zccl_topo_dev_t *zccl__topo_add_dev(zccl_topo_t *t, int pci, int cpu) {
 
 void zccl__topo_dev_add_osdev(zccl_topo_dev_t *d, const char *name) {
     if (d->nosdevs == ZCCL_TOPO_MAX_OSDEVS) {
-        ZCCL_TRACE(ZCCL_LOG_INIT, "topology: device %s has more than %d OS devices; %s not listed", d->busid,
+        ZCCL_TRACE(ZCCL_LOG_TOPO, "topology: device %s has more than %d OS devices; %s not listed", d->busid,
                    ZCCL_TOPO_MAX_OSDEVS, name);
         return;
     }

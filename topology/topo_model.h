@@ -76,6 +76,9 @@ zccl_result_t zccl__topo_finish(zccl_topo_t *t);
 /** Formats a PCI address as "dddd:bb:dd.f". */
 void zccl__topo_busid(char *buf, unsigned domain, unsigned bus, unsigned dev, unsigned func);
 
+/** The name of the XML root element of a file (topo_file.c); an error when the file cannot be read as XML. */
+zccl_result_t zccl__topo_xml_root(const char *path, char *name, size_t len);
+
 /** Loads an hwloc topology that is already configured (set_xml/set_synthetic or nothing for live) into a model. */
 zccl_result_t zccl__topo_from_hwloc(hwloc_topology_t hw, zccl_topo_source_t source, const char *origin,
                                     int this_system, zccl_topo_t **out);

@@ -80,14 +80,13 @@ static double link_gbs(const char *speed, int width) {
 
 static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu);
 
-static zccl_result_t read_nic_names(zccl_topo_dev_t *d, xmlNodePtr nic) {
+static void read_nic_names(zccl_topo_dev_t *d, xmlNodePtr nic) {
     for (xmlNodePtr c = nic->children; c; c = c->next) {
         if (!is_elem(c, "net")) continue;
         char name[ZCCL_TOPO_NAME_LEN];
         if (!attr(c, "name", name, sizeof name) || !name[0]) snprintf(name, sizeof name, "net");
         zccl__topo_dev_add_osdev(d, name);
     }
-    return ZCCL_SUCCESS;
 }
 
 static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, int parent, int cpu, unsigned cls,
@@ -101,7 +100,7 @@ static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, i
     snprintf(d->busid, sizeof d->busid, "%s", busid);
     d->vendor = vendor;
     d->device = device;
-    d->class_id = cls >> 8; /* NCCL writes class and programming interface: 0x030200 */
+    d->class_id = cls;
     d->link_gbs = gbs;
     snprintf(d->link, sizeof d->link, "%s", link);
     /* NCCL files often leave out the vendor: then the class decides, as it does for NCCL. */
@@ -123,7 +122,7 @@ static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, i
 }
 
 static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu) {
-    char busid[ZCCL_TOPO_BUSID_LEN], speed[32], width_s[16], link[24] = "";
+    char busid[ZCCL_TOPO_BUSID_LEN], speed[16], width_s[16], link[24] = "";
     unsigned cls;
     ZCCL_CHECK(parse_busid(r, n, busid));
     ZCCL_CHECK(attr_hex(r, n, "class", &cls));
@@ -131,10 +130,13 @@ static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu) {
     attr(n, "link_width", width_s, sizeof width_s);
     int width = atoi(width_s);
     double gbs = link_gbs(speed, width);
-    if (speed[0]) snprintf(link, sizeof link, width > 0 ? "%s x%d" : "%s", speed, width);
+    if (speed[0] && width > 0) snprintf(link, sizeof link, "%s x%d", speed, width);
+    else if (speed[0]) snprintf(link, sizeof link, "%s", speed);
+    /* NCCL writes class and programming interface (0x030200); a 16-bit class (0x0302) is accepted too. */
+    if (cls > 0xffff) cls >>= 8;
     bool has_pci_child = false;
     for (xmlNodePtr c = n->children; c; c = c->next) has_pci_child |= is_elem(c, "pci");
-    if ((cls >> 8) != 0x0604 && !has_pci_child) return read_device(r, n, busid, parent, cpu, cls, gbs, link);
+    if (cls != 0x0604 && !has_pci_child) return read_device(r, n, busid, parent, cpu, cls, gbs, link);
     int node = zccl__topo_add_pci(r->t, ZCCL_TOPO_PCI_SWITCH, busid, parent, cpu, gbs);
     if (node < 0) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     for (xmlNodePtr c = n->children; c; c = c->next)
@@ -215,7 +217,7 @@ static zccl_result_t read_system(reader_t *r, xmlDocPtr doc) {
                            r->path, root ? (const char *)root->name : "(none)");
     char version[16];
     if (attr(root, "version", version, sizeof version) && strcmp(version, "1") != 0)
-        ZCCL_WARN(ZCCL_LOG_INIT, "%s: NCCL topology version \"%s\" (zccl knows version 1); reading it anyway",
+        ZCCL_WARN(ZCCL_LOG_TOPO, "%s: NCCL topology version \"%s\" (zccl knows version 1); reading it anyway",
                   r->path, version);
     int ncpu = 0;
     for (xmlNodePtr c = root->children; c; c = c->next)
@@ -268,7 +270,7 @@ zccl_result_t zccl_topo_create_nccl_xml(const char *path, unsigned flags, zccl_t
         zccl_topo_destroy(t);
         return res;
     }
-    ZCCL_INFO(ZCCL_LOG_INIT, "topology from NCCL file %s: %d CPUs, %d GPUs, %d NICs", path, t->ncpus,
+    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from NCCL file %s: %d CPUs, %d GPUs, %d NICs", path, t->ncpus,
               t->nkind[ZCCL_TOPO_DEV_GPU], t->nkind[ZCCL_TOPO_DEV_NIC]);
     *out = t;
     return ZCCL_SUCCESS;

@@ -2,7 +2,7 @@
  * topo_ring.c — the ring order that follows from the ranks' localities, and the count of boundaries a ring crosses.
  *
  * Every rank computes the order from the same exchanged records, so the function is pure and deterministic: ranks
- * are sorted by a total order (package, NUMA node, core, rank) and every choice is a minimum over that order.
+ * are sorted by a total order (package, NUMA node, core, rank) and every choice is made over that order.
  *
  * One host: the ring is the canonical order itself. Ranks of a package are contiguous, and within a package those of
  * a NUMA node, then of a core; a cycle through P package groups crosses P package boundaries, the fewest possible.
@@ -10,10 +10,11 @@
  * Several hosts: hosts are contiguous (ordered by their lowest rank), so the ring crosses H host boundaries. Each
  * host is a segment that must start (entry e) and end (exit x) at the ranks closest to the NIC: e is the first rank
  * with the smallest nic_path, x the best other one, preferring an exit in another package, else another NUMA node,
- * else another core. The segment is laid out level by level with fixed ends: at each level the group of e comes
- * first, the group of x last, the others between. When e and x fall in the same group and other groups exist, that
- * group is split in two (the part holding e, and the rest ending at x) and the other groups go between them — the
- * one extra crossing a host pays when all its NIC-near ranks share a package.
+ * else another core, and among equals the last in canonical order. The segment is laid out level by level with
+ * fixed ends: at each level the group of e comes first, the group of x last, the others between. When e and x fall
+ * in the same group and other groups exist, that group is split in two (the part holding e, and the rest ending at
+ * x) and the other groups go between them: the one extra crossing a host pays when all its NIC-near ranks share a
+ * package.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -163,8 +164,9 @@ static zccl_result_t host_segment(ring_t *r, const int *idx, int m) {
     for (int i = 0; i < m; i++) {
         int c = idx[i];
         if (c == e) continue;
+        /* Later ranks win ties, so a host whose ranks are all alike keeps its canonical order. */
         if (x < 0 || loc[c].nic_path < loc[x].nic_path ||
-            (loc[c].nic_path == loc[x].nic_path && closeness(&loc[e], &loc[c]) < closeness(&loc[e], &loc[x])))
+            (loc[c].nic_path == loc[x].nic_path && closeness(&loc[e], &loc[c]) <= closeness(&loc[e], &loc[x])))
             x = c;
     }
     return arrange(r, idx, m, LVL_PACKAGE, e, x);
@@ -191,7 +193,7 @@ zccl_result_t zccl_topo_ring_order(const zccl_locality_t *ranks, int n, int *ord
     int nhosts = 0;
     for (int i = 0; i < n;) {
         int e = i + 1, lo = idx[i];
-        while (e < n && ranks[idx[e]].host == ranks[idx[i]].host) lo = ZCCL_MIN(lo, idx[e++]);
+        for (; e < n && ranks[idx[e]].host == ranks[idx[i]].host; e++) lo = ZCCL_MIN(lo, idx[e]);
         hosts[nhosts++] = (host_run_t){i, e - i, lo};
         i = e;
     }
