@@ -86,6 +86,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         .in_place = b.in_place, .elem_size = es, .chunk_bytes = pipeline_chunk(b.count * es, comm->nranks),
         .rs_round_bytes = comm->rs_round_bytes,
         .algo = ZCCL_ALGO_RING,
+        .ring = comm->ring,
     };
     /* Small all-reduces are latency-bound: one direct exchange beats the ring's 2(n-1) steps. */
     if (b.coll == ZCCL_COLL_ALLREDUCE && b.count * es * (size_t)(comm->nranks - 1) <= comm->direct_bytes)

@@ -94,6 +94,7 @@ static void comm_free(struct zccl_comm *comm) {
     free(comm->in_fd);
     free(comm->peers);
     free(comm->tp);
+    free(comm->ring);
     free(comm->scratch);
     free(comm->chunk_tmp);
     pthread_mutex_destroy(&comm->in_mutex);
@@ -129,6 +130,93 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
     }
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d: %d peers over shm, %d over tcp", comm->rank, comm->nranks, nshm, ntcp);
     return ZCCL_SUCCESS;
+}
+
+/* Where this rank runs (package, NUMA node, core, NIC distance). Advisory: it only orders the ring, so a
+ * topology that cannot be read leaves the locality unknown instead of failing the communicator. */
+static zccl_topo_t *process_topo;           /* loaded once per process: discovery takes milliseconds */
+static zccl_result_t process_topo_res;
+static pthread_once_t process_topo_once = PTHREAD_ONCE_INIT;
+static void load_process_topo(void) {
+    const char *f = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
+    process_topo_res = *f ? zccl_topo_create_file(f, ZCCL_TOPO_THIS_SYSTEM, &process_topo)
+                          : zccl_topo_create_live(&process_topo);
+}
+
+static void locality_self(zccl_locality_t *loc, uint64_t host) {
+    pthread_once(&process_topo_once, load_process_topo);
+    zccl_result_t r = process_topo_res;
+    if (r == ZCCL_SUCCESS) r = zccl_topo_locality_self(process_topo, host, loc);
+    if (r != ZCCL_SUCCESS) {
+        ZCCL_INFO(ZCCL_LOG_TOPO, "topology unavailable (%s); ring in rank order within this host", zccl__last_error());
+        memset(loc, 0, sizeof *loc);
+        loc->host = host;
+        loc->package = loc->numa = loc->core = -1;
+        loc->nic_path = ZCCL_TOPO_NO_NIC;
+    }
+}
+
+/* An explicit ring, "3,1,0,2": must name every rank exactly once. */
+static zccl_result_t parse_ring(const char *spec, int n, int *ring) {
+    char *seen = calloc((size_t)n, 1);
+    if (!seen) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    const char *p = spec;
+    int i = 0;
+    zccl_result_t res = ZCCL_SUCCESS;
+    while (*p && res == ZCCL_SUCCESS) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v >= n || seen[v] || i >= n)
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_RING_ORDER=%s is not topo, rank, or a permutation of the "
+                              "%d ranks (e.g. \"3,1,0,2\")", spec, n);
+        else {
+            seen[v] = 1;
+            ring[i++] = (int)v;
+            p = (*end == ',') ? end + 1 : end;
+            if (*end && *end != ',') p = end, res = zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_RING_ORDER=%s: unexpected "
+                                                              "character '%c'", spec, *end);
+        }
+    }
+    if (res == ZCCL_SUCCESS && i != n)
+        res = zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_RING_ORDER=%s names %d ranks; the communicator has %d", spec,
+                          i, n);
+    free(seen);
+    return res;
+}
+
+/* The ring every rank uses, computed from everyone's locality by the same deterministic function. */
+static zccl_result_t choose_ring(struct zccl_comm *comm) {
+    const int n = comm->nranks;
+    comm->ring = malloc((size_t)n * sizeof(int));
+    zccl_locality_t *locs = malloc((size_t)n * sizeof *locs);
+    if (!comm->ring || !locs) {
+        free(locs);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the ring of %d ranks", n);
+    }
+    for (int r = 0; r < n; r++) locs[r] = comm->peers[r].loc;
+    const char *how = zccl__cfg_str(ZCCL_CFG_RING_ORDER);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (!strcasecmp(how, "rank")) {
+        for (int r = 0; r < n; r++) comm->ring[r] = r;
+    } else if (!strcasecmp(how, "topo")) {
+        res = zccl_topo_ring_order(locs, n, comm->ring);
+    } else {
+        res = parse_ring(how, n, comm->ring);
+    }
+    if (res == ZCCL_SUCCESS && zccl__log_level >= ZCCL_LOG_INFO && comm->rank == 0) {
+        zccl_ring_crossings_t c;
+        zccl_topo_ring_crossings(locs, n, comm->ring, &c);
+        size_t len = zccl_topo_ring_format(comm->ring, n, NULL, 0) + 1;
+        char *buf = malloc(len);
+        if (buf) {
+            zccl_topo_ring_format(comm->ring, n, buf, len);
+            ZCCL_INFO(ZCCL_LOG_TOPO, "ring %s (boundary crossings: host %d, package %d, numa %d)", buf, c.host,
+                      c.package, c.numa);
+            free(buf);
+        }
+    }
+    free(locs);
+    return res;
 }
 
 /* Polling keeps latency low only while every rank of the host has a core; with more ranks than cores a poller
@@ -216,7 +304,9 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     }
     me.cma_probe = (uint64_t)(uintptr_t)&cma_probe_word;
     me.cma_probe_value = cma_probe_word;
+    locality_self(&me.loc, me.host_hash);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
+    ZCCL_CHECK_GOTO(choose_ring(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_spin(comm), res, fail);
     for (size_t t = 0; t < NTRANSPORTS; t++) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include "core.h"
 #include "socket.h"
+#include "topo.h"
 #include "transport.h"
 
 /** What every rank tells every other at init (fixed size, exchanged through the bootstrap root). */
@@ -18,6 +19,7 @@ typedef struct {
     char shm_name[64];      /* this rank's shared-memory inbox ("" if none) */
     uint64_t cma_probe;     /* address of a word holding cma_probe_value, for the single-copy probe */
     uint64_t cma_probe_value;
+    zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
 } zccl_peer_info_t;
 
 /** Header a rank sends after the handshake on a rank-to-rank connection. */
@@ -37,6 +39,7 @@ struct zccl_comm {
     uint8_t secret[ZCCL_SECRET_BYTES];
     zccl_peer_info_t *peers; /* nranks entries */
     const zccl_transport_ops_t **tp; /* per peer: the transport that carries its traffic */
+    int *ring;                       /* ring order: ring[i] = rank at position i (same on every rank) */
 
     /* Listening socket and the service thread that admits authenticated incoming connections. */
     int listen_fd;

@@ -35,7 +35,8 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
                             "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",
-                             "ring order: topo (neighbours share NUMA node/package/host) or rank (0,1,...,n-1)"},
+                             "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
+                             "an explicit permutation such as 3,1,0,2"},
 };
 
 const char *zccl__cfg_str(zccl_cfg_id_t id) {

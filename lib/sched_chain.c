@@ -7,7 +7,8 @@
  * Rabenseifner & Gropp, "Optimization of collective communication operations in MPICH", IJHPCA 2005).
  * Reduce is the same chain run backwards: rank root+1 sends its chunks, every next rank adds its own input and
  * forwards the partial sum, and the root adds the last contribution into its receive buffer. Intermediate ranks
- * keep two chunks of scratch (one arriving, one leaving).
+ * keep two chunks of scratch (one arriving, one leaving). "Next" and "previous" are ring positions, so the chain
+ * follows the topology-aware ring order.
  */
 #include "schedule.h"
 
@@ -28,12 +29,12 @@ static size_t chunk_elems(const zccl_sched_args_t *a) {
 void zccl__sched_chain_broadcast(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank, root = a->root;
     const size_t count = a->count;
-    const int p = mod(r - root, n); /* position in the chain; root is 0 */
+    const int rp = zccl__ring_pos(a, r), p = mod(rp - zccl__ring_pos(a, root), n); /* chain position; root is 0 */
     if (p == 0 && !a->in_place)
         step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count);
     if (n == 1) { zccl__sched_end_phase(s); return; }
     const size_t C = chunk_elems(a), K = (count + C - 1) / C;
-    const int next = mod(r + 1, n), prev = mod(r - 1, n);
+    const int next = zccl__ring_at(a, rp + 1), prev = zccl__ring_at(a, rp - 1);
     for (size_t t = 0; t + 2 < K + (size_t)n; t++) {
         if (p >= 1 && t + 1 >= (size_t)p && t + 1 - (size_t)p < K) {
             const size_t c = t + 1 - (size_t)p, off = c * C, len = ZCCL_MIN(C, count - off);
@@ -57,9 +58,10 @@ void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s) {
         zccl__sched_end_phase(s);
         return;
     }
-    const int p = mod(r - root - 1, n); /* chain root+1, ..., root-1, root: the root is last (n-1) */
+    /* chain: the ranks after the root in ring order, then the root last (position n-1) */
+    const int rp = zccl__ring_pos(a, r), p = mod(rp - zccl__ring_pos(a, root) - 1, n);
     const size_t C = chunk_elems(a), K = (count + C - 1) / C;
-    const int next = mod(r + 1, n), prev = mod(r - 1, n);
+    const int next = zccl__ring_at(a, rp + 1), prev = zccl__ring_at(a, rp - 1);
     const bool middle = (p >= 1 && p <= n - 2);
     if (middle) s->tmp_elems = 2 * C;
     for (size_t t = 0; t + 2 < K + (size_t)n; t++) {

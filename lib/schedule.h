@@ -61,6 +61,7 @@ typedef struct {
     size_t chunk_bytes;      /* pipeline chunk for broadcast/reduce */
     size_t rs_round_bytes;   /* reduce-scatter block slice per round (bounds TMP) */
     int algo;                /* ZCCL_ALGO_* for collectives with several algorithms */
+    const int *ring;         /* ring order: ring[i] is the rank at position i (topology-aware); NULL = 0..n-1 */
 } zccl_sched_args_t;
 
 typedef struct {
@@ -92,6 +93,19 @@ static inline void zccl__block(size_t count, int n, int b, size_t *off, size_t *
     size_t q = count / (size_t)n, rem = count % (size_t)n, ub = (size_t)b;
     *off = ub * q + (ub < rem ? ub : rem);
     *len = q + (ub < rem ? 1 : 0);
+}
+
+/** Rank at ring position i (any integer: taken modulo n). */
+static inline int zccl__ring_at(const zccl_sched_args_t *a, int i) {
+    const int n = a->nranks, p = ((i % n) + n) % n;
+    return a->ring ? a->ring[p] : p;
+}
+/** Ring position of rank r. */
+static inline int zccl__ring_pos(const zccl_sched_args_t *a, int r) {
+    if (!a->ring) return r;
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ring[i] == r) return i;
+    return -1; /* not a permutation: callers validated it */
 }
 
 /** Human-readable dump (for ZCCL_DEBUG=TRACE and tests). */

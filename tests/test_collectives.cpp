@@ -590,7 +590,7 @@ EnvList base_env(const std::string &transport) {
 /* Transport variants: "shm" and "tcp" with default settings; the "-tiny" and "-cma" variants shrink chunks, FIFO
  * slots and reduce-scatter rounds to (near) their minimums (or send every shm message by single copy) so that the small
  * counts already cross many chunk, slot and round boundaries; they skip count kLarge (ZT_MATRIX_SKIP_LARGE). */
-EnvList variant_env(const std::string &variant) {
+EnvList variant_env(const std::string &variant, int n) {
     EnvList e = base_env(variant.substr(0, 3));
     auto add = [&](const char *k, const char *v) { e.push_back({k, std::string(v)}); };
     if (variant == "shm-tiny") {
@@ -603,6 +603,16 @@ EnvList variant_env(const std::string &variant) {
     } else if (variant == "shm-cma") {
         add("ZCCL_SHM_CMA", "1");
         add("ZCCL_CMA_THRESHOLD", "0");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
+    } else if (variant == "shm-ring" || variant == "tcp-ring") {
+        /* A ring order other than rank order (as the topology-aware ring may choose): odd ranks first, descending,
+         * then even ranks ascending. Results must not change. */
+        std::string ring;
+        for (int r = n - 1; r >= 0; r--)
+            if (r % 2) ring += (ring.empty() ? "" : ",") + std::to_string(r);
+        for (int r = 0; r < n; r++)
+            if (r % 2 == 0) ring += (ring.empty() ? "" : ",") + std::to_string(r);
+        add("ZCCL_RING_ORDER", ring.c_str());
         add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "tcp-tiny") {
         add("ZCCL_CHUNK_BYTES", "4096");
@@ -624,7 +634,7 @@ TEST_P(CollectivesMatrix, EveryCollectiveTypeOpCount) {
     uint64_t *ref = shref.as<uint64_t>();
     Options o;
     o.deadline_s = 280;
-    o.env = variant_env(transport);
+    o.env = variant_env(transport, n);
     GroupResult res = run_ranks(n, [sh, ref](zccl_comm_t comm, int rank, int nranks) {
         return Matrix(comm, rank, nranks, sh, ref).run();
     }, o);
@@ -662,6 +672,10 @@ INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("shm-tiny"), std::string("shm-cma"),
                                                               std::string("tcp-tiny")),
                                             ::testing::Values(2, 3, 5)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(PermutedRing, CollectivesMatrix,
+                         ::testing::Combine(::testing::Values(std::string("shm-ring"), std::string("tcp-ring")),
+                                            ::testing::Values(4, 5)),
                          param_name);
 
 /* ------------------------------------------------------------------------------------------------------------ */
