@@ -36,6 +36,12 @@ void zccl_kernel_reduce(void *dst, const void *a, const void *b, size_t count, z
 /** dst[i] = src[i] / divisor (integer: truncating). dst may equal src; divisor <= 1 copies bit for bit. */
 void zccl_kernel_scale(void *dst, const void *src, size_t count, zccl_datatype_t dt, uint32_t divisor);
 
+/**
+ * memcpy with non-temporal stores (no read-for-ownership of the destination), for large destinations the caller
+ * will not read back soon. dst and src must not overlap; any alignment. Stores are fenced before returning.
+ */
+void zccl_kernel_copy_stream(void *dst, const void *src, size_t bytes);
+
 /** IEEE binary16 <-> binary32 conversions, round-to-nearest-even, NaN/Inf/subnormals preserved. */
 float zccl_half_to_float(uint16_t h);
 uint16_t zccl_float_to_half(float f);

@@ -178,12 +178,17 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     return res;
 }
 
+#define ZCCL_STREAM_COPY_MIN (4u << 20)
+
 void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len) {
     if (x->op2) {
         const size_t es = zccl_type_size(x->dt);
         zccl_kernel_reduce(x->dst + x->done, x->op2 + x->done, data, len / es, x->dt, x->op, x->divisor);
     } else if (x->dst + x->done != data) {
-        memcpy(x->dst + x->done, data, len);
+        /* Large receives stream into their destination: the user's buffer is bigger than the cache and is not read
+         * again by this copy, so the read-for-ownership of every line would only waste memory bandwidth. */
+        if (x->bytes >= ZCCL_STREAM_COPY_MIN) zccl_kernel_copy_stream(x->dst + x->done, data, len);
+        else memcpy(x->dst + x->done, data, len);
     }
     x->done += len;
 }

@@ -1114,3 +1114,21 @@ TEST(Kernels, IntegerSpecialCases) {
     EXPECT_EQ(UINT64_MAX / 3, reduce1<uint64_t>(UINT64_MAX, 0, ZCCL_SUM, ZCCL_UINT64, 3));
     EXPECT_EQ(INT64_MIN / 7, reduce1<int64_t>(INT64_MIN, 0, ZCCL_SUM, ZCCL_INT64, 7));
 }
+
+// The streaming copy must equal memcpy for every length and alignment, and write nothing outside its range.
+TEST(Kernels, StreamCopyMatchesMemcpy) {
+    std::vector<uint8_t> src(70000 + 64), dst(70000 + 128);
+    for (size_t i = 0; i < src.size(); i++) src[i] = (uint8_t)(i * 131 + 7);
+    for (size_t len : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(63), size_t(64), size_t(65),
+                       size_t(1000), size_t(4096), size_t(70000)})
+        for (size_t so : {size_t(0), size_t(1), size_t(13)})
+            for (size_t doff : {size_t(0), size_t(3), size_t(16)}) {
+                std::fill(dst.begin(), dst.end(), 0xEE);
+                zccl_kernel_copy_stream(dst.data() + 32 + doff, src.data() + so, len);
+                for (size_t i = 0; i < dst.size(); i++) {
+                    const bool inside = i >= 32 + doff && i < 32 + doff + len;
+                    const uint8_t want = inside ? src[so + i - 32 - doff] : 0xEE;
+                    ASSERT_EQ(dst[i], want) << "len " << len << " src+" << so << " dst+" << doff << " byte " << i;
+                }
+            }
+}

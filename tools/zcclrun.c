@@ -1,10 +1,12 @@
 /*
  * zcclrun — start N local ranks of a program with the environment zccl_comm_init_env() reads.
  *
- *   zcclrun [-n N | -np N] [--port P] [--addr A] [--timeout SEC] [--tag-output] [--] prog [args...]
+ *   zcclrun [-n N | -np N] [--port P] [--addr A] [--timeout SEC] [--tag-output]
+ *           [--bind core|numa|package|none] [--report-bindings] [--] prog [args...]
  *
- * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and ZCCL_SECRET.
- * Supervision (failure propagation, signal forwarding, timeout) is in launch.c; see docs/tools.md.
+ * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZCCL_SECRET and
+ * ZCCL_LOCAL_BIND. Supervision (failure propagation, signal forwarding, timeout) is in launch.c; CPU binding
+ * (--bind, as mpirun --bind-to) is here, with hwloc: see docs/tools.md.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
@@ -12,6 +14,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <hwloc.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +36,15 @@ static void usage(FILE *f)
             "  --port P             MASTER_PORT (default: a free port, found by binding port 0 on the address)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
+            "  --bind WHAT          bind rank i, before it starts, to core / NUMA node / package i mod count\n"
+            "                       (WHAT: core, numa, package or none; default none), like mpirun --bind-to;\n"
+            "                       --bind numa binds memory to that node too (machines with several nodes)\n"
+            "  --report-bindings    print each rank's binding on stderr\n"
             "  -h, --help           show this help\n"
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
-            "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set). Rank 0 keeps stdin; the\n"
-            "others read /dev/null.\n"
+            "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (the --bind\n"
+            "value). Rank 0 keeps stdin; the others read /dev/null.\n"
             "\n"
             "Exit status: 0 if every rank exited with 0; else the first failing rank's status (128+N if it was\n"
             "killed by signal N), after the other ranks are stopped (SIGTERM, then SIGKILL 3 s later); 124 on\n"
@@ -108,10 +115,212 @@ static int check_program(const char *prog)
     return 127;
 }
 
+/* ---- --bind: one hwloc topology loaded in the launcher, each rank binds itself between fork and exec ---- */
+
+enum bind_kind { BIND_NONE, BIND_CORE, BIND_NUMA, BIND_PACKAGE };
+static const char *const bind_words[] = {"none", "core", "numa", "package"};
+
+struct bind_plan {
+    enum bind_kind kind;
+    hwloc_topology_t topo;
+    hwloc_bitmap_t avail;   /* PUs the launcher may run on (its own binding): what ranks can be bound within */
+    int nobjs;              /* objects ranks are spread over, in logical order */
+    hwloc_obj_t *objs;
+    hwloc_bitmap_t *sets;   /* objs[k]->cpuset & avail: what rank r is bound to, k = r mod nobjs */
+    int membind;            /* --bind numa with more than one NUMA node: bind memory to the node as well */
+};
+
+struct job {
+    char **argv;
+    struct bind_plan *bind; /* NULL: --bind none */
+};
+
+/* "core 1", "numa 0" (NUMA nodes by OS index, as numactl and /sys number them), "package 0" (logical index). */
+static void obj_label(hwloc_obj_t o, char *buf, size_t len)
+{
+    switch (o->type) {
+    case HWLOC_OBJ_CORE: snprintf(buf, len, "core %u", o->logical_index); break;
+    case HWLOC_OBJ_NUMANODE: snprintf(buf, len, "numa %u", o->os_index); break;
+    case HWLOC_OBJ_PACKAGE: snprintf(buf, len, "package %u", o->logical_index); break;
+    case HWLOC_OBJ_PU: snprintf(buf, len, "pu %u", o->os_index); break;
+    default: snprintf(buf, len, "machine"); break;
+    }
+}
+
+/* Objects of `type` with at least one PU in avail, in logical order. Returns their count (0 if none). */
+static int collect_objs(struct bind_plan *p, hwloc_obj_type_t type)
+{
+    int total = hwloc_get_nbobjs_by_type(p->topo, type);
+    if (total <= 0) return 0;
+    p->objs = calloc((size_t)total, sizeof *p->objs);
+    p->sets = calloc((size_t)total, sizeof *p->sets);
+    if (!p->objs || !p->sets) return -1;
+    int n = 0;
+    for (int k = 0; k < total; k++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(p->topo, type, (unsigned)k);
+        if (!o || !o->cpuset || !hwloc_bitmap_intersects(o->cpuset, p->avail)) continue; /* e.g. CPU-less NUMA */
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+        if (!set) return -1;
+        hwloc_bitmap_and(set, o->cpuset, p->avail);
+        p->objs[n] = o;
+        p->sets[n] = set;
+        p->nobjs = ++n;
+    }
+    return n;
+}
+
+/*
+ * Loads the topology and works out what each rank is bound to. Prints the oversubscription warning. Returns 0, or
+ * 1 after printing an error.
+ */
+static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int nranks)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    if (hwloc_topology_init(&p->topo) != 0) {
+        fprintf(stderr, NAME ": hwloc_topology_init: %s\n", strerror(errno));
+        return 1;
+    }
+    /* Only what binding needs: no caches, groups or I/O (PUs, NUMA nodes and the machine are always kept). */
+    hwloc_topology_set_all_types_filter(p->topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+    hwloc_topology_set_type_filter(p->topo, HWLOC_OBJ_PACKAGE, HWLOC_TYPE_FILTER_KEEP_ALL);
+    hwloc_topology_set_type_filter(p->topo, HWLOC_OBJ_CORE, HWLOC_TYPE_FILTER_KEEP_ALL);
+    if (hwloc_topology_load(p->topo) != 0) {
+        fprintf(stderr, NAME ": cannot read the machine topology (hwloc): %s\n", strerror(errno));
+        return 1;
+    }
+    p->avail = hwloc_bitmap_alloc();
+    if (!p->avail) goto oom;
+    /* Within the launcher's own binding (taskset, a batch system's allocation), as mpirun does. */
+    hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(p->topo);
+    if (hwloc_get_cpubind(p->topo, p->avail, HWLOC_CPUBIND_PROCESS) != 0 || !hwloc_bitmap_intersects(p->avail, all))
+        hwloc_bitmap_copy(p->avail, all);
+    else
+        hwloc_bitmap_and(p->avail, p->avail, all);
+    if (kind == BIND_NONE) return 0; /* only --report-bindings */
+
+    static const hwloc_obj_type_t types[] = {HWLOC_OBJ_MACHINE, HWLOC_OBJ_CORE, HWLOC_OBJ_NUMANODE,
+                                             HWLOC_OBJ_PACKAGE};
+    int got = collect_objs(p, types[kind]);
+    if (got == 0) { /* no cores (PUs instead) or no packages (the whole machine) reported by this system */
+        free(p->objs);
+        free(p->sets);
+        p->objs = NULL;
+        p->sets = NULL;
+        got = collect_objs(p, kind == BIND_CORE ? HWLOC_OBJ_PU : HWLOC_OBJ_MACHINE);
+    }
+    if (got < 0) goto oom;
+    if (got == 0) {
+        fprintf(stderr, NAME ": --bind %s: no %s found in the machine topology\n", bind_words[kind],
+                bind_words[kind]);
+        return 1;
+    }
+    p->membind = kind == BIND_NUMA && p->objs[0]->type == HWLOC_OBJ_NUMANODE &&
+                 hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE) > 1;
+
+    /* Oversubscription: more ranks than cores (--bind core), or than PUs on one NUMA node / package. */
+    char lab[48];
+    if (kind == BIND_CORE && nranks > p->nobjs) {
+        fprintf(stderr,
+                NAME ": warning: %d ranks but only %d core%s: cores are oversubscribed (rank i is bound to core "
+                "i mod %d)\n", nranks, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
+    } else if (kind != BIND_CORE) {
+        for (int k = 0; k < p->nobjs && k < nranks; k++) {
+            int on = nranks / p->nobjs + (k < nranks % p->nobjs);
+            int pus = hwloc_bitmap_weight(p->sets[k]);
+            if (on > pus) {
+                obj_label(p->objs[k], lab, sizeof lab);
+                fprintf(stderr, NAME ": warning: %d ranks bound to %s, which has %d PU%s: oversubscribed\n", on,
+                        lab, pus, pus == 1 ? "" : "s");
+                break;
+            }
+        }
+    }
+    return 0;
+oom:
+    fprintf(stderr, NAME ": out of memory\n");
+    return 1;
+}
+
+/* Appends " numa 0-1" (NUMA OS indexes) or " package 0" (logical indexes) for the objects set intersects. */
+static void list_touching(const struct bind_plan *p, hwloc_const_cpuset_t set, hwloc_obj_type_t type,
+                          const char *word, char *buf, size_t len)
+{
+    hwloc_bitmap_t ids = hwloc_bitmap_alloc();
+    if (!ids) return;
+    hwloc_obj_t o = NULL;
+    while ((o = hwloc_get_next_obj_by_type(p->topo, type, o)) != NULL)
+        if (o->cpuset && hwloc_bitmap_intersects(o->cpuset, set))
+            hwloc_bitmap_set(ids, type == HWLOC_OBJ_NUMANODE ? o->os_index : o->logical_index);
+    if (!hwloc_bitmap_iszero(ids)) {
+        size_t used = strlen(buf);
+        if (used + 1 < len) {
+            used += (size_t)snprintf(buf + used, len - used, " %s ", word);
+            if (used < len) hwloc_bitmap_list_snprintf(buf + used, len - used, ids);
+        }
+    }
+    hwloc_bitmap_free(ids);
+}
+
+static void bind_free(struct bind_plan *p)
+{
+    for (int k = 0; k < p->nobjs; k++) hwloc_bitmap_free(p->sets[k]);
+    free(p->sets);
+    free(p->objs);
+    hwloc_bitmap_free(p->avail);
+    if (p->topo) hwloc_topology_destroy(p->topo);
+}
+
+/* --report-bindings: "zcclrun: rank 3 bound to core 1 (PUs 1) numa 0 package 0", one line per rank. */
+static void bind_report(const struct bind_plan *p, int nranks)
+{
+    char pus[256], line[768], lab[48];
+    for (int r = 0; r < nranks; r++) {
+        if (p->kind == BIND_NONE) {
+            hwloc_bitmap_list_snprintf(pus, sizeof pus, p->avail);
+            fprintf(stderr, NAME ": rank %d not bound (PUs %s)\n", r, pus);
+            continue;
+        }
+        int k = r % p->nobjs;
+        hwloc_obj_t o = p->objs[k];
+        obj_label(o, lab, sizeof lab);
+        hwloc_bitmap_list_snprintf(pus, sizeof pus, p->sets[k]);
+        snprintf(line, sizeof line, "%s (PUs %s)", lab, pus);
+        if (o->type != HWLOC_OBJ_NUMANODE) list_touching(p, p->sets[k], HWLOC_OBJ_NUMANODE, "numa", line, sizeof line);
+        if (o->type != HWLOC_OBJ_PACKAGE) list_touching(p, p->sets[k], HWLOC_OBJ_PACKAGE, "package", line, sizeof line);
+        fprintf(stderr, NAME ": rank %d bound to %s\n", r, line);
+    }
+}
+
+/* In the rank, after fork: the CPU binding (and memory policy) is kept across execvp. Returns 0, or 1 on error. */
+static int bind_self(const struct bind_plan *p, int rank)
+{
+    int k = rank % p->nobjs;
+    char lab[48];
+    if (hwloc_set_cpubind(p->topo, p->sets[k], HWLOC_CPUBIND_PROCESS) != 0) {
+        int e = errno;
+        char pus[256];
+        obj_label(p->objs[k], lab, sizeof lab);
+        hwloc_bitmap_list_snprintf(pus, sizeof pus, p->sets[k]);
+        fprintf(stderr, NAME ": rank %d: cannot bind to %s (PUs %s): %s\n", rank, lab, pus, strerror(e));
+        return 1;
+    }
+    /* The rank is single-threaded here: its thread policy is what later threads inherit and exec keeps. */
+    if (p->membind && hwloc_set_membind(p->topo, p->objs[k]->nodeset, HWLOC_MEMBIND_BIND,
+                                        HWLOC_MEMBIND_THREAD | HWLOC_MEMBIND_BYNODESET) != 0) {
+        int e = errno;
+        obj_label(p->objs[k], lab, sizeof lab);
+        fprintf(stderr, NAME ": rank %d: warning: cannot bind memory to %s: %s (CPU binding only)\n", rank, lab,
+                strerror(e));
+    }
+    return 0;
+}
+
 static int exec_rank(int rank, void *arg)
 {
-    char **argv = arg;
-    (void)rank;
+    struct job *job = arg;
+    char **argv = job->argv;
+    if (job->bind && bind_self(job->bind, rank) != 0) return 1;
     execvp(argv[0], argv);
     int e = errno;
     fprintf(stderr, NAME ": cannot execute %s: %s\n", argv[0], strerror(e));
@@ -121,6 +330,8 @@ static int exec_rank(int rank, void *arg)
 int main(int argc, char **argv)
 {
     struct zl_opts o = {.nranks = 1, .name = NAME};
+    enum bind_kind bind = BIND_NONE;
+    int report_bindings = 0;
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -128,6 +339,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--tag-output")) { o.tag_output = 1; continue; }
+        if (!strcmp(a, "--report-bindings")) { report_bindings = 1; continue; }
 
         /* options with a value: "-n N", "-nN", "--np=N", "--port=P", ... */
         const char *val = NULL, *opt = a;
@@ -138,7 +350,7 @@ int main(int argc, char **argv)
             opt = optbuf;
             val = eq + 1;
         }
-        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BAD } which = O_BAD;
+        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BIND, O_BAD } which = O_BAD;
         if (!strcmp(opt, "-n") || !strcmp(opt, "-np") || !strcmp(opt, "--np") || !strcmp(opt, "--nproc") ||
             !strcmp(opt, "--nproc-per-node") || !strcmp(opt, "--nproc_per_node"))
             which = O_N;
@@ -148,6 +360,8 @@ int main(int argc, char **argv)
             which = O_ADDR;
         else if (!strcmp(opt, "--timeout"))
             which = O_TIMEOUT;
+        else if (!strcmp(opt, "--bind") || !strcmp(opt, "--bind-to"))
+            which = O_BIND;
         else if (!eq && strncmp(a, "-n", 2) == 0 && a[2] >= '0' && a[2] <= '9') { /* -n4 */
             which = O_N;
             opt = "-n";
@@ -187,6 +401,13 @@ int main(int argc, char **argv)
             o.timeout_s = t;
             break;
         }
+        case O_BIND: {
+            int k = 0;
+            while (k < 4 && strcmp(val, bind_words[k]) != 0) k++;
+            if (k == 4) return bad("%s: '%s' is not one of core, numa, package, none", opt, val);
+            bind = (enum bind_kind)k;
+            break;
+        }
         default:
             break;
         }
@@ -195,5 +416,23 @@ int main(int argc, char **argv)
     char **prog_argv = argv + i;
     int rc = check_program(prog_argv[0]);
     if (rc != 0) return rc;
-    return zl_launch(&o, exec_rank, prog_argv);
+
+    if (setenv("ZCCL_LOCAL_BIND", bind_words[bind], 1) != 0) {
+        fprintf(stderr, NAME ": setenv: %s\n", strerror(errno));
+        return 1;
+    }
+    struct bind_plan plan;
+    struct job job = {.argv = prog_argv, .bind = NULL};
+    int use_hwloc = bind != BIND_NONE || report_bindings;
+    if (use_hwloc) {
+        if (bind_prepare(&plan, bind, o.nranks) != 0) {
+            bind_free(&plan);
+            return 1;
+        }
+        if (bind != BIND_NONE) job.bind = &plan;
+        if (report_bindings) bind_report(&plan, o.nranks);
+    }
+    rc = zl_launch(&o, exec_rank, &job);
+    if (use_hwloc) bind_free(&plan);
+    return rc;
 }
