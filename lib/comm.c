@@ -136,24 +136,30 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
  * topology that cannot be read leaves the locality unknown instead of failing the communicator. */
 static zccl_topo_t *process_topo;           /* loaded once per process: discovery takes milliseconds */
 static zccl_result_t process_topo_res;
+static char process_topo_err[512];
 static pthread_once_t process_topo_once = PTHREAD_ONCE_INIT;
 static void load_process_topo(void) {
     const char *f = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
     process_topo_res = *f ? zccl_topo_create_file(f, ZCCL_TOPO_THIS_SYSTEM, &process_topo)
                           : zccl_topo_create_live(&process_topo);
+    if (process_topo_res != ZCCL_SUCCESS) snprintf(process_topo_err, sizeof process_topo_err, "%s", zccl__last_error());
 }
 
-static void locality_self(zccl_locality_t *loc, uint64_t host) {
+static zccl_result_t locality_self(zccl_locality_t *loc, uint64_t host) {
     pthread_once(&process_topo_once, load_process_topo);
     zccl_result_t r = process_topo_res;
+    const char *f = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
+    if (r != ZCCL_SUCCESS && *f) /* the user named a file: not being able to use it is their error to see */
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TOPO_FILE=%s cannot be used: %s", f, process_topo_err);
     if (r == ZCCL_SUCCESS) r = zccl_topo_locality_self(process_topo, host, loc);
     if (r != ZCCL_SUCCESS) {
-        ZCCL_INFO(ZCCL_LOG_TOPO, "topology unavailable (%s); ring in rank order within this host", zccl__last_error());
+        ZCCL_INFO(ZCCL_LOG_TOPO, "topology unavailable (%s); ring in rank order within this host", process_topo_err);
         memset(loc, 0, sizeof *loc);
         loc->host = host;
         loc->package = loc->numa = loc->core = -1;
         loc->nic_path = ZCCL_TOPO_NO_NIC;
     }
+    return ZCCL_SUCCESS;
 }
 
 /* An explicit ring, "3,1,0,2": must name every rank exactly once. */
@@ -304,7 +310,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     }
     me.cma_probe = (uint64_t)(uintptr_t)&cma_probe_word;
     me.cma_probe_value = cma_probe_word;
-    locality_self(&me.loc, me.host_hash);
+    ZCCL_CHECK_GOTO(locality_self(&me.loc, me.host_hash), res, fail);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
     ZCCL_CHECK_GOTO(choose_ring(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);

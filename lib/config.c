@@ -61,8 +61,8 @@ zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t lo, int64_t hi, int64_t *o
     if (*out < lo || *out > hi) goto bad;
     return ZCCL_SUCCESS;
 bad:
-    return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld]", name, v,
-                       (long long)lo, (long long)hi);
+    return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld] (suffixes K, "
+                       "M, G allowed)", name, v, (long long)lo, (long long)hi);
 }
 
 ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {

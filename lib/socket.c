@@ -113,7 +113,7 @@ zccl_result_t zccl__pick_local_addr(const zccl_sockaddr_t *toward, zccl_sockaddr
     if (!pick && !*spec) pick = loopback;
     if (!pick) {
         freeifaddrs(ifs);
-        return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_SOCKET_IFNAME=%s matches no up interface with an address; tried: %s",
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_SOCKET_IFNAME=%s matches no up interface with an address; tried: %s",
                            spec, tried[0] ? tried : "(none)");
     }
     memset(out, 0, sizeof *out);

@@ -101,7 +101,8 @@ static void usage(FILE *f)
         "Options (sizes take K, M, G suffixes, powers of 1024: 8, 1K, 128M):\n"
         "  -b, --minbytes SIZE      smallest size (default 32M)\n"
         "  -e, --maxbytes SIZE      largest size (default 32M)\n"
-        "  -f, --stepfactor F       multiply the size by F at each step (F > 1)\n"
+        "  -f, --stepfactor F       multiply the size by F at each step (integer F >= 2)\n"
+        "      --env                print every ZCCL_* setting with its value in force, then exit\n"
         "  -i, --stepbytes SIZE     else add SIZE at each step (default 1M)\n"
         "  -n, --iters N            timed iterations per size (default 20)\n"
         "  -w, --warmup_iters N     warm-up iterations (default 5)\n"
@@ -203,6 +204,12 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/config.c) */
+            size_t need = zccl_config_describe(NULL, 0);
+            char *text = malloc(need + 1);
+            if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
+            return -1;
+        }
         if (a[0] != '-' || a[1] == '\0') {
             if (c->coll >= 0) return bad("unexpected argument '%s' (the operation is already '%s')", a,
                                          colls[c->coll].name);
@@ -253,7 +260,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
             else if (opt == 'e') c->maxbytes = sz;
             else c->stepbytes = sz;
             break;
-        case 'f': NUM(1, 1 << 20, "a step factor >= 1"); c->stepfactor = (size_t)v; break;
+        case 'f': NUM(2, 1 << 20, "an integer step factor >= 2 (use -i for additive steps)"); c->stepfactor = (size_t)v; break;
         case 'n': NUM(1, INT_MAX, "an iteration count >= 1"); c->iters = (int)v; break;
         case 'w': NUM(0, INT_MAX, "an iteration count >= 0"); c->warmup = (int)v; break;
         case 'm': NUM(1, 1 << 20, "a count >= 1"); c->agg = (int)v; break;
@@ -658,9 +665,13 @@ static void print_header(struct bench *b)
 static int run_rank(int launched_rank, void *arg)
 {
     const struct cfg *c = arg;
-    (void)launched_rank;
     setvbuf(stdout, NULL, _IOLBF, 0);
     struct bench b = {.c = c, .rank = -1};
+    /* Until the communicator exists, errors carry the rank the launcher gave (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
+     * or the -np child index). */
+    for (const char *const *v = (const char *const[]){"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL}; *v; v++)
+        if (env_set(*v)) { b.rank = atoi(getenv(*v)); break; }
+    if (b.rank < 0 && launched_rank >= 0) b.rank = launched_rank;
 
     if (env_set("RANK") || env_set("OMPI_COMM_WORLD_RANK") || env_set("PMI_RANK")) {
         ZC(&b, zccl_comm_init_env(&b.comm));

@@ -260,8 +260,12 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
         }
         __atomic_store_n(&chan(s, me, s->local_index[r])->cma_ok, ok, __ATOMIC_RELEASE);
     }
-    ZCCL_INFO(ZCCL_LOG_SHM, "shared memory: %d local ranks, %u slots x %zu bytes per channel, single copy %s from %zu bytes",
-              s->nlocal, s->nslots, s->slot_bytes, s->cma_enabled ? "on" : "off", s->cma_threshold);
+    if (s->cma_enabled)
+        ZCCL_INFO(ZCCL_LOG_SHM, "shared memory: %d local ranks, %u slots x %zu bytes per channel; single copy "
+                  "(process_vm_readv) for messages from %zu bytes", s->nlocal, s->nslots, s->slot_bytes, s->cma_threshold);
+    else
+        ZCCL_INFO(ZCCL_LOG_SHM, "shared memory: %d local ranks, %u slots x %zu bytes per channel; single copy disabled "
+                  "(ZCCL_SHM_CMA=0)", s->nlocal, s->nslots, s->slot_bytes);
     return ZCCL_SUCCESS;
 }
 
