@@ -9,76 +9,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-
-/* Function multi-versioning, as in int.c: an AVX2 clone and a baseline clone selected once by an ifunc. */
-#if !defined(ZK_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define ZK_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef ZK_CLONES
-#define ZK_CLONES
-#endif
-
-#if defined(__GNUC__)
-#define ZK_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define ZK_HIDDEN
-#endif
+#include "kernels_impl.h"
 
 /* Alignment-1 element types: the kernels accept any address (see int.c). */
 typedef float zk_f32 __attribute__((aligned(1)));
 typedef double zk_f64 __attribute__((aligned(1)));
-
-static inline uint32_t zk_bits32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float zk_from_bits32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint64_t zk_bits64(double f)
-{
-    uint64_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline double zk_from_bits64(uint64_t u)
-{
-    double f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/*
- * Maximum and minimum with fmax/fmin semantics: a NaN operand yields the other operand (NaN only if both are),
- * and -0 orders below +0, as C23 Annex F recommends for fmax. The library fmaxf cannot be used because GCC only
- * vectorises it under -ffinite-math-only, and the SSE maxps instruction alone returns its second operand for
- * NaN and for equal zeros. Equal operands are combined bitwise: they are either identical, or +0 and -0, where
- * AND clears the sign (+0, for max) and OR sets it (-0, for min). Each step is a compare and a blend.
- */
-static inline float zk_maxf(float x, float y)
-{
-    const float larger = x > y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) & zk_bits32(y)) : larger;
-    return y != y ? x : r;
-}
-
-static inline float zk_minf(float x, float y)
-{
-    const float smaller = x < y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) | zk_bits32(y)) : smaller;
-    return y != y ? x : r;
-}
 
 static inline double zk_max(double x, double y)
 {

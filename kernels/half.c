@@ -19,40 +19,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-
-/* Function multi-versioning, as in int.c: an AVX2 clone and a baseline clone selected once by an ifunc. */
-#if !defined(ZK_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define ZK_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef ZK_CLONES
-#define ZK_CLONES
-#endif
-
-#if defined(__GNUC__)
-#define ZK_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define ZK_HIDDEN
-#endif
+#include "kernels_impl.h"
 
 /* Alignment-1 element type: the kernels accept any address (see int.c). */
 typedef uint16_t zk_u16 __attribute__((aligned(1)));
-
-static inline uint32_t zk_bits32(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float zk_from_bits32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Conversions                                                                                                 */
@@ -173,24 +143,6 @@ uint16_t zccl_float_to_bf16(float f)
 /* ---------------------------------------------------------------------------------------------------------- */
 
 /*
- * Maximum and minimum on the widened values, with the same rules as float.c (fmax/fmin: a NaN operand yields
- * the other operand; -0 < +0); see there for why they are written this way.
- */
-static inline float zk_maxf(float x, float y)
-{
-    const float larger = x > y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) & zk_bits32(y)) : larger;
-    return y != y ? x : r;
-}
-
-static inline float zk_minf(float x, float y)
-{
-    const float smaller = x < y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) | zk_bits32(y)) : smaller;
-    return y != y ? x : r;
-}
-
-/*
  * Binary kernel: widen both operands, combine them in float32 (EXPR of x, y and the divisor dv), narrow once.
  * Operands are read before the store, so dst may equal a or b.
  */
@@ -237,9 +189,6 @@ ZK_BINARY(zk_avg_bf16, zk_bf16_to_float, zk_float_to_bf16, (x + y) / dv)
 ZK_SCALE(zk_scale_bf16, zk_bf16_to_float, zk_float_to_bf16)
 
 /* The F16C binary16 kernels (half_f16c.c): each returns 0, doing nothing, where F16C is unavailable. */
-ZK_HIDDEN int zccl_kernels_reduce_f16c(void *dst, const void *a, const void *b, size_t n, zccl_redop_t op,
-                                       uint32_t divisor);
-ZK_HIDDEN int zccl_kernels_scale_f16c(void *dst, const void *src, size_t n, uint32_t divisor);
 
 /* 16-bit floating part of zccl_kernel_reduce(); dt is ZCCL_FLOAT16 or ZCCL_BFLOAT16 and count > 0. */
 ZK_HIDDEN void zccl_kernels_reduce_half(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,

@@ -18,13 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-
-#if defined(__GNUC__)
-#define ZK_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define ZK_HIDDEN
-#endif
+#include "kernels_impl.h"
 
 /* Defining ZK_NO_F16C leaves only the portable path, so that it can be tested on a machine that has F16C. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ZK_NO_F16C)
@@ -52,7 +46,7 @@ ZK_F16C static inline void zk_store8(unsigned char *p, __m256 v)
 }
 
 /*
- * fmax/fmin with -0 < +0, as zk_maxf/zk_minf in half.c: the larger (smaller) operand; for equal operands their
+ * fmax/fmin with -0 < +0, as zk_maxf/zk_minf in kernels_impl.h: the larger (smaller) operand; for equal operands their
  * bitwise AND (OR), which differs from either only for +0 and -0; and x when y is NaN. (vmaxps alone would return
  * y for a NaN x, but also y for a NaN y and for equal zeros.)
  */

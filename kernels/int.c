@@ -9,29 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-
-/*
- * Function multi-versioning: each hot loop is compiled twice, once for AVX2 and once for the baseline x86-64
- * (SSE2), and the dynamic loader picks the clone through an ifunc when the library is loaded. This needs an ELF
- * target with ifunc support in the C library, so anywhere else the attribute disappears and the loops are
- * compiled once for whatever the compiler targets. Defining ZK_CLONES as empty (-DZK_CLONES=) does the same on
- * purpose, which is how the baseline code path is tested on a machine that has AVX2.
- */
-#if !defined(ZK_CLONES) && defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define ZK_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef ZK_CLONES
-#define ZK_CLONES
-#endif
-
-#if defined(__GNUC__)
-#define ZK_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define ZK_HIDDEN
-#endif
+#include "kernels_impl.h"
 
 /*
  * Element types with alignment 1: buffers handed to the kernels are slices of network and shared-memory buffers,

@@ -5,28 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
-
-/*
- * The family entry points, defined in int.c, float.c and half.c. They are internal to the library (hidden
- * visibility), and they would belong in a private kernels header; this file repeats their prototypes because the
- * kernels directory has only the public kernels.h, which should not expose them.
- */
-#if defined(__GNUC__)
-#define ZK_HIDDEN __attribute__((visibility("hidden")))
-#else
-#define ZK_HIDDEN
-#endif
-ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
-                                       zccl_redop_t op, uint32_t divisor);
-ZK_HIDDEN void zccl_kernels_reduce_float(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
-                                         zccl_redop_t op, uint32_t divisor);
-ZK_HIDDEN void zccl_kernels_reduce_half(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
-                                        zccl_redop_t op, uint32_t divisor);
-ZK_HIDDEN void zccl_kernels_scale_int(void *dst, const void *src, size_t n, zccl_datatype_t dt, uint32_t divisor);
-ZK_HIDDEN void zccl_kernels_scale_float(void *dst, const void *src, size_t n, zccl_datatype_t dt,
-                                        uint32_t divisor);
-ZK_HIDDEN void zccl_kernels_scale_half(void *dst, const void *src, size_t n, zccl_datatype_t dt, uint32_t divisor);
+#include "kernels_impl.h"
 
 void zccl_kernel_reduce(void *dst, const void *a, const void *b, size_t count, zccl_datatype_t dt,
                         zccl_redop_t op, uint32_t divisor)
