@@ -55,6 +55,10 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
         if (x[i].complete) continue;
         ZCCL_CHECK(comm->tp[x[i].peer]->check_peer(comm, x[i].peer));
     }
+    /* A rank we do not wait on directly can be lost too (the ring's far side): the collective cannot complete
+     * then either, and its neighbours may stay alive, so look at every peer a transport can check cheaply. */
+    for (int r = 0; r < comm->nranks; r++)
+        if (r != comm->rank) ZCCL_CHECK(comm->tp[r]->check_peer(comm, r));
     if (comm->timeout_ms > 0 && zccl__now_ns() - last_progress > (uint64_t)comm->timeout_ms * 1000000ull) {
         for (size_t i = 0; i < nx; i++)
             if (!x[i].complete)

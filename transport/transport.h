@@ -48,7 +48,8 @@ typedef struct zccl_transport_ops {
     /** A file descriptor to poll while waiting for x (POLLIN/POLLOUT in *events), or -1 if the transport wakes the
      *  rank's doorbell instead. */
     int (*wait_fd)(struct zccl_comm *comm, const zccl_xfer_t *x, short *events);
-    /** Checks the peer is still alive while waiting (called when a wait times out). */
+    /** Checks that peer is still alive. Called for every peer each time a sleeping rank wakes without progress
+     *  (about every 50 ms), so it must be cheap; transports that cannot tell (TCP: loss shows as EOF) return success. */
     zccl_result_t (*check_peer)(struct zccl_comm *comm, int peer);
     /** Releases everything comm_setup created. */
     void (*comm_teardown)(struct zccl_comm *comm);
