@@ -164,10 +164,21 @@ zccl_result_t zccl_comm_init_env(zccl_comm_t *comm);
 zccl_result_t zccl_comm_destroy(zccl_comm_t comm);
 
 /**
- * Frees a communicator without waiting: pending operations are abandoned, connections are closed so that peers
- * see ZCCL_REMOTE_ERROR instead of waiting. NULL is accepted and ignored. Always returns ZCCL_SUCCESS.
+ * Frees a communicator without waiting for its peers. May be called from another thread while a collective of
+ * this communicator is blocked (in a call or on a stream): that collective returns ZCCL_REMOTE_ERROR within about
+ * 50 ms, operations still queued on streams fail with ZCCL_REMOTE_ERROR, and connections are closed so that peers
+ * see ZCCL_REMOTE_ERROR instead of waiting. The communicator must not be used afterwards (not even destroyed).
+ * NULL is accepted and ignored. Always returns ZCCL_SUCCESS.
  */
 zccl_result_t zccl_comm_abort(zccl_comm_t comm);
+
+/**
+ * Stores in *async_error the error that broke the communicator, or ZCCL_SUCCESS: once a peer is lost, a deadline
+ * passes (ZCCL_TIMEOUT_MS) or the communicator is aborted, every later operation fails at once with that error
+ * (as ncclCommGetAsyncError reports). Safe to call from any thread while another thread is inside a collective.
+ * Errors: ZCCL_INVALID_ARGUMENT if comm or async_error is NULL.
+ */
+zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error);
 
 /** Stores the communicator's size in *count. Errors: ZCCL_INVALID_ARGUMENT if comm or count is NULL. */
 zccl_result_t zccl_comm_count(const zccl_comm_t comm, int *count);

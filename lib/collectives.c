@@ -3,6 +3,7 @@
  * then an operation value that runs now (NULL stream) or on a stream.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "comm.h"
 #include "engine.h"
@@ -57,6 +58,60 @@ static zccl_result_t check_overlap(const char *fn, const void *s, size_t sbytes,
     return ZCCL_SUCCESS;
 }
 
+/* ---- ZCCL_CHECK: do all ranks call the same collective? ---------------------------------------------------- */
+
+typedef struct {
+    uint64_t seq, count;
+    int32_t coll, dt, op, root; /* op and root are -1 where the collective has none */
+} op_desc_t;
+
+static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
+                                               "float32", "float64", "bfloat16"};
+static const char *op_names[ZCCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+
+static void describe(const op_desc_t *d, char *buf, size_t len) {
+    snprintf(buf, len, "#%llu %s(count %llu, %s%s%s, root %d)", (unsigned long long)d->seq,
+             (unsigned)d->coll < ZCCL_COLL_COUNT ? coll_names[d->coll] : "?", (unsigned long long)d->count,
+             (unsigned)d->dt < ZCCL_NUM_TYPES ? dt_names[d->dt] : "?", d->op >= 0 ? ", op " : "",
+             d->op >= 0 && d->op < ZCCL_NUM_OPS ? op_names[d->op] : "", d->root);
+}
+
+/* Every rank contributes a fixed-size description of its call to one all-gather (so the check itself cannot
+ * mismatch), then compares all of them with rank 0's. Every rank sees the same table, so all fail alike. */
+static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) {
+    const int n = comm->nranks;
+    op_desc_t *all = calloc((size_t)n, sizeof *all);
+    if (!all) return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_CHECK: out of memory for %d descriptions", n);
+    const bool has_op = o->coll == ZCCL_COLL_ALLREDUCE || o->coll == ZCCL_COLL_REDUCE_SCATTER || o->coll == ZCCL_COLL_REDUCE;
+    const bool has_root = o->coll == ZCCL_COLL_BROADCAST || o->coll == ZCCL_COLL_REDUCE;
+    op_desc_t *me = &all[comm->rank];
+    memset(me, 0, sizeof *me);
+    me->seq = comm->seq;
+    me->count = o->count;
+    me->coll = (int32_t)o->coll;
+    me->dt = (int32_t)o->dt;
+    me->op = has_op ? (int32_t)o->op : -1;
+    me->root = has_root ? o->root : -1;
+    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLGATHER, .nranks = n, .rank = comm->rank, .count = sizeof(op_desc_t),
+                           .in_place = true, .elem_size = 1, .ring = comm->ring};
+    zccl_schedule_t s;
+    zccl_result_t res = zccl__sched_build(&a, &s);
+    if (res == ZCCL_SUCCESS) {
+        res = zccl__engine_run(comm, &s, me, all, ZCCL_UINT8, ZCCL_SUM);
+        zccl__sched_free(&s);
+    }
+    for (int r = 1; r < n && res == ZCCL_SUCCESS; r++) {
+        if (memcmp(&all[r], &all[0], sizeof all[0]) == 0) continue;
+        char d0[160], dr[160];
+        describe(&all[0], d0, sizeof d0);
+        describe(&all[r], dr, sizeof dr);
+        res = zccl__error(ZCCL_INVALID_USAGE, "ZCCL_CHECK: ranks called different collectives: rank %d called %s, "
+                          "rank 0 called %s%s", r, dr, d0, r == comm->rank ? " (this rank differs)" : "");
+    }
+    free(all);
+    return res;
+}
+
 static size_t pipeline_chunk(size_t bytes, int nranks) {
     size_t c = bytes / (size_t)(4 * (nranks > 1 ? nranks - 1 : 1));
     if (c < (64u << 10)) c = 64u << 10;
@@ -93,19 +148,25 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         a.algo = ZCCL_ALGO_DIRECT;
     pthread_mutex_lock(&comm->exec_mutex);
     comm->seq++;
+    comm->op_name = o->barrier ? "zccl_barrier" : coll_names[b.coll];
     zccl_schedule_t s;
-    zccl_result_t res = zccl__sched_build(&a, &s);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (comm->check && b.coll != ZCCL_COLL_SEND && b.coll != ZCCL_COLL_RECV && comm->nranks > 1)
+        res = check_matching(comm, &b);
+    if (res == ZCCL_SUCCESS) res = zccl__sched_build(&a, &s);
     if (res == ZCCL_SUCCESS) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
                    coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
                    (int)b.in_place, s.nphases);
         res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
         zccl__sched_free(&s);
-        if (res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT || res == ZCCL_INTERNAL_ERROR) {
-            /* Peers are out of step now: later operations on this communicator cannot succeed. */
-            comm->async_error = res;
-            snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
-        }
+    }
+    /* After a lost peer or a timeout the ranks are out of step: later operations on this communicator cannot
+     * succeed. (A mismatch found by ZCCL_CHECK is seen by every rank before anyone moves data, so the communicator
+     * stays usable.) */
+    if (res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT || res == ZCCL_INTERNAL_ERROR) {
+        snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
+        __atomic_store_n(&comm->async_error, res, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&comm->exec_mutex);
     return res;

@@ -6,6 +6,7 @@
  * (shared memory on the same host, TCP otherwise, or ZCCL_TRANSPORT); let each transport set itself up; finish
  * with a barrier so every peer has mapped what it needs before shared-memory names are removed.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <openssl/sha.h>
 #include <unistd.h>
 #include "bootstrap.h"
@@ -44,23 +46,24 @@ static volatile uint64_t cma_probe_word = 0;
 
 /* ---- the service thread: admits authenticated data connections from peers ------------------------------------ */
 
-static int service_on_conn(void *ctx, int fd, const void *hdr) {
+static int service_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
     struct zccl_comm *comm = ctx;
-    zccl_conn_hdr_t h;
-    memcpy(&h, hdr, sizeof h);
-    if (h.comm_id != comm->comm_id || h.kind != ZCCL_CONN_DATA || h.from_rank < 0 || h.from_rank >= comm->nranks ||
-        h.from_rank == comm->rank) {
+    int from = -1;
+    const char *why = NULL;
+    if (zccl__conn_hdr_decode(hdr, hdr_bytes, comm->comm_id, comm->rank, comm->nranks, &from, &why) != ZCCL_SUCCESS) {
+        zccl_conn_hdr_t h = {0}; /* for the log only */
+        if (hdr_bytes >= sizeof h) memcpy(&h, hdr, sizeof h);
         ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: refused a connection with a valid secret but a wrong header (communicator "
-                  "%016llx, from rank %d)", comm->rank, (unsigned long long)h.comm_id, h.from_rank);
+                  "%016llx, from rank %d): %s", comm->rank, (unsigned long long)h.comm_id, h.from_rank, why);
         close(fd);
         return 0;
     }
     pthread_mutex_lock(&comm->in_mutex);
-    bool dup = comm->in_fd[h.from_rank] >= 0;
-    if (!dup) comm->in_fd[h.from_rank] = fd;
+    bool dup = comm->in_fd[from] >= 0;
+    if (!dup) comm->in_fd[from] = fd;
     pthread_mutex_unlock(&comm->in_mutex);
     if (dup) {
-        ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: rank %d connected twice; second connection refused", comm->rank, h.from_rank);
+        ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: rank %d connected twice; second connection refused", comm->rank, from);
         close(fd);
         return 0;
     }
@@ -225,6 +228,35 @@ static zccl_result_t choose_ring(struct zccl_comm *comm) {
     return res;
 }
 
+/* TCP needs two descriptors per remote peer (one per direction). Check the limit before connecting, raising the
+ * soft limit up to the hard one if needed, so a low `ulimit -n` fails here with the number needed instead of as a
+ * stray EMFILE in the middle of a collective. */
+static zccl_result_t check_fd_limit(struct zccl_comm *comm) {
+    int ntcp = 0;
+    for (int r = 0; r < comm->nranks; r++) ntcp += (r != comm->rank && comm->tp[r] == &zccl_transport_tcp);
+    size_t open_now = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        while (readdir(d)) open_now++;
+        closedir(d);
+    }
+    const rlim_t need = (rlim_t)open_now + 2u * (rlim_t)ntcp + 16u; /* + a margin for the application */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return ZCCL_SUCCESS;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+        struct rlimit up = {need, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+            ZCCL_INFO(ZCCL_LOG_INIT, "raised the open-file limit from %llu to %llu for %d TCP peers",
+                      (unsigned long long)rl.rlim_cur, (unsigned long long)need, ntcp);
+            return ZCCL_SUCCESS;
+        }
+    }
+    return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d needs about %llu open files (%zu open now + 2 per TCP peer x %d "
+                       "peers) but RLIMIT_NOFILE is %llu (hard limit %llu); raise it (ulimit -n) or use fewer ranks per "
+                       "process", comm->rank, (unsigned long long)need, open_now, ntcp,
+                       (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
+}
+
 /* Polling keeps latency low only while every rank of the host has a core; with more ranks than cores a poller
  * steals the core its peer needs to make progress, so such ranks sleep at once and are woken by their peers. */
 static zccl_result_t choose_spin(struct zccl_comm *comm) {
@@ -265,6 +297,9 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     comm->rs_round_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_DIRECT_BYTES, 0, 1ll << 40, &v), res, fail);
     comm->direct_bytes = (size_t)v;
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, 0, 1, &v), res, fail);
+    comm->check = v != 0;
+    comm->op_name = "init";
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, 4096, 256ll << 20, &v), res, fail);
     comm->chunk_bytes = (size_t)v & ~(size_t)63;
     if (posix_memalign((void **)&comm->chunk_tmp, 4096, comm->chunk_bytes) != 0) {
@@ -315,6 +350,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     ZCCL_CHECK_GOTO(choose_ring(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_spin(comm), res, fail);
+    ZCCL_CHECK_GOTO(check_fd_limit(comm), res, fail);
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         bool used = false;
         for (int r = 0; r < nranks; r++) used |= (comm->tp[r] == transports[t] && r != rank);
@@ -486,13 +522,22 @@ ZCCL_API zccl_result_t zccl_comm_destroy(zccl_comm_t comm) {
 
 ZCCL_API zccl_result_t zccl_comm_abort(zccl_comm_t comm) {
     if (!comm) return ZCCL_SUCCESS;
-    comm->aborted = 1;
-    zccl__doorbell_ring(comm, comm->rank);
-    /* Closing the sockets makes peers see the loss at once instead of waiting for a deadline. */
-    pthread_mutex_lock(&comm->exec_mutex);
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    zccl__doorbell_ring(comm, comm->rank); /* a collective sleeping on its doorbell wakes, sees `aborted`, returns */
+    zccl__stream_forget(comm);             /* queued operations fail; waits for a stream running one of ours */
+    pthread_mutex_lock(&comm->exec_mutex); /* waits for a blocking call in another thread to return */
     pthread_mutex_unlock(&comm->exec_mutex);
-    zccl__stream_forget(comm);
-    comm_free(comm);
+    comm_free(comm); /* closing the sockets makes peers see the loss at once instead of waiting for a deadline */
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error) {
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_get_async_error: argument 'comm' is NULL");
+    if (!async_error)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_get_async_error: argument 'async_error' is NULL");
+    zccl_result_t e = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    *async_error = e != ZCCL_SUCCESS ? e : (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) ? ZCCL_REMOTE_ERROR
+                                                                                              : ZCCL_SUCCESS);
     return ZCCL_SUCCESS;
 }
 

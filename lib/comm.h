@@ -67,6 +67,8 @@ struct zccl_comm {
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     size_t direct_bytes;        /* ZCCL_ALLREDUCE_DIRECT_BYTES */
+    bool check;                 /* ZCCL_CHECK: verify that ranks call matching collectives */
+    const char *op_name;        /* the collective running now, for error messages */
     int64_t timeout_ms;
     volatile int aborted;
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */

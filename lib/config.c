@@ -32,6 +32,9 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_DIRECT_BYTES] = {"ZCCL_ALLREDUCE_DIRECT_BYTES", "32K",
                                "all-reduce sends its whole vector to every peer in one step (instead of the ring) "
                                "while count*typesize*(nranks-1) is at most this; 0 disables"},
+    [ZCCL_CFG_CHECK] = {"ZCCL_CHECK", "0",
+                        "1: before each collective, verify that every rank called the same one (sequence number, "
+                        "operation, count, datatype, op, root); costs one small all-gather per collective"},
     [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
                             "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",

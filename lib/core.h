@@ -111,6 +111,7 @@ typedef enum {
     ZCCL_CFG_DIRECT_BYTES,     /* ZCCL_ALLREDUCE_DIRECT_BYTES */
     ZCCL_CFG_TOPO_FILE,        /* ZCCL_TOPO_FILE */
     ZCCL_CFG_RING_ORDER,       /* ZCCL_RING_ORDER */
+    ZCCL_CFG_CHECK,            /* ZCCL_CHECK */
     ZCCL_CFG_COUNT
 } zccl_cfg_id_t;
 

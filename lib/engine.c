@@ -62,9 +62,9 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
     if (comm->timeout_ms > 0 && zccl__now_ns() - last_progress > (uint64_t)comm->timeout_ms * 1000000ull) {
         for (size_t i = 0; i < nx; i++)
             if (!x[i].complete)
-                return zccl__error(ZCCL_TIMEOUT, "rank %d: no progress for %lld ms %s rank %d (collective #%llu, "
+                return zccl__error(ZCCL_TIMEOUT, "rank %d: no progress for %lld ms %s rank %d (%s, collective #%llu, "
                                    "phase %zu, %zu of %zu bytes done)", comm->rank, (long long)comm->timeout_ms,
-                                   x[i].is_send ? "sending to" : "receiving from", x[i].peer,
+                                   x[i].is_send ? "sending to" : "receiving from", x[i].peer, comm->op_name,
                                    (unsigned long long)comm->seq, phase, x[i].done, x[i].bytes);
     }
     return ZCCL_SUCCESS;
@@ -99,6 +99,9 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
          * 64 polls; then sleep. */
         if (idle++ == 0) idle_since = zccl__now_ns();
         if ((idle & 63) != 0 || zccl__now_ns() - idle_since < comm->spin_ns) {
+            if ((idle & 63) == 0 && __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+                return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
+                                   comm->rank, (unsigned long long)comm->seq);
             __builtin_ia32_pause();
             continue;
         }

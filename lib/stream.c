@@ -12,7 +12,8 @@
 struct zccl_stream {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_idle;
+    pthread_cond_t cv_work, cv_idle, cv_done;
+    struct zccl_comm *running_comm; /* communicator of the operation running now (NULL if none) */
     zccl_op_t *q;
     size_t cap, head, tail; /* queue [head, tail) modulo cap; the running op stays at head until it finishes */
     bool running, stop;
@@ -32,6 +33,7 @@ static void *stream_main(void *arg) {
         if (s->head == s->tail && s->stop) break;
         zccl_op_t op = s->q[s->head % s->cap];
         s->running = true;
+        s->running_comm = op.comm;
         pthread_mutex_unlock(&s->mu);
         zccl_result_t res = op.comm ? zccl__op_run(&op)
                                     : zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
@@ -42,6 +44,8 @@ static void *stream_main(void *arg) {
         }
         s->head++;
         s->running = false;
+        s->running_comm = NULL;
+        pthread_cond_broadcast(&s->cv_done);
         if (s->head == s->tail) pthread_cond_broadcast(&s->cv_idle);
     }
     pthread_mutex_unlock(&s->mu);
@@ -58,6 +62,7 @@ ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_idle, NULL);
+    pthread_cond_init(&s->cv_done, NULL);
     int rc = pthread_create(&s->thread, NULL, stream_main, s);
     if (rc != 0) {
         free(s->q);
@@ -136,6 +141,7 @@ ZCCL_API zccl_result_t zccl_stream_destroy(zccl_stream_t s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv_work);
     pthread_cond_destroy(&s->cv_idle);
+    pthread_cond_destroy(&s->cv_done);
     free(s->q);
     free(s);
     return res;
@@ -157,9 +163,11 @@ void zccl__stream_forget(struct zccl_comm *comm) {
     pthread_mutex_lock(&live_mu);
     for (struct zccl_stream *s = live; s; s = s->next_live) {
         pthread_mutex_lock(&s->mu);
-        /* The running op (at head) already finished: abort waited for it. Queued ones fail instead of running. */
+        /* Queued operations of comm fail instead of running; one that is running sees comm->aborted and returns
+         * soon: wait for it, since it still uses comm. */
         for (size_t i = s->head + (s->running ? 1 : 0); i < s->tail; i++)
             if (s->q[i % s->cap].comm == comm) s->q[i % s->cap].comm = NULL;
+        while (s->running_comm == comm) pthread_cond_wait(&s->cv_done, &s->mu);
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&live_mu);

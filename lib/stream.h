@@ -27,7 +27,8 @@ zccl_result_t zccl__op_run(const zccl_op_t *op);
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t stream);
 /** True if some stream still holds queued or running operations of comm. */
 bool zccl__stream_busy_with(struct zccl_comm *comm);
-/** Drops queued operations of an aborted comm from every stream (they fail with ZCCL_REMOTE_ERROR). */
+/** Drops queued operations of an aborted comm from every stream (they fail with ZCCL_REMOTE_ERROR) and waits until
+ *  no stream runs one of its operations. */
 void zccl__stream_forget(struct zccl_comm *comm);
 
 #endif
