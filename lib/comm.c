@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <openssl/sha.h>
 #include <unistd.h>
 #include "bootstrap.h"
@@ -120,9 +121,16 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
         if (r == comm->rank) { comm->tp[r] = force ? force : &zccl_transport_shm; continue; }
         const zccl_transport_ops_t *pick = NULL;
         if (force) {
-            if (!force->can_reach(comm, r))
+            if (!force->can_reach(comm, r)) {
+                size_t need, avail;
+                if (force == &zccl_transport_shm && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash &&
+                    !zccl__shm_room(comm, &need, &avail))
+                    return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_TRANSPORT=shm: /dev/shm has %zu bytes free but the "
+                                       "ranks of this host need %zu; enlarge it (docker: --shm-size), lower "
+                                       "ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES, or allow TCP", avail, need);
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d (another host)",
                                    force->name, r);
+            }
             pick = force;
         } else {
             for (size_t t = 0; t < NTRANSPORTS && !pick; t++) /* ordered by preference: shm, then tcp */
@@ -131,6 +139,14 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
         comm->tp[r] = pick;
         if (pick == &zccl_transport_shm) nshm++; else ntcp++;
     }
+    size_t need, avail;
+    int first_local = comm->rank; /* the lowest rank of this host speaks for it */
+    for (int r = comm->rank - 1; r >= 0; r--)
+        if (comm->peers[r].host_hash == comm->peers[comm->rank].host_hash) first_local = r;
+    if (!force && !zccl__shm_room(comm, &need, &avail) && comm->rank == first_local && nshm + ntcp > 0)
+        ZCCL_WARN(ZCCL_LOG_SHM, "/dev/shm has %zu bytes free but the ranks of this host need %zu for shared memory: "
+                  "using TCP between them (slower; enlarge /dev/shm, e.g. docker --shm-size, or lower "
+                  "ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES)", avail, need);
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d: %d peers over shm, %d over tcp", comm->rank, comm->nranks, nshm, ntcp);
     return ZCCL_SUCCESS;
 }
@@ -344,6 +360,8 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
         cma_probe_word = r;
     }
     me.cma_probe = (uint64_t)(uintptr_t)&cma_probe_word;
+    struct statvfs vfs;
+    me.shm_free = statvfs("/dev/shm", &vfs) == 0 ? (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize : 0;
     me.cma_probe_value = cma_probe_word;
     ZCCL_CHECK_GOTO(locality_self(&me.loc, me.host_hash), res, fail);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
@@ -354,7 +372,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         bool used = false;
         for (int r = 0; r < nranks; r++) used |= (comm->tp[r] == transports[t] && r != rank);
-        if (used || (transports[t] == &zccl_transport_shm && comm->tp[rank] == transports[t]))
+        if (used) /* a transport no peer uses sets nothing up (a lone rank creates no shared memory) */
             ZCCL_CHECK_GOTO(transports[t]->comm_setup(comm), res, fail);
     }
     /* Every peer has mapped our inbox once it passes this barrier; the name can go. */

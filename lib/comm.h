@@ -19,6 +19,7 @@ typedef struct {
     char shm_name[64];      /* this rank's shared-memory inbox ("" if none) */
     uint64_t cma_probe;     /* address of a word holding cma_probe_value, for the single-copy probe */
     uint64_t cma_probe_value;
+    uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
     zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
 } zccl_peer_info_t;
 

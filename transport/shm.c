@@ -279,8 +279,36 @@ void zccl__shm_unlink_own(struct zccl_comm *comm) {
     }
 }
 
+/* Segment size for nlocal ranks with the configured slots (the same computation as shm_setup's). */
+static size_t segment_bytes(int nlocal) {
+    int64_t slot = 128 << 10, nslots = 8;
+    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOT_BYTES, 4096, 64ll << 20, &slot) != ZCCL_SUCCESS) slot = 128 << 10;
+    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, 2, 1024, &nslots) != ZCCL_SUCCESS) nslots = 8;
+    const size_t slot_bytes = align_up((size_t)slot, 4096);
+    const size_t data_offset = align_up(sizeof(chan_ctl_t) + (size_t)nslots * sizeof(slot_meta_t), 4096);
+    const size_t stride = data_offset + (size_t)nslots * slot_bytes;
+    return align_up(sizeof(seg_hdr_t), 4096) + (size_t)nlocal * stride;
+}
+
+bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail) {
+    const uint64_t host = comm->peers[comm->rank].host_hash;
+    int nlocal = 0;
+    uint64_t min_free = UINT64_MAX;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (comm->peers[r].host_hash != host) continue;
+        nlocal++;
+        if (comm->peers[r].shm_free < min_free) min_free = comm->peers[r].shm_free;
+    }
+    /* Every rank of the host computes this from the same exchanged numbers, so all of them decide alike. */
+    *need = (size_t)nlocal * segment_bytes(nlocal);
+    *avail = (size_t)min_free;
+    return min_free >= *need;
+}
+
 static bool shm_can_reach(const struct zccl_comm *comm, int peer) {
-    return comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash;
+    if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return false;
+    size_t need, avail;
+    return zccl__shm_room(comm, &need, &avail);
 }
 
 static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {

@@ -65,6 +65,12 @@ extern const zccl_transport_ops_t zccl_transport_tcp;
  */
 void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len);
 
+/**
+ * Whether /dev/shm holds the inboxes of all ranks of this host: *need bytes (their total) against *avail (the least
+ * free space any of them saw at start). Without room, ranks of one host talk over TCP instead.
+ */
+bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail);
+
 /** Wakes the given local rank's engine if it sleeps (shm doorbell; no-op for ranks without shm). */
 void zccl__doorbell_ring(struct zccl_comm *comm, int peer);
 
