@@ -13,6 +13,8 @@
  * Waiting: a rank that has nothing to do sleeps on the futex word in its own segment header (its doorbell);
  * whoever changes one of its channels bumps the doorbell and wakes it if it sleeps.
  */
+#include <dirent.h>
+#include <time.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -135,7 +137,31 @@ static void seg_name(const struct zccl_comm *comm, int rank, char *buf, size_t l
     snprintf(buf, len, "/zccl-%016llx-r%d-p%d", (unsigned long long)comm->comm_id, rank, (int)comm->peers[rank].pid);
 }
 
+/* A rank killed between creating its inbox and the init barrier leaves the name behind. The name carries the
+ * creator's pid: remove the ones whose creator no longer exists (ESRCH; another user's are EPERM and stay) and
+ * that are older than any init could take: containers sharing /dev/shm (--ipc=host) have other pid namespaces, and
+ * their live inboxes, unlinked seconds after creation, must not be taken for leftovers. */
+static void sweep_stale(void) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    const time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *p = strstr(e->d_name, "-p");
+        if (strncmp(e->d_name, "zccl-", 5) != 0 || !p) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || now - st.st_mtime < 3600) continue;
+        long pid = strtol(p + 2, NULL, 10);
+        if (pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            char name[300];
+            snprintf(name, sizeof name, "/%s", e->d_name);
+            if (shm_unlink(name) == 0) ZCCL_INFO(ZCCL_LOG_SHM, "removed %s left by exited process %ld", name, pid);
+        }
+    }
+    closedir(d);
+}
+
 static zccl_result_t create_own(struct zccl_comm *comm, shm_comm_t *s) {
+    sweep_stale();
     seg_name(comm, comm->rank, s->my_name, sizeof s->my_name);
     int fd = shm_open(s->my_name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) return zccl__syserror(errno, "shm_open(%s) for this rank's shared-memory inbox", s->my_name);
