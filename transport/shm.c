@@ -200,10 +200,13 @@ static zccl_result_t create_own(struct zccl_comm *comm, shm_comm_t *s) {
     return ZCCL_SUCCESS;
 }
 
+static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer);
+
 static zccl_result_t map_peer(struct zccl_comm *comm, shm_comm_t *s, int rank, uint64_t deadline) {
     char name[64];
     seg_name(comm, rank, name, sizeof name);
     int fd = -1;
+    unsigned polls = 0;
     for (;;) { /* the peer creates its inbox concurrently: wait for it to exist, have its size and its magic */
         if (fd < 0) fd = shm_open(name, O_RDWR, 0600);
         if (fd >= 0) {
@@ -229,6 +232,10 @@ static zccl_result_t map_peer(struct zccl_comm *comm, shm_comm_t *s, int rank, u
             if (fd >= 0) close(fd);
             return zccl__error(ZCCL_TIMEOUT, "rank %d's shared-memory inbox %s did not appear before the init "
                                "deadline (is rank %d alive? same ZCCL_SHM_* settings on every rank?)", rank, name, rank);
+        }
+        if (++polls % 16 == 0 && shm_check_peer(comm, rank) != ZCCL_SUCCESS) { /* died before creating it */
+            if (fd >= 0) close(fd);
+            return ZCCL_REMOTE_ERROR;
         }
         usleep(1000);
     }
