@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,86 @@ typedef struct {
 
 /* The root's answer: status, then on success nranks entries. */
 typedef struct {
-    int32_t status; /* 0 ok; 1 rank already taken; 2 nranks mismatch; 3 rank out of range */
+    int32_t status; /* ROOT_OK, or why the root refused the rank (ROOT_TAKEN ...) */
     int32_t nranks;
 } root_reply_t;
+enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4 };
+#define ROOT_MAX_NRANKS 65536
+
+/* ---- decoders of the headers that follow a proof (see socket.h) ------------------------------------------ */
+
+static bool nul_terminated(const char *s, size_t cap) { return memchr(s, 0, cap) != NULL; }
+
+/*
+ * Validates one rank's zccl_peer_info_t as it came over the wire (in a root hello, or in the table the root
+ * hands out): its rank, pid, listening address, shared-memory name (NUL-terminated within its array, "" or one
+ * "/name" component) and locality fields (-1 = unknown, else >= 0). Pure: *why names the first problem.
+ */
+static zccl_result_t peer_info_check(const zccl_peer_info_t *p, int32_t rank, const char **why) {
+    const char *w = NULL;
+    if (p->rank != rank) w = "peer info of another rank than the one claimed";
+    else if (p->pid <= 0) w = "peer info with an invalid pid";
+    else if (zccl__sockaddr_check(&p->listen, &w) != ZCCL_SUCCESS) { /* w set */ }
+    else if (!nul_terminated(p->shm_name, sizeof p->shm_name)) w = "shared-memory name not NUL-terminated";
+    else if (p->shm_name[0] && (p->shm_name[0] != '/' || strchr(p->shm_name + 1, '/')))
+        w = "shared-memory name is not of the form /name";
+    else if (p->loc.package < -1 || p->loc.numa < -1 || p->loc.core < -1 || p->loc.first_pu < -1 ||
+             p->loc.last_pu < -1 || p->loc.npus < 0)
+        w = "locality field out of range";
+    if (!w) return ZCCL_SUCCESS;
+    if (why) *why = w;
+    return ZCCL_INVALID_ARGUMENT;
+}
+
+/*
+ * Validates a root hello of len bytes (exactly sizeof(root_hello_t)). known_nranks: the job's size once a first
+ * rank has been admitted, else -1. On success fills *out and returns ROOT_OK; otherwise returns the status the
+ * root refuses the rank with and sets *why. Pure (no I/O, no logging).
+ */
+static int root_hello_decode(const void *buf, size_t len, int known_nranks, root_hello_t *out, const char **why) {
+    const char *w = NULL;
+    int st = ROOT_OK;
+    root_hello_t h;
+    if (!buf || len != sizeof h) {
+        if (why) *why = "root hello of the wrong length";
+        return ROOT_MALFORMED;
+    }
+    memcpy(&h, buf, sizeof h);
+    if (h.nranks < 1 || h.nranks > ROOT_MAX_NRANKS) st = ROOT_NRANKS, w = "nranks out of range [1, 65536]";
+    else if (known_nranks >= 0 && h.nranks != known_nranks) st = ROOT_NRANKS, w = "nranks differs from the first rank's";
+    else if (h.rank < 0 || h.rank >= h.nranks) st = ROOT_RANGE, w = "rank out of range [0, nranks)";
+    else if (peer_info_check(&h.info, h.rank, &w) != ZCCL_SUCCESS) st = ROOT_MALFORMED;
+    if (st != ROOT_OK) {
+        if (why) *why = w;
+        return st;
+    }
+    *out = h;
+    return ROOT_OK;
+}
+
+_Static_assert(sizeof(zccl_conn_hdr_t) == 16 && offsetof(zccl_conn_hdr_t, from_rank) == 8 &&
+               offsetof(zccl_conn_hdr_t, kind) == 12, "zccl_conn_hdr_t is a wire format");
+
+zccl_result_t zccl__conn_hdr_decode(const void *buf, size_t len, uint64_t comm_id, int my_rank, int nranks,
+                                    int *from_rank, const char **why) {
+    const char *w = NULL;
+    zccl_conn_hdr_t h;
+    if (!buf || len != sizeof h) {
+        w = "connection header of the wrong length";
+    } else {
+        memcpy(&h, buf, sizeof h);
+        if (h.comm_id != comm_id) w = "header of another communicator";
+        else if (h.kind != ZCCL_CONN_DATA) w = "unknown connection kind";
+        else if (h.from_rank < 0 || h.from_rank >= nranks) w = "sender rank out of range [0, nranks)";
+        else if (h.from_rank == my_rank) w = "sender claims to be this rank";
+    }
+    if (w) {
+        if (why) *why = w;
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    *from_rank = h.from_rank;
+    return ZCCL_SUCCESS;
+}
 
 void zccl__id_encode(const zccl_sockaddr_t *root, const uint8_t secret[ZCCL_SECRET_BYTES], zccl_unique_id_t *id) {
     id_layout_t l = {0};
@@ -112,28 +190,36 @@ static void root_refuse(int fd, int32_t status) {
     close(fd);
 }
 
-static int root_on_conn(void *ctx, int fd, const void *hdr) {
+static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
     root_t *R = ctx;
     root_hello_t h;
-    memcpy(&h, hdr, sizeof h);
-    if (R->nranks < 0) {
-        if (h.nranks < 1 || h.nranks > 65536) { root_refuse(fd, 2); return 0; }
-        R->nranks = h.nranks;
-        R->fd = malloc((size_t)h.nranks * sizeof(int));
-        R->info = calloc((size_t)h.nranks, sizeof(zccl_peer_info_t));
-        if (!R->fd || !R->info) { root_refuse(fd, 2); R->nranks = -1; return 0; }
-        for (int i = 0; i < h.nranks; i++) R->fd[i] = -1;
-    }
-    if (h.nranks != R->nranks) {
-        ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: rank %d says nranks=%d but the first rank said %d; refused", h.rank,
-                  h.nranks, R->nranks);
-        root_refuse(fd, 2);
+    const char *why = NULL;
+    int st = root_hello_decode(hdr, hdr_bytes, R->nranks, &h, &why);
+    if (st != ROOT_OK) {
+        int32_t claim[2] = {-1, -1}; /* for the log only: rank and nranks as claimed, if the header is that long */
+        if (hdr_bytes >= sizeof claim) memcpy(claim, hdr, sizeof claim);
+        ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: refused a rank that proved the secret (claims rank %d of %d; the "
+                  "first rank said nranks=%d): %s", claim[0], claim[1], R->nranks, why);
+        root_refuse(fd, st);
         return 0;
     }
-    if (h.rank < 0 || h.rank >= R->nranks) { root_refuse(fd, 3); return 0; }
+    if (R->nranks < 0) {
+        R->fd = malloc((size_t)h.nranks * sizeof(int));
+        R->info = calloc((size_t)h.nranks, sizeof(zccl_peer_info_t));
+        if (!R->fd || !R->info) {
+            free(R->fd);
+            free(R->info);
+            R->fd = NULL;
+            R->info = NULL;
+            root_refuse(fd, ROOT_NRANKS);
+            return 0;
+        }
+        R->nranks = h.nranks;
+        for (int i = 0; i < h.nranks; i++) R->fd[i] = -1;
+    }
     if (R->fd[h.rank] >= 0) {
         ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: rank %d joined twice; the second is refused", h.rank);
-        root_refuse(fd, 1);
+        root_refuse(fd, ROOT_TAKEN);
         return 0;
     }
     R->fd[h.rank] = fd;
@@ -210,11 +296,13 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
                            zccl__sockaddr_str(&info->root, as, sizeof as), zccl__last_error());
     root_reply_t rep;
     res = zccl__recv_all(fd, &rep, sizeof rep, deadline_ns, "waiting for all ranks at the bootstrap root");
-    if (res == ZCCL_SUCCESS && rep.status != 0) {
+    if (res == ZCCL_SUCCESS && rep.status != ROOT_OK) {
         static const char *why[] = {"", "another process already joined as this rank",
-                                    "this nranks differs from the other ranks'", "rank out of range"};
+                                    "this nranks differs from the other ranks'", "rank out of range",
+                                    "the root found this rank's hello malformed"};
         res = zccl__error(ZCCL_REMOTE_ERROR, "bootstrap root refused rank %d (nranks %d): %s", comm->rank,
-                          comm->nranks, rep.status >= 1 && rep.status <= 3 ? why[rep.status] : "unknown reason");
+                          comm->nranks, rep.status >= 1 && rep.status <= ROOT_MALFORMED ? why[rep.status]
+                                                                                         : "unknown reason");
     } else if (res == ZCCL_SUCCESS && rep.nranks != comm->nranks) {
         res = zccl__error(ZCCL_INTERNAL_ERROR, "bootstrap root answered for %d ranks, expected %d", rep.nranks,
                           comm->nranks);
@@ -222,6 +310,11 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     if (res == ZCCL_SUCCESS)
         res = zccl__recv_all(fd, comm->peers, (size_t)comm->nranks * sizeof *comm->peers, deadline_ns,
                              "receiving the rank table from the bootstrap root");
+    for (int r = 0; res == ZCCL_SUCCESS && r < comm->nranks; r++) {
+        const char *why = NULL;
+        if (peer_info_check(&comm->peers[r], r, &why) != ZCCL_SUCCESS)
+            res = zccl__error(ZCCL_REMOTE_ERROR, "the bootstrap root sent a malformed entry for rank %d: %s", r, why);
+    }
     close(fd);
     if (res == ZCCL_TIMEOUT)
         return zccl__error(ZCCL_TIMEOUT, "rank %d: not every rank joined within ZCCL_INIT_TIMEOUT_MS (are all %d "

@@ -17,11 +17,12 @@
 #include "socket.h"
 
 #define HELLO_MAGIC "ZCCLHELO"
-#define PROTO_VERSION 1u
-#define NONCE_BYTES 16
-#define MAC_BYTES 32
-#define HELLO_BYTES (8 + 4 + NONCE_BYTES)
-#define CHAL_BYTES (NONCE_BYTES + MAC_BYTES)
+#define PROTO_VERSION ZCCL_PROTO_VERSION
+#define NONCE_BYTES ZCCL_NONCE_BYTES
+#define MAC_BYTES ZCCL_MAC_BYTES
+#define HELLO_BYTES ZCCL_HELLO_BYTES
+#define CHAL_BYTES ZCCL_CHAL_BYTES
+_Static_assert(HELLO_BYTES == 28 && CHAL_BYTES == 48, "handshake message sizes are part of the protocol");
 
 const char *zccl__sockaddr_str(const zccl_sockaddr_t *a, char *buf, size_t len) {
     char host[INET6_ADDRSTRLEN] = "?";
@@ -231,10 +232,105 @@ static void fill_random(uint8_t *p, size_t n) {
     }
 }
 
+static void set_why(const char **why, const char *text) {
+    if (why) *why = text;
+}
+
+void zccl__hello_encode(const uint8_t nonce_c[NONCE_BYTES], uint8_t out[HELLO_BYTES]) {
+    memcpy(out, HELLO_MAGIC, 8);
+    uint32_t v = htonl(PROTO_VERSION);
+    memcpy(out + 8, &v, 4);
+    memcpy(out + 12, nonce_c, NONCE_BYTES);
+}
+
+zccl_result_t zccl__hello_decode(const uint8_t *buf, size_t len, uint8_t nonce_c[NONCE_BYTES], const char **why) {
+    if (!buf || len != HELLO_BYTES) {
+        set_why(why, "not a zccl hello (wrong length)");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    if (memcmp(buf, HELLO_MAGIC, 8) != 0) {
+        set_why(why, "not a zccl hello (bad magic)");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    uint32_t v;
+    memcpy(&v, buf + 8, 4);
+    if (ntohl(v) != PROTO_VERSION) {
+        set_why(why, "zccl hello of another protocol version (a different zccl release?)");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    memcpy(nonce_c, buf + 12, NONCE_BYTES);
+    return ZCCL_SUCCESS;
+}
+
+void zccl__chal_encode(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_c[NONCE_BYTES],
+                       const uint8_t nonce_s[NONCE_BYTES], uint8_t out[CHAL_BYTES]) {
+    memcpy(out, nonce_s, NONCE_BYTES);
+    make_mac(secret, 'S', nonce_c, nonce_s, out + NONCE_BYTES);
+}
+
+zccl_result_t zccl__chal_check(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_c[NONCE_BYTES],
+                               const uint8_t *chal, size_t len, uint8_t nonce_s[NONCE_BYTES], const char **why) {
+    if (!chal || len != CHAL_BYTES) {
+        set_why(why, "challenge of the wrong length");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    uint8_t mac[MAC_BYTES];
+    make_mac(secret, 'S', nonce_c, chal, mac);
+    if (!mac_equal(mac, chal + NONCE_BYTES)) {
+        set_why(why, "the server's challenge does not prove this job's secret");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    memcpy(nonce_s, chal, NONCE_BYTES);
+    return ZCCL_SUCCESS;
+}
+
+void zccl__proof_encode(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_s[NONCE_BYTES],
+                        const uint8_t nonce_c[NONCE_BYTES], uint8_t out[MAC_BYTES]) {
+    make_mac(secret, 'C', nonce_s, nonce_c, out);
+}
+
+bool zccl__proof_check(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_s[NONCE_BYTES],
+                       const uint8_t nonce_c[NONCE_BYTES], const uint8_t *proof, size_t len) {
+    if (!proof || len != MAC_BYTES) return false;
+    uint8_t mac[MAC_BYTES];
+    make_mac(secret, 'C', nonce_s, nonce_c, mac);
+    return mac_equal(mac, proof);
+}
+
+zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why) {
+    if (a->sa.ss_family == AF_INET) {
+        if (a->len != sizeof(struct sockaddr_in)) {
+            set_why(why, "IPv4 address with a wrong length");
+            return ZCCL_INVALID_ARGUMENT;
+        }
+        if (((const struct sockaddr_in *)&a->sa)->sin_port == 0) {
+            set_why(why, "address with port 0");
+            return ZCCL_INVALID_ARGUMENT;
+        }
+        return ZCCL_SUCCESS;
+    }
+    if (a->sa.ss_family == AF_INET6) {
+        if (a->len != sizeof(struct sockaddr_in6)) {
+            set_why(why, "IPv6 address with a wrong length");
+            return ZCCL_INVALID_ARGUMENT;
+        }
+        if (((const struct sockaddr_in6 *)&a->sa)->sin6_port == 0) {
+            set_why(why, "address with port 0");
+            return ZCCL_INVALID_ARGUMENT;
+        }
+        return ZCCL_SUCCESS;
+    }
+    set_why(why, "address of an unknown family (neither IPv4 nor IPv6)");
+    return ZCCL_INVALID_ARGUMENT;
+}
+
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],
                                  const void *hdr, size_t hdr_bytes, uint64_t deadline_ns, int *fd_out) {
     char as[80];
     zccl__sockaddr_str(addr, as, sizeof as);
+    if (hdr_bytes > ZCCL_MAX_HDR_BYTES || (hdr_bytes && !hdr))
+        return zccl__error(ZCCL_INTERNAL_ERROR, "connect to %s: header of %zu bytes (at most %d)", as, hdr_bytes,
+                           ZCCL_MAX_HDR_BYTES);
     int fd = -1;
     uint64_t backoff_us = 1000;
     for (;;) {
@@ -252,26 +348,22 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
         if (backoff_us < 100000) backoff_us *= 2;
     }
     zccl__sock_tune(fd);
-    uint8_t hello[HELLO_BYTES], chal[CHAL_BYTES], mac[MAC_BYTES];
-    memcpy(hello, HELLO_MAGIC, 8);
-    uint32_t v = htonl(PROTO_VERSION);
-    memcpy(hello + 8, &v, 4);
-    fill_random(hello + 12, NONCE_BYTES);
-    const uint8_t *nonce_c = hello + 12;
+    uint8_t hello[HELLO_BYTES], chal[CHAL_BYTES], nonce_c[NONCE_BYTES], nonce_s[NONCE_BYTES];
+    fill_random(nonce_c, NONCE_BYTES);
+    zccl__hello_encode(nonce_c, hello);
     zccl_result_t res;
     char what[128];
     snprintf(what, sizeof what, "handshake with %s", as);
     ZCCL_CHECK_GOTO(zccl__send_all(fd, hello, sizeof hello, deadline_ns, what), res, fail);
     ZCCL_CHECK_GOTO(zccl__recv_all(fd, chal, sizeof chal, deadline_ns, what), res, fail);
-    make_mac(secret, 'S', nonce_c, chal, mac);
-    if (!mac_equal(mac, chal + NONCE_BYTES)) {
+    if (zccl__chal_check(secret, nonce_c, chal, sizeof chal, nonce_s, NULL) != ZCCL_SUCCESS) {
         res = zccl__error(ZCCL_REMOTE_ERROR, "%s: the server does not hold this job's secret (wrong unique id or "
                           "ZCCL_SECRET, or another job on that port)", what);
         goto fail;
     }
     uint8_t proof[MAC_BYTES + ZCCL_MAX_HDR_BYTES];
-    make_mac(secret, 'C', chal, nonce_c, proof);
-    memcpy(proof + MAC_BYTES, hdr, hdr_bytes);
+    zccl__proof_encode(secret, nonce_s, nonce_c, proof);
+    if (hdr_bytes) memcpy(proof + MAC_BYTES, hdr, hdr_bytes);
     ZCCL_CHECK_GOTO(zccl__send_all(fd, proof, MAC_BYTES + hdr_bytes, deadline_ns, what), res, fail);
     *fd_out = fd;
     return ZCCL_SUCCESS;
@@ -345,17 +437,14 @@ zccl_result_t zccl__accept_loop(int listen_fd, int stop_fd, const uint8_t secret
             p->got += (size_t)r;
             if (p->got < want) continue;
             if (p->state == 0) {
-                uint32_t v;
-                memcpy(&v, p->buf + 8, 4);
-                if (memcmp(p->buf, HELLO_MAGIC, 8) != 0 || ntohl(v) != PROTO_VERSION) {
-                    drop(p, "not a zccl hello (bad magic or protocol version)");
+                const char *why = NULL;
+                if (zccl__hello_decode(p->buf, p->got, p->nonce_c, &why) != ZCCL_SUCCESS) {
+                    drop(p, why);
                     continue;
                 }
-                memcpy(p->nonce_c, p->buf + 12, NONCE_BYTES);
                 uint8_t chal[CHAL_BYTES];
                 fill_random(p->nonce_s, NONCE_BYTES);
-                memcpy(chal, p->nonce_s, NONCE_BYTES);
-                make_mac(secret, 'S', p->nonce_c, p->nonce_s, chal + NONCE_BYTES);
+                zccl__chal_encode(secret, p->nonce_c, p->nonce_s, chal);
                 /* 48 bytes always fit in a fresh socket's send buffer, so this does not block. */
                 if (send(p->fd, chal, sizeof chal, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof chal) {
                     drop(p, "could not send the challenge");
@@ -364,12 +453,14 @@ zccl_result_t zccl__accept_loop(int listen_fd, int stop_fd, const uint8_t secret
                 p->state = 1;
                 p->got = 0;
             } else {
-                uint8_t mac[MAC_BYTES];
-                make_mac(secret, 'C', p->nonce_s, p->nonce_c, mac);
-                if (!mac_equal(mac, p->buf)) { drop(p, "wrong secret (proof does not match)"); continue; }
+                /* The proof first: nothing of the header is looked at before the client proved the secret. */
+                if (!zccl__proof_check(secret, p->nonce_s, p->nonce_c, p->buf, MAC_BYTES)) {
+                    drop(p, "wrong secret (proof does not match)");
+                    continue;
+                }
                 int fd = p->fd;
                 p->fd = -1;
-                if (on_conn(ctx, fd, p->buf + MAC_BYTES)) stop = true;
+                if (on_conn(ctx, fd, p->buf + MAC_BYTES, p->got - MAC_BYTES)) stop = true;
             }
         }
         if (stop) break;

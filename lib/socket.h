@@ -49,14 +49,54 @@ zccl_result_t zccl__listen(zccl_sockaddr_t *addr, int *fd_out);
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],
                                  const void *hdr, size_t hdr_bytes, uint64_t deadline_ns, int *fd_out);
 
+/* ---- wire messages: pure encoders and validating decoders ------------------------------------------------------
+ * No I/O, no logging, no global state: every input is a pointer and an explicit length, checked against the exact
+ * size the protocol allows before anything is read. Decoders return ZCCL_SUCCESS, or ZCCL_INVALID_ARGUMENT with
+ * *why (if why is not NULL) set to a static, human-readable reason. tests/fuzz/fuzz_handshake.c feeds them
+ * random bytes. */
+#define ZCCL_NONCE_BYTES 16
+#define ZCCL_MAC_BYTES 32                                 /* HMAC-SHA256 */
+#define ZCCL_HELLO_BYTES (8 + 4 + ZCCL_NONCE_BYTES)       /* 28 */
+#define ZCCL_CHAL_BYTES (ZCCL_NONCE_BYTES + ZCCL_MAC_BYTES) /* 48 */
+#define ZCCL_PROTO_VERSION 1u
+
+/** Client: HELLO carrying nonce_c. */
+void zccl__hello_encode(const uint8_t nonce_c[ZCCL_NONCE_BYTES], uint8_t out[ZCCL_HELLO_BYTES]);
+/** Server: validates a HELLO (exactly ZCCL_HELLO_BYTES, magic "ZCCLHELO", version) and extracts nonce_c. */
+zccl_result_t zccl__hello_decode(const uint8_t *buf, size_t len, uint8_t nonce_c[ZCCL_NONCE_BYTES], const char **why);
+/** Server: CHAL = nonce_s | HMAC(secret, "S" | nonce_c | nonce_s). */
+void zccl__chal_encode(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_c[ZCCL_NONCE_BYTES],
+                       const uint8_t nonce_s[ZCCL_NONCE_BYTES], uint8_t out[ZCCL_CHAL_BYTES]);
+/** Client: checks a CHAL (exactly ZCCL_CHAL_BYTES, MAC over our nonce_c, constant time); extracts nonce_s. */
+zccl_result_t zccl__chal_check(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_c[ZCCL_NONCE_BYTES],
+                               const uint8_t *chal, size_t len, uint8_t nonce_s[ZCCL_NONCE_BYTES], const char **why);
+/** Client: PROOF = HMAC(secret, "C" | nonce_s | nonce_c). */
+void zccl__proof_encode(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_s[ZCCL_NONCE_BYTES],
+                        const uint8_t nonce_c[ZCCL_NONCE_BYTES], uint8_t out[ZCCL_MAC_BYTES]);
+/** Server: true iff proof is exactly ZCCL_MAC_BYTES and equals the expected MAC (constant-time comparison). */
+bool zccl__proof_check(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t nonce_s[ZCCL_NONCE_BYTES],
+                       const uint8_t nonce_c[ZCCL_NONCE_BYTES], const uint8_t *proof, size_t len);
+
+/**
+ * Validates a rank-to-rank header (zccl_conn_hdr_t of comm.h, the header after the PROOF on a data connection)
+ * received by rank my_rank of an nranks communicator comm_id: exact length, communicator id, kind, sender rank in
+ * [0, nranks) and not my_rank. On success *from_rank is the sender. Defined in bootstrap.c next to the root
+ * hello's decoder, where the layouts of comm.h are known.
+ */
+zccl_result_t zccl__conn_hdr_decode(const void *buf, size_t len, uint64_t comm_id, int my_rank, int nranks,
+                                    int *from_rank, const char **why);
+
+/** Validates a socket address from the wire: family AF_INET or AF_INET6, length exactly that family's, port != 0. */
+zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why);
+
 /**
  * Server side: runs a poll loop on listen_fd that accepts connections and runs every handshake concurrently
  * (a slow or hostile client cannot stall the others; each has ZCCL_HANDSHAKE_MS to finish). For each client
- * that proves the secret, calls on_conn(ctx, fd, hdr) with its hdr_bytes header; on_conn takes ownership of fd
- * and returns nonzero to stop the loop. The loop also stops when stop_fd becomes readable (if >= 0) or at
+ * that proves the secret, calls on_conn(ctx, fd, hdr, hdr_bytes) with its header (not yet validated: on_conn
+ * decodes it with one of the decoders above); on_conn takes ownership of fd and returns nonzero to stop the loop. The loop also stops when stop_fd becomes readable (if >= 0) or at
  * deadline_ns (if nonzero: ZCCL_TIMEOUT).
  */
-typedef int (*zccl_on_conn_fn)(void *ctx, int fd, const void *hdr);
+typedef int (*zccl_on_conn_fn)(void *ctx, int fd, const void *hdr, size_t hdr_bytes);
 zccl_result_t zccl__accept_loop(int listen_fd, int stop_fd, const uint8_t secret[ZCCL_SECRET_BYTES],
                                 size_t hdr_bytes, zccl_on_conn_fn on_conn, void *ctx, uint64_t deadline_ns);
 #define ZCCL_HANDSHAKE_MS 5000
