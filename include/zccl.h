@@ -180,6 +180,19 @@ zccl_result_t zccl_comm_abort(zccl_comm_t comm);
  */
 zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error);
 
+/**
+ * Creates a communicator of the ranks of comm that are not in `exclude` (elastic training after a failure, as
+ * ncclCommShrink). Collective over the survivors, who must pass the same set; excluded ranks do not call it. comm may
+ * be broken (ZCCL_REMOTE_ERROR from a lost peer): only its connection service and rank table are used. New ranks are
+ * the survivors in their old order. Destroy or abort comm afterwards as usual.
+ * @param exclude   nexclude distinct ranks of comm to leave out (the lost ones); may be NULL when nexclude is 0.
+ * @param nexclude  0 <= nexclude < nranks; the caller must not be excluded.
+ * @param[out] newcomm  the new communicator; NULL on failure.
+ * Errors: ZCCL_INVALID_ARGUMENT (a rank out of range, listed twice, or the caller excluded); ZCCL_TIMEOUT (a survivor
+ * did not join within ZCCL_INIT_TIMEOUT_MS); ZCCL_REMOTE_ERROR / ZCCL_SYSTEM_ERROR as zccl_comm_init_rank.
+ */
+zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, int nexclude, zccl_comm_t *newcomm);
+
 /** Stores the communicator's size in *count. Errors: ZCCL_INVALID_ARGUMENT if comm or count is NULL. */
 zccl_result_t zccl_comm_count(const zccl_comm_t comm, int *count);
 

@@ -59,6 +59,27 @@ static int service_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes)
         close(fd);
         return 0;
     }
+    zccl_conn_hdr_t h;
+    memcpy(&h, hdr, sizeof h);
+    if (h.kind == ZCCL_CONN_SHRINK) { /* a survivor announces the root of a shrunk communicator */
+        zccl_shrink_msg_t m;
+        const char *bad = NULL;
+        if (zccl__recv_all(fd, &m, sizeof m, zccl__now_ns() + 2000000000ull, "shrink announcement") != ZCCL_SUCCESS)
+            bad = "incomplete";
+        else if (zccl__sockaddr_check(&m.root, &bad) != ZCCL_SUCCESS)
+            bad = bad ? bad : "bad address";
+        close(fd);
+        if (bad) {
+            ZCCL_WARN(ZCCL_LOG_INIT, "rank %d: refused a shrink announcement from rank %d: %s", comm->rank, from, bad);
+            return 0;
+        }
+        pthread_mutex_lock(&comm->in_mutex);
+        comm->shrink_msg = m;
+        comm->shrink_known = true;
+        pthread_cond_broadcast(&comm->shrink_cv);
+        pthread_mutex_unlock(&comm->in_mutex);
+        return 0;
+    }
     pthread_mutex_lock(&comm->in_mutex);
     bool dup = comm->in_fd[from] >= 0;
     if (!dup) comm->in_fd[from] = fd;
@@ -103,6 +124,7 @@ static void comm_free(struct zccl_comm *comm) {
     free(comm->chunk_tmp);
     pthread_mutex_destroy(&comm->in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);
+    pthread_cond_destroy(&comm->shrink_cv);
     free(comm);
 }
 
@@ -303,6 +325,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     comm->sleeping = &comm->local_doorbell[1];
     pthread_mutex_init(&comm->in_mutex, NULL);
     pthread_mutex_init(&comm->exec_mutex, NULL);
+    pthread_cond_init(&comm->shrink_cv, NULL);
     zccl__log_set_rank(rank);
 
     int64_t v, init_ms;
@@ -547,6 +570,112 @@ ZCCL_API zccl_result_t zccl_comm_abort(zccl_comm_t comm) {
     pthread_mutex_unlock(&comm->exec_mutex);
     comm_free(comm); /* closing the sockets makes peers see the loss at once instead of waiting for a deadline */
     return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, int nexclude, zccl_comm_t *newcomm) {
+    const char *fn = "zccl_comm_shrink";
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    if (!newcomm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'newcomm' is NULL", fn);
+    *newcomm = NULL;
+    if (nexclude < 0 || nexclude >= comm->nranks || (nexclude > 0 && !exclude))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'nexclude' = %d must be in [0, nranks-1 = %d] with "
+                           "'exclude' non-NULL when > 0", fn, nexclude, comm->nranks - 1);
+    const int n = comm->nranks;
+    char *out = calloc((size_t)n, 1);
+    if (!out) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    zccl_result_t res = ZCCL_SUCCESS;
+    for (int i = 0; i < nexclude && res == ZCCL_SUCCESS; i++) {
+        const int r = exclude[i];
+        if (r < 0 || r >= n || out[r])
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: 'exclude[%d]' = %d is out of range or listed twice", fn, i, r);
+        else if (r == comm->rank)
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: 'exclude' lists the calling rank %d", fn, r);
+        else out[r] = 1;
+    }
+    /* New ranks: the survivors in their old order. The lowest survivor hosts the new bootstrap root. */
+    int newrank = 0, lowest = -1, nsurv = 0;
+    for (int r = 0; r < n; r++) {
+        if (out[r]) continue;
+        if (lowest < 0) lowest = r;
+        if (r == comm->rank) newrank = nsurv;
+        nsurv++;
+    }
+    int64_t init_ms = 120000;
+    if (res == ZCCL_SUCCESS) res = zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms);
+    if (res != ZCCL_SUCCESS) { /* rejected calls do not count as a shrink: survivors must agree on the number */
+        free(out);
+        return res;
+    }
+    const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
+    const uint64_t seq = ++comm->shrinks;
+    zccl_id_info_t info;
+    memset(&info, 0, sizeof info);
+    memcpy(info.secret, comm->secret, ZCCL_SECRET_BYTES);
+    /* Every survivor derives the same new communicator id from the old one, this shrink's number and the set. */
+    uint8_t *idbuf = malloc(16 + (size_t)n);
+    if (!idbuf && res == ZCCL_SUCCESS) res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    if (idbuf) {
+        uint8_t d[SHA256_DIGEST_LENGTH];
+        memcpy(idbuf, &comm->comm_id, 8);
+        memcpy(idbuf + 8, &seq, 8);
+        memcpy(idbuf + 16, out, (size_t)n);
+        SHA256(idbuf, 16 + (size_t)n, d);
+        memcpy(&info.comm_id, d, sizeof info.comm_id);
+        free(idbuf);
+    }
+    if (res == ZCCL_SUCCESS && comm->rank == lowest) {
+        /* Start the new root next to our listener, then tell every other survivor where it is. */
+        zccl_sockaddr_t addr = comm->peers[comm->rank].listen;
+        if (addr.sa.ss_family == AF_INET) ((struct sockaddr_in *)&addr.sa)->sin_port = 0;
+        else ((struct sockaddr_in6 *)&addr.sa)->sin6_port = 0;
+        int fd = -1;
+        res = zccl__listen(&addr, &fd);
+        if (res == ZCCL_SUCCESS) {
+            res = zccl__root_start(fd, comm->secret);
+            if (res != ZCCL_SUCCESS) close(fd);
+        }
+        info.root = addr;
+        zccl_shrink_msg_t m;
+        memset(&m, 0, sizeof m);
+        m.shrink_seq = seq;
+        m.root = addr;
+        for (int r = 0; r < n && res == ZCCL_SUCCESS; r++) {
+            if (out[r] || r == comm->rank) continue;
+            zccl_conn_hdr_t h = {comm->comm_id, comm->rank, ZCCL_CONN_SHRINK};
+            int cfd;
+            res = zccl__connect_auth(&comm->peers[r].listen, comm->secret, &h, sizeof h, deadline, &cfd);
+            if (res == ZCCL_SUCCESS) {
+                res = zccl__send_all(cfd, &m, sizeof m, deadline, "shrink announcement");
+                close(cfd);
+            }
+            if (res != ZCCL_SUCCESS)
+                res = zccl__error(res, "%s: cannot tell surviving rank %d where the new communicator starts (exclude "
+                                  "it too if it is lost): %s", fn, r, zccl__last_error());
+        }
+    } else if (res == ZCCL_SUCCESS) {
+        /* Wait for the lowest survivor's announcement of this shrink. */
+        pthread_mutex_lock(&comm->in_mutex);
+        while (!(comm->shrink_known && comm->shrink_msg.shrink_seq == seq)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50000000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&comm->shrink_cv, &comm->in_mutex, &ts);
+            if (zccl__now_ns() > deadline) break;
+        }
+        bool ok = comm->shrink_known && comm->shrink_msg.shrink_seq == seq;
+        info.root = comm->shrink_msg.root;
+        pthread_mutex_unlock(&comm->in_mutex);
+        if (!ok)
+            res = zccl__error(ZCCL_TIMEOUT, "%s: rank %d (the lowest survivor) did not announce the new communicator "
+                              "within ZCCL_INIT_TIMEOUT_MS; do all survivors call zccl_comm_shrink with the same "
+                              "'exclude' set?", fn, lowest);
+    }
+    free(out);
+    if (res != ZCCL_SUCCESS) return res;
+    ZCCL_INFO(ZCCL_LOG_INIT, "shrink #%llu: rank %d becomes rank %d of %d", (unsigned long long)seq, comm->rank,
+              newrank, nsurv);
+    return comm_init(newcomm, nsurv, &info, newrank);
 }
 
 ZCCL_API zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error) {

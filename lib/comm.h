@@ -30,6 +30,12 @@ typedef struct {
     int32_t kind; /* ZCCL_CONN_DATA */
 } zccl_conn_hdr_t;
 #define ZCCL_CONN_DATA 1
+#define ZCCL_CONN_SHRINK 2 /* followed by a zccl_shrink_msg_t: where the shrunk communicator's root listens */
+
+typedef struct {
+    uint64_t shrink_seq;  /* which shrink of this communicator (every survivor counts its calls) */
+    zccl_sockaddr_t root; /* the new bootstrap root, run by the lowest surviving rank */
+} zccl_shrink_msg_t;
 
 struct zccl_shm_comm;
 struct zccl_tcp_comm;
@@ -72,6 +78,11 @@ struct zccl_comm {
     const char *op_name;        /* the collective running now, for error messages */
     int64_t timeout_ms;
     volatile int aborted;
+    /* zccl_comm_shrink: the service thread records where the lowest survivor's new root listens. */
+    pthread_cond_t shrink_cv;
+    bool shrink_known;
+    zccl_shrink_msg_t shrink_msg;
+    uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */
     char async_msg[512];
 };
