@@ -182,6 +182,7 @@ typedef struct {
     int *fd;         /* per rank */
     zccl_peer_info_t *info;
     int joined;
+    int *ready; /* set by the accept loop once it has allocated what it needs (points into zccl__root_start) */
 } root_t;
 
 static void root_refuse(int fd, int32_t status) {
@@ -233,7 +234,8 @@ static void *root_main(void *arg) {
     int64_t init_ms = 120000;
     if (zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms) != ZCCL_SUCCESS) init_ms = 120000;
     uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
-    zccl_result_t res = zccl__accept_loop(R->listen_fd, -1, R->secret, sizeof(root_hello_t), root_on_conn, R, deadline);
+    zccl_result_t res = zccl__accept_loop(R->listen_fd, -1, R->secret, sizeof(root_hello_t), root_on_conn, R, deadline,
+                                          R->ready);
     close(R->listen_fd);
     if (res == ZCCL_SUCCESS) {
         root_reply_t rep = {0, R->nranks};
@@ -265,6 +267,8 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
     if (!R) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the bootstrap root");
     R->listen_fd = listen_fd;
     R->nranks = -1;
+    int ready = 0;
+    R->ready = &ready;
     memcpy(R->secret, secret, ZCCL_SECRET_BYTES);
     pthread_t t;
     pthread_attr_t attr;
@@ -276,6 +280,9 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
         free(R);
         return zccl__syserror(rc, "cannot start the bootstrap root thread");
     }
+    /* Return only once the root thread is past its own allocations: callers often fork the ranks next. The thread
+     * writes `ready` (on this stack) exactly once, right after those allocations, and never blocks before. */
+    while (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) usleep(50);
     return ZCCL_SUCCESS;
 }
 

@@ -121,9 +121,11 @@ static size_t pipeline_chunk(size_t bytes, int nranks) {
 
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
-    if (comm->aborted) return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+        return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
                                           coll_names[o->coll], comm->rank);
-    if (comm->async_error != ZCCL_SUCCESS) /* a peer was lost or timed out: fail at once, do not wait again */
+    /* A peer was lost or timed out: fail at once, do not wait again. */
+    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != ZCCL_SUCCESS)
         return zccl__error(comm->async_error, "%s on rank %d: the communicator is broken by an earlier error: %s",
                            coll_names[o->coll], comm->rank, comm->async_msg);
     uint8_t one = 0, out = 0;

@@ -97,7 +97,7 @@ static void *service_main(void *arg) {
     struct zccl_comm *comm = arg;
     zccl__log_set_rank(comm->rank);
     zccl__accept_loop(comm->listen_fd, comm->stop_pipe[0], comm->secret, sizeof(zccl_conn_hdr_t), service_on_conn,
-                      comm, 0);
+                      comm, 0, NULL);
     return NULL;
 }
 

@@ -50,7 +50,8 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
 
 static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint64_t last_progress,
                                    size_t phase) {
-    if (comm->aborted) return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
+    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+        return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
         ZCCL_CHECK(comm->tp[x[i].peer]->check_peer(comm, x[i].peer));
@@ -113,7 +114,7 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
         if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
         __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST);
         ZCCL_CHECK(res);
-        if (comm->aborted)
+        if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
                                (unsigned long long)comm->seq);
         if (moved || all_done || __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST) != seen) {

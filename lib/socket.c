@@ -393,10 +393,12 @@ static void drop(pending_t *p, const char *why) {
 }
 
 zccl_result_t zccl__accept_loop(int listen_fd, int stop_fd, const uint8_t secret[ZCCL_SECRET_BYTES],
-                                size_t hdr_bytes, zccl_on_conn_fn on_conn, void *ctx, uint64_t deadline_ns) {
+                                size_t hdr_bytes, zccl_on_conn_fn on_conn, void *ctx, uint64_t deadline_ns,
+                                int *ready) {
     if (hdr_bytes > ZCCL_MAX_HDR_BYTES) return zccl__error(ZCCL_INTERNAL_ERROR, "header of %zu bytes", hdr_bytes);
     pending_t *pend = calloc(MAX_PENDING, sizeof *pend);
     struct pollfd *pfd = calloc(MAX_PENDING + 2, sizeof *pfd);
+    if (ready) __atomic_store_n(ready, 1, __ATOMIC_RELEASE);
     if (!pend || !pfd) {
         free(pend);
         free(pfd);

@@ -93,12 +93,16 @@ zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why);
  * Server side: runs a poll loop on listen_fd that accepts connections and runs every handshake concurrently
  * (a slow or hostile client cannot stall the others; each has ZCCL_HANDSHAKE_MS to finish). For each client
  * that proves the secret, calls on_conn(ctx, fd, hdr, hdr_bytes) with its header (not yet validated: on_conn
- * decodes it with one of the decoders above); on_conn takes ownership of fd and returns nonzero to stop the loop. The loop also stops when stop_fd becomes readable (if >= 0) or at
- * deadline_ns (if nonzero: ZCCL_TIMEOUT).
+ * decodes it with one of the decoders above); on_conn takes ownership of fd and returns nonzero to stop the loop.
+ * The loop also stops when stop_fd becomes readable (if >= 0) or at deadline_ns (if nonzero: ZCCL_TIMEOUT).
+ * If `ready` is not NULL it is set (release) once the loop's own allocations are done, so that a caller that forks
+ * right after starting the loop in a thread can wait for it (a child forked while another thread allocates can
+ * inherit a held allocator lock, which gcc 12's AddressSanitizer does not guard against).
  */
 typedef int (*zccl_on_conn_fn)(void *ctx, int fd, const void *hdr, size_t hdr_bytes);
 zccl_result_t zccl__accept_loop(int listen_fd, int stop_fd, const uint8_t secret[ZCCL_SECRET_BYTES],
-                                size_t hdr_bytes, zccl_on_conn_fn on_conn, void *ctx, uint64_t deadline_ns);
+                                size_t hdr_bytes, zccl_on_conn_fn on_conn, void *ctx, uint64_t deadline_ns,
+                                int *ready);
 #define ZCCL_HANDSHAKE_MS 5000
 #define ZCCL_MAX_HDR_BYTES 4096
 

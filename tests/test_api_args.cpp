@@ -50,8 +50,10 @@ struct Checker {
     }
 };
 
-const zccl_datatype_t kBadTypes[] = {(zccl_datatype_t)-1, (zccl_datatype_t)10, (zccl_datatype_t)1000};
-const zccl_redop_t kBadOps[] = {(zccl_redop_t)-1, (zccl_redop_t)5, (zccl_redop_t)1000};
+/* Out-of-range values are kept as int and converted only at each call: loading an enum variable that holds a
+ * value outside the enum's range is undefined behaviour in C++ (UBSan -fsanitize=enum reports it). */
+const int kBadTypes[] = {-1, 10, 1000};
+const int kBadOps[] = {-1, 5, 1000};
 
 /* Element counts whose byte size overflows size_t (float64), or whose total exceeds SIZE_MAX/2 (int8). */
 struct Overflow {
@@ -110,22 +112,24 @@ void check_bad_args(Checker &ck, zccl_comm_t comm, int rank, int n, zccl_stream_
     }
 
     /* datatype out of range */
-    for (zccl_datatype_t dt : kBadTypes) {
-        const std::string d = "(datatype=" + std::to_string((int)dt) + ")" + sfx;
-        ck.invalid(zccl_allreduce(s, r, 4, dt, ZCCL_SUM, comm, stream), "allreduce" + d, "datatype");
-        ck.invalid(zccl_reduce_scatter(s, r, 4, dt, ZCCL_SUM, comm, stream), "reduce_scatter" + d, "datatype");
-        ck.invalid(zccl_allgather(s, r, 4, dt, comm, stream), "allgather" + d, "datatype");
-        ck.invalid(zccl_broadcast(s, r, 4, dt, 0, comm, stream), "broadcast" + d, "datatype");
-        ck.invalid(zccl_reduce(s, r, 4, dt, ZCCL_SUM, 0, comm, stream), "reduce" + d, "datatype");
-        ck.invalid(zccl_send(s, 4, dt, other, comm, stream), "send" + d, "datatype");
-        ck.invalid(zccl_recv(r, 4, dt, other, comm, stream), "recv" + d, "datatype");
+    for (int bad : kBadTypes) {
+        const std::string d = "(datatype=" + std::to_string(bad) + ")" + sfx;
+        ck.invalid(zccl_allreduce(s, r, 4, (zccl_datatype_t)bad, ZCCL_SUM, comm, stream), "allreduce" + d, "datatype");
+        ck.invalid(zccl_reduce_scatter(s, r, 4, (zccl_datatype_t)bad, ZCCL_SUM, comm, stream), "reduce_scatter" + d,
+                   "datatype");
+        ck.invalid(zccl_allgather(s, r, 4, (zccl_datatype_t)bad, comm, stream), "allgather" + d, "datatype");
+        ck.invalid(zccl_broadcast(s, r, 4, (zccl_datatype_t)bad, 0, comm, stream), "broadcast" + d, "datatype");
+        ck.invalid(zccl_reduce(s, r, 4, (zccl_datatype_t)bad, ZCCL_SUM, 0, comm, stream), "reduce" + d, "datatype");
+        ck.invalid(zccl_send(s, 4, (zccl_datatype_t)bad, other, comm, stream), "send" + d, "datatype");
+        ck.invalid(zccl_recv(r, 4, (zccl_datatype_t)bad, other, comm, stream), "recv" + d, "datatype");
     }
     /* op out of range */
-    for (zccl_redop_t op : kBadOps) {
-        const std::string d = "(op=" + std::to_string((int)op) + ")" + sfx;
-        ck.invalid(zccl_allreduce(s, r, 4, ZCCL_FLOAT32, op, comm, stream), "allreduce" + d, "op");
-        ck.invalid(zccl_reduce_scatter(s, r, 4, ZCCL_FLOAT32, op, comm, stream), "reduce_scatter" + d, "op");
-        ck.invalid(zccl_reduce(s, r, 4, ZCCL_FLOAT32, op, 0, comm, stream), "reduce" + d, "op");
+    for (int bad : kBadOps) {
+        const std::string d = "(op=" + std::to_string(bad) + ")" + sfx;
+        ck.invalid(zccl_allreduce(s, r, 4, ZCCL_FLOAT32, (zccl_redop_t)bad, comm, stream), "allreduce" + d, "op");
+        ck.invalid(zccl_reduce_scatter(s, r, 4, ZCCL_FLOAT32, (zccl_redop_t)bad, comm, stream), "reduce_scatter" + d,
+                   "op");
+        ck.invalid(zccl_reduce(s, r, 4, ZCCL_FLOAT32, (zccl_redop_t)bad, 0, comm, stream), "reduce" + d, "op");
     }
     /* root / peer out of range */
     for (int bad : {-1, n, n + 100, INT32_MIN}) {

@@ -362,9 +362,13 @@ int flooder(const zccl_unique_id_t &id, Shared *S) {
         if (S->inited.load() > 0) break;
         const FloodStats before = rs;
         bool connected = hostile_conn(info.root, i, root_replay, rng, held, rs);
-        if (i >= kRank1JoinsAfter && (!connected || rs.unanswered > before.unanswered) && S->inited.load() > 0) {
-            rs = before; /* the root was gone: not counted */
-            break;
+        if (i >= kRank1JoinsAfter && (!connected || rs.unanswered > before.unanswered)) {
+            /* The root may have finished a moment before the ranks' init returned: give them time to say so. */
+            for (int w = 0; w < 200 && S->inited.load() == 0; w++) usleep(10000);
+            if (S->inited.load() > 0) {
+                rs = before; /* the root was gone: not counted */
+                break;
+            }
         }
         if (!connected) {
             fprintf(stderr, "flooder: connect to the root failed after %d connections: %s\n", i, strerror(errno));

@@ -343,6 +343,11 @@ std::unique_ptr<ProcessGroup> start_ranks(int nranks, RankBody body, const Optio
     }
     if (id_out) *id_out = id;
     const bool init = opts.init_comm;
+    /* Ranks start only once all are forked: a child forked while the bootstrap root thread of this process
+     * allocates can inherit a held allocator lock (gcc 12's AddressSanitizer does not guard fork). Each child waits
+     * for end-of-file on this pipe, which comes when the parent closes its write end after the last fork. */
+    int gate[2] = {-1, -1};
+    if (pipe(gate) != 0) gate[0] = gate[1] = -1;
     for (int r = 0; r < nranks; r++) {
         EnvList env = opts.env;
         if (opts.rank_env) {
@@ -351,6 +356,13 @@ std::unique_ptr<ProcessGroup> start_ranks(int nranks, RankBody body, const Optio
         }
         group->spawn("rank " + std::to_string(r),
                      [=]() -> int {
+                         if (gate[1] >= 0) {
+                             close(gate[1]);
+                             char c;
+                             while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+                             }
+                             close(gate[0]);
+                         }
                          zccl_comm_t comm = nullptr;
                          if (init) {
                              zccl_result_t res = zccl_comm_init_rank(&comm, nranks, id, r);
@@ -379,6 +391,8 @@ std::unique_ptr<ProcessGroup> start_ranks(int nranks, RankBody body, const Optio
                      },
                      env);
     }
+    if (gate[1] >= 0) close(gate[1]);
+    if (gate[0] >= 0) close(gate[0]);
     return group;
 }
 
