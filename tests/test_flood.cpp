@@ -126,24 +126,6 @@ bool send_exact(int fd, const void *p, size_t n) {
     return send(fd, p, n, MSG_NOSIGNAL) == (ssize_t)n; /* small messages into a fresh socket: sent at once */
 }
 
-bool recv_exact(int fd, void *buf, size_t len, double timeout_s) {
-    double end = now_s() + timeout_s;
-    size_t got = 0;
-    while (got < len) {
-        double left = end - now_s();
-        if (left <= 0) return false;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
-        ssize_t r = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
-        if (r == 0) return false;
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-            return false;
-        }
-        got += (size_t)r;
-    }
-    return true;
-}
 
 /* True when the server closes fd within timeout_s (EOF or reset), discarding anything it sends. */
 bool closed_by_server(int fd, double timeout_s) {

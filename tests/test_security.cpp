@@ -243,25 +243,6 @@ TEST(Security, HostileConnectionsToRoot) {
     printf("[   INFO   ] garbage connection closed after %.3f s\n", closed_after);
 }
 
-/* recv exactly len bytes within timeout_s; false on close, error or timeout. */
-bool recv_exact(int fd, void *buf, size_t len, double timeout_s) {
-    double end = now_s() + timeout_s;
-    size_t got = 0;
-    while (got < len) {
-        double left = end - now_s();
-        if (left <= 0) return false;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
-        ssize_t r = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
-        if (r == 0) return false;
-        if (r < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-            return false;
-        }
-        got += (size_t)r;
-    }
-    return true;
-}
 
 /*
  * A client that speaks the handshake (socket.h) but does not know the secret: a valid HELLO, then a PROOF of random

@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <chrono>
+#include <poll.h>
 
 #include <algorithm>
 #include <cstdarg>
@@ -455,6 +457,26 @@ int free_tcp_port() {
     }
     close(fd);
     return port;
+}
+
+
+bool recv_exact(int fd, void *buf, size_t len, double timeout_s) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    size_t got = 0;
+    while (got < len) {
+        const double left = std::chrono::duration<double>(end - std::chrono::steady_clock::now()).count();
+        if (left <= 0) return false;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        ssize_t r = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
+        if (r == 0) return false;
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            return false;
+        }
+        got += (size_t)r;
+    }
+    return true;
 }
 
 }  // namespace zt

@@ -140,6 +140,9 @@ GroupResult run_ranks(int nranks, RankBody body, const Options &opts = Options()
 std::unique_ptr<ProcessGroup> start_ranks(int nranks, RankBody body, const Options &opts,
                                           zccl_unique_id_t *id_out = nullptr, std::string *error = nullptr);
 
+/** Receives exactly len bytes from fd within timeout_s seconds; false on close, error or timeout. */
+bool recv_exact(int fd, void *buf, size_t len, double timeout_s);
+
 /** Shared anonymous memory mapped before fork, visible to the parent and every child (MAP_SHARED). */
 class SharedMem {
   public:
