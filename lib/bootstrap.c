@@ -39,8 +39,9 @@ typedef struct {
 typedef struct {
     int32_t status; /* ROOT_OK, or why the root refused the rank (ROOT_TAKEN ...) */
     int32_t nranks;
+    char missing[192]; /* ROOT_INCOMPLETE: the ranks that never joined, " 3 5" (NUL-terminated, may be cut) */
 } root_reply_t;
-enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4 };
+enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4, ROOT_INCOMPLETE = 5 };
 #define ROOT_MAX_NRANKS 65536
 
 /* ---- decoders of the headers that follow a proof (see socket.h) ------------------------------------------ */
@@ -186,7 +187,7 @@ typedef struct {
 } root_t;
 
 static void root_refuse(int fd, int32_t status) {
-    root_reply_t r = {status, 0};
+    root_reply_t r = {status, 0, ""};
     zccl__send_all(fd, &r, sizeof r, zccl__now_ns() + 1000000000ull, "bootstrap root refusal");
     close(fd);
 }
@@ -233,12 +234,14 @@ static void *root_main(void *arg) {
     root_t *R = arg;
     int64_t init_ms = 120000;
     if (zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms) != ZCCL_SUCCESS) init_ms = 120000;
-    uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
+    /* Give up a little before the ranks do, so that the ranks that joined hear which ones are missing. */
+    const uint64_t margin_ms = ZCCL_MIN((uint64_t)init_ms / 10, 1000u);
+    uint64_t deadline = zccl__now_ns() + ((uint64_t)init_ms - margin_ms) * 1000000ull;
     zccl_result_t res = zccl__accept_loop(R->listen_fd, -1, R->secret, sizeof(root_hello_t), root_on_conn, R, deadline,
                                           R->ready);
     close(R->listen_fd);
     if (res == ZCCL_SUCCESS) {
-        root_reply_t rep = {0, R->nranks};
+        root_reply_t rep = {ROOT_OK, R->nranks, ""};
         for (int r = 0; r < R->nranks; r++) {
             if (zccl__send_all(R->fd[r], &rep, sizeof rep, deadline, "bootstrap root reply") != ZCCL_SUCCESS ||
                 zccl__send_all(R->fd[r], R->info, (size_t)R->nranks * sizeof *R->info, deadline,
@@ -247,12 +250,17 @@ static void *root_main(void *arg) {
         }
         ZCCL_INFO(ZCCL_LOG_BOOT, "bootstrap root: %d ranks joined", R->nranks);
     } else if (R->nranks > 0) {
-        char missing[256];
+        char missing[sizeof(((root_reply_t *)0)->missing)];
         size_t w = 0;
         for (int r = 0; r < R->nranks && w < sizeof missing - 16; r++)
             if (R->fd[r] < 0) w += (size_t)snprintf(missing + w, sizeof missing - w, " %d", r);
         ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: %d of %d ranks joined before the deadline; missing:%s", R->joined,
                   R->nranks, missing);
+        root_reply_t rep = {ROOT_INCOMPLETE, R->nranks, ""};
+        snprintf(rep.missing, sizeof rep.missing, "%s", missing);
+        for (int r = 0; r < R->nranks; r++) /* tell the ranks that did join who is missing (best effort) */
+            if (R->fd[r] >= 0)
+                zccl__send_all(R->fd[r], &rep, sizeof rep, zccl__now_ns() + 200000000ull, "bootstrap root timeout");
     }
     for (int r = 0; R->fd && r < R->nranks; r++)
         if (R->fd[r] >= 0) close(R->fd[r]);
@@ -303,6 +311,13 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
                            zccl__sockaddr_str(&info->root, as, sizeof as), zccl__last_error());
     root_reply_t rep;
     res = zccl__recv_all(fd, &rep, sizeof rep, deadline_ns, "waiting for all ranks at the bootstrap root");
+    if (res == ZCCL_SUCCESS && rep.status == ROOT_INCOMPLETE) {
+        rep.missing[sizeof rep.missing - 1] = 0;
+        close(fd);
+        return zccl__error(ZCCL_TIMEOUT, "rank %d: not every rank joined within ZCCL_INIT_TIMEOUT_MS; the bootstrap "
+                           "root never heard from rank(s)%s (started with the same id and nranks %d? alive?)",
+                           comm->rank, rep.missing, comm->nranks);
+    }
     if (res == ZCCL_SUCCESS && rep.status != ROOT_OK) {
         static const char *why[] = {"", "another process already joined as this rank",
                                     "this nranks differs from the other ranks'", "rank out of range",

@@ -17,7 +17,7 @@
  *       (< 100 ms) with an error instead of waiting again.
  *   Faults.KilledBeforeInit
  *       3 ranks, ZCCL_INIT_TIMEOUT_MS=3000; rank 2 is SIGKILLed before it calls zccl_comm_init_rank. Ranks 0 and 1
- *       must fail their init with ZCCL_TIMEOUT or ZCCL_REMOTE_ERROR within 5 s, not hang.
+ *       must fail their init with ZCCL_TIMEOUT or ZCCL_REMOTE_ERROR within 5 s, not hang, naming rank 2 as missing.
  *   Faults.TimeoutNamesPeer
  *       2 ranks (shm, then tcp), ZCCL_TIMEOUT_MS=500; rank 1 stays alive but never calls the collective. Rank 0's
  *       allreduce must return ZCCL_TIMEOUT within 0.4..2 s with a message naming rank 1.
@@ -250,7 +250,10 @@ TEST(Faults, KilledBeforeInit) {
     InitShared *sh = new (mem.data()) InitShared();
     for (int r = 0; r < 3; r++) sh->result[r] = -1;
     zccl_unique_id_t id;
+    /* The bootstrap root runs in this process: it reads the same init deadline as the ranks. */
+    setenv("ZCCL_INIT_TIMEOUT_MS", "3000", 1);
     zccl_result_t idres = zccl_get_unique_id(&id);
+    unsetenv("ZCCL_INIT_TIMEOUT_MS");
     ASSERT_EQ(idres, ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
     Options o;
     o.deadline_s = 15;
@@ -294,6 +297,9 @@ TEST(Faults, KilledBeforeInit) {
         EXPECT_LE(sh->elapsed_s[r], 5.0) << "rank " << r << ": init took " << sh->elapsed_s[r]
                                          << " s with ZCCL_INIT_TIMEOUT_MS=3000";
         EXPECT_NE(std::string(sh->msg[r]), "") << "rank " << r << ": no error message";
+        /* The root gives up just before the ranks and tells them which rank never joined. */
+        EXPECT_NE(std::string(sh->msg[r]).find("rank(s) 2"), std::string::npos)
+            << "rank " << r << ": the message does not name the missing rank 2: " << sh->msg[r];
     }
     sh->~InitShared();
 }
