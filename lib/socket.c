@@ -298,30 +298,23 @@ bool zccl__proof_check(const uint8_t secret[ZCCL_SECRET_BYTES], const uint8_t no
 }
 
 zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why) {
-    if (a->sa.ss_family == AF_INET) {
-        if (a->len != sizeof(struct sockaddr_in)) {
-            set_why(why, "IPv4 address with a wrong length");
-            return ZCCL_INVALID_ARGUMENT;
-        }
-        if (((const struct sockaddr_in *)&a->sa)->sin_port == 0) {
-            set_why(why, "address with port 0");
-            return ZCCL_INVALID_ARGUMENT;
-        }
-        return ZCCL_SUCCESS;
+    const int fam = a->sa.ss_family;
+    if (fam != AF_INET && fam != AF_INET6) {
+        set_why(why, "address of an unknown family (neither IPv4 nor IPv6)");
+        return ZCCL_INVALID_ARGUMENT;
     }
-    if (a->sa.ss_family == AF_INET6) {
-        if (a->len != sizeof(struct sockaddr_in6)) {
-            set_why(why, "IPv6 address with a wrong length");
-            return ZCCL_INVALID_ARGUMENT;
-        }
-        if (((const struct sockaddr_in6 *)&a->sa)->sin6_port == 0) {
-            set_why(why, "address with port 0");
-            return ZCCL_INVALID_ARGUMENT;
-        }
-        return ZCCL_SUCCESS;
+    const bool v4 = (fam == AF_INET);
+    if (a->len != (v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6))) {
+        set_why(why, v4 ? "IPv4 address with a wrong length" : "IPv6 address with a wrong length");
+        return ZCCL_INVALID_ARGUMENT;
     }
-    set_why(why, "address of an unknown family (neither IPv4 nor IPv6)");
-    return ZCCL_INVALID_ARGUMENT;
+    const in_port_t port = v4 ? ((const struct sockaddr_in *)&a->sa)->sin_port
+                              : ((const struct sockaddr_in6 *)&a->sa)->sin6_port;
+    if (port == 0) {
+        set_why(why, "address with port 0");
+        return ZCCL_INVALID_ARGUMENT;
+    }
+    return ZCCL_SUCCESS;
 }
 
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],

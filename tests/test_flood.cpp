@@ -102,11 +102,7 @@ uint64_t xorshift(uint64_t &x) {
 zccl_sockaddr_t loopback(int port) {
     zccl_sockaddr_t a;
     memset(&a, 0, sizeof a);
-    struct sockaddr_in *s = (struct sockaddr_in *)&a.sa;
-    s->sin_family = AF_INET;
-    s->sin_port = htons((uint16_t)port);
-    s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.len = sizeof *s;
+    zccl__resolve("127.0.0.1", port, &a); /* numeric: cannot fail */
     return a;
 }
 
