@@ -193,6 +193,23 @@ zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_e
  */
 zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, int nexclude, zccl_comm_t *newcomm);
 
+/** color value for ranks that take part in zccl_comm_split but join no new communicator (NCCL_SPLIT_NOCOLOR). */
+#define ZCCL_SPLIT_NOCOLOR (-1)
+
+/**
+ * Splits comm into disjoint communicators, one per distinct color (as ncclCommSplit / MPI_Comm_split): data-parallel
+ * groups inside 3D parallelism, per-host communicators for hierarchical schedules. Collective over every rank of
+ * comm, called in the same order as comm's collectives. New ranks follow (key, old rank) ascending.
+ * @param color  >= 0, or ZCCL_SPLIT_NOCOLOR: the caller joins no communicator and *newcomm is NULL.
+ * @param key    any int; orders ranks inside the new communicator (ties broken by old rank).
+ * @param[out] newcomm  the new communicator (destroy it as usual); NULL for ZCCL_SPLIT_NOCOLOR or on failure.
+ * Errors: ZCCL_INVALID_ARGUMENT (comm/newcomm NULL, color < -1); ZCCL_INVALID_USAGE (operations of comm still queued
+ * on a stream: synchronize first); ZCCL_REMOTE_ERROR when comm is broken or a rank is
+ * lost during the split; ZCCL_TIMEOUT / ZCCL_SYSTEM_ERROR as zccl_comm_init_rank. Every rank of comm gets the same
+ * outcome for the exchange of colors; the new communicators are then set up group by group.
+ */
+zccl_result_t zccl_comm_split(zccl_comm_t comm, int color, int key, zccl_comm_t *newcomm);
+
 /** Stores the communicator's size in *count. Errors: ZCCL_INVALID_ARGUMENT if comm or count is NULL. */
 zccl_result_t zccl_comm_count(const zccl_comm_t comm, int *count);
 
@@ -271,6 +288,34 @@ zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t rec
  */
 zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
                              zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Uneven reduce-scatter (NCCL has none; MPI_Reduce_scatter): rank r ends with recvcounts[r] reduced elements,
+ * recvbuf[i] = op over ranks q of sendbuf_q[displ_r + i] where displ_r = recvcounts[0] + ... + recvcounts[r-1].
+ * For ZeRO buckets whose size does not divide by nranks. Ring algorithm; each rank sends and receives
+ * (total - its own block) elements.
+ * @param sendbuf     total = sum(recvcounts) elements (the blocks back to back, rank order).
+ * @param recvbuf     recvcounts[rank] elements (may be NULL when that is 0). In place when
+ *                    recvbuf == sendbuf + displ_rank (in elements).
+ * @param recvcounts  nranks element counts (any may be 0), identical on every rank; copied before the call returns,
+ *                    so it need not outlive a queued operation (the buffers must).
+ * Errors: ZCCL_INVALID_ARGUMENT as zccl_reduce_scatter, plus 'recvcounts' NULL or its sum overflowing;
+ * with ZCCL_CHECK=1, ZCCL_INVALID_USAGE when ranks pass different counts.
+ */
+zccl_result_t zccl_reduce_scatter_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                    zccl_datatype_t datatype, zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Uneven all-gather (MPI_Allgatherv with contiguous blocks): recvbuf[displ_r + i] = sendbuf_r[i] for
+ * 0 <= i < recvcounts[r], displ_r = recvcounts[0] + ... + recvcounts[r-1]. Ring algorithm.
+ * @param sendbuf     recvcounts[rank] elements (may be NULL when that is 0). In place when
+ *                    sendbuf == recvbuf + displ_rank (in elements).
+ * @param recvbuf     sum(recvcounts) elements.
+ * @param recvcounts  nranks element counts, identical on every rank; copied before the call returns.
+ * Errors: as zccl_reduce_scatter_v.
+ */
+zccl_result_t zccl_allgather_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts, zccl_datatype_t datatype,
+                               zccl_comm_t comm, zccl_stream_t stream);
 
 /**
  * Broadcast: recvbuf = root's sendbuf on every rank. Pipelined chain along the ring.

@@ -63,6 +63,7 @@ static zccl_result_t check_overlap(const char *fn, const void *s, size_t sbytes,
 typedef struct {
     uint64_t seq, count;
     int32_t coll, dt, op, root; /* op and root are -1 where the collective has none */
+    uint64_t vhash;             /* _v collectives: hash of the per-rank counts (they must agree too); else 0 */
 } op_desc_t;
 
 static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
@@ -70,8 +71,9 @@ static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32
 static const char *op_names[ZCCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
 
 static void describe(const op_desc_t *d, char *buf, size_t len) {
-    snprintf(buf, len, "#%llu %s(count %llu, %s%s%s, root %d)", (unsigned long long)d->seq,
-             (unsigned)d->coll < ZCCL_COLL_COUNT ? coll_names[d->coll] : "?", (unsigned long long)d->count,
+    snprintf(buf, len, "#%llu %s%s(count %llu, %s%s%s, root %d)", (unsigned long long)d->seq,
+             (unsigned)d->coll < ZCCL_COLL_COUNT ? coll_names[d->coll] : "?", d->vhash ? "_v" : "",
+             (unsigned long long)d->count,
              (unsigned)d->dt < ZCCL_NUM_TYPES ? dt_names[d->dt] : "?", d->op >= 0 ? ", op " : "",
              d->op >= 0 && d->op < ZCCL_NUM_OPS ? op_names[d->op] : "", d->root);
 }
@@ -92,6 +94,15 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
     me->dt = (int32_t)o->dt;
     me->op = has_op ? (int32_t)o->op : -1;
     me->root = has_root ? o->root : -1;
+    if (o->vcounts) { /* FNV-1a over the counts; the total goes in count */
+        uint64_t h = 1469598103934665603ull, total = 0;
+        for (int r = 0; r < n; r++) {
+            h = (h ^ (uint64_t)o->vcounts[r]) * 1099511628211ull;
+            total += o->vcounts[r];
+        }
+        me->vhash = h | 1;
+        me->count = total;
+    }
     zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLGATHER, .nranks = n, .rank = comm->rank, .count = sizeof(op_desc_t),
                            .in_place = true, .elem_size = 1, .ring = comm->ring};
     zccl_schedule_t s;
@@ -145,6 +156,11 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         .algo = ZCCL_ALGO_RING,
         .ring = comm->ring,
     };
+    if (b.vcounts) { /* uneven reduce-scatter / all-gather: ring only */
+        a.counts = b.vcounts;
+        a.displs = b.vcounts + comm->nranks;
+        a.count = b.vcounts[comm->rank];
+    }
     /* Small all-reduces are latency-bound: one direct exchange beats the ring's 2(n-1) steps. */
     if (b.coll == ZCCL_COLL_ALLREDUCE && b.count * es * (size_t)(comm->nranks - 1) <= comm->direct_bytes)
         a.algo = ZCCL_ALGO_DIRECT;
@@ -184,7 +200,7 @@ ZCCL_API zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = (sendbuf == recvbuf);
     ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, false, sendbuf, recvbuf, count, datatype, op, 0, in_place, comm};
+    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, false, sendbuf, recvbuf, count, datatype, op, 0, in_place, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
@@ -200,7 +216,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, s
     const size_t rbytes = total / (size_t)comm->nranks;
     bool in_place = ((const char *)recvbuf == (const char *)sendbuf + (size_t)comm->rank * rbytes);
     ZCCL_CHECK(check_overlap(fn, sendbuf, total, recvbuf, rbytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, recvcount, datatype, op, 0, in_place, comm};
+    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, recvcount, datatype, op, 0, in_place, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
@@ -215,8 +231,82 @@ ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t
     const size_t sbytes = total / (size_t)comm->nranks;
     bool in_place = ((const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes);
     ZCCL_CHECK(check_overlap(fn, sendbuf, sbytes, recvbuf, total, in_place));
-    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, sendbuf, recvbuf, sendcount, datatype, ZCCL_SUM, 0, in_place, comm};
+    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, sendbuf, recvbuf, sendcount, datatype, ZCCL_SUM, 0, in_place, comm, NULL};
     return zccl__op_issue(&o, stream);
+}
+
+/* Validates and copies the per-rank counts of a _v collective: *out holds nranks counts then nranks displacements
+ * (prefix sums), *total their sum and *tbytes its size in bytes. */
+static zccl_result_t copy_counts(const char *fn, zccl_comm_t comm, const size_t *counts, zccl_datatype_t dt,
+                                 size_t **out, size_t *total, size_t *tbytes) {
+    *out = NULL;
+    if (!counts) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'counts' is NULL", fn);
+    const int n = comm->nranks;
+    size_t *v = malloc(2 * (size_t)n * sizeof *v);
+    if (!v) return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory copying %d counts", fn, n);
+    size_t t = 0;
+    for (int r = 0; r < n; r++) {
+        v[n + r] = t;
+        v[r] = counts[r];
+        if (counts[r] > SIZE_MAX - t) {
+            free(v);
+            return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: the sum of 'counts' overflows at counts[%d] = %zu", fn, r,
+                               counts[r]);
+        }
+        t += counts[r];
+    }
+    size_t bytes;
+    zccl_result_t res = check_common(fn, comm, t, 1, dt, 0, ZCCL_SUM, &bytes);
+    if (res != ZCCL_SUCCESS) {
+        free(v);
+        return res;
+    }
+    *out = v;
+    *total = t;
+    *tbytes = bytes;
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_reduce_scatter_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                             zccl_datatype_t datatype, zccl_redop_t op, zccl_comm_t comm,
+                                             zccl_stream_t stream) {
+    const char *fn = "zccl_reduce_scatter_v";
+    size_t bytes, total, tbytes, *v;
+    ZCCL_CHECK(check_common(fn, comm, 0, 1, datatype, 1, op, &bytes));
+    ZCCL_CHECK(copy_counts(fn, comm, recvcounts, datatype, &v, &total, &tbytes));
+    const size_t es = zccl_type_size(datatype), mine = v[comm->rank], moff = v[comm->nranks + comm->rank];
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (total == 0) goto done;
+    if ((res = check_buf(fn, "sendbuf", sendbuf)) != ZCCL_SUCCESS) goto done;
+    if (mine && (res = check_buf(fn, "recvbuf", recvbuf)) != ZCCL_SUCCESS) goto done;
+    bool in_place = mine && ((const char *)recvbuf == (const char *)sendbuf + moff * es);
+    if (mine && (res = check_overlap(fn, sendbuf, tbytes, recvbuf, mine * es, in_place)) != ZCCL_SUCCESS) goto done;
+    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, mine, datatype, op, 0, in_place, comm, v};
+    return zccl__op_issue(&o, stream); /* the op owns v now */
+done:
+    free(v);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_allgather_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
+                                        zccl_datatype_t datatype, zccl_comm_t comm, zccl_stream_t stream) {
+    const char *fn = "zccl_allgather_v";
+    size_t bytes, total, tbytes, *v;
+    ZCCL_CHECK(check_common(fn, comm, 0, 1, datatype, 0, ZCCL_SUM, &bytes));
+    ZCCL_CHECK(copy_counts(fn, comm, recvcounts, datatype, &v, &total, &tbytes));
+    const size_t es = zccl_type_size(datatype), mine = v[comm->rank], moff = v[comm->nranks + comm->rank];
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (total == 0) goto done;
+    if (mine && (res = check_buf(fn, "sendbuf", sendbuf)) != ZCCL_SUCCESS) goto done;
+    if ((res = check_buf(fn, "recvbuf", recvbuf)) != ZCCL_SUCCESS) goto done;
+    bool in_place = mine == 0 || ((const char *)sendbuf == (const char *)recvbuf + moff * es);
+    if (mine && (res = check_overlap(fn, sendbuf, mine * es, recvbuf, tbytes, in_place)) != ZCCL_SUCCESS) goto done;
+    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, mine ? sendbuf : (const char *)recvbuf + moff * es, recvbuf, mine,
+                   datatype, ZCCL_SUM, 0, in_place, comm, v};
+    return zccl__op_issue(&o, stream);
+done:
+    free(v);
+    return res;
 }
 
 ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
@@ -231,7 +321,7 @@ ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = (sendbuf == recvbuf);
     if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_BROADCAST, false, sendbuf, recvbuf, count, datatype, ZCCL_SUM, root, in_place, comm};
+    zccl_op_t o = {ZCCL_COLL_BROADCAST, false, sendbuf, recvbuf, count, datatype, ZCCL_SUM, root, in_place, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
@@ -247,7 +337,7 @@ ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t co
     if (is_root) ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = is_root && (sendbuf == recvbuf);
     if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_REDUCE, false, sendbuf, recvbuf, count, datatype, op, root, in_place, comm};
+    zccl_op_t o = {ZCCL_COLL_REDUCE, false, sendbuf, recvbuf, count, datatype, op, root, in_place, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
@@ -262,7 +352,7 @@ ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatyp
                            "not supported", fn, peer);
     if (count == 0) return ZCCL_SUCCESS;
     ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
-    zccl_op_t o = {ZCCL_COLL_SEND, false, sendbuf, NULL, count, datatype, ZCCL_SUM, peer, false, comm};
+    zccl_op_t o = {ZCCL_COLL_SEND, false, sendbuf, NULL, count, datatype, ZCCL_SUM, peer, false, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
@@ -277,12 +367,12 @@ ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t da
                            "oneself is not supported", fn, peer);
     if (count == 0) return ZCCL_SUCCESS;
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
-    zccl_op_t o = {ZCCL_COLL_RECV, false, NULL, recvbuf, count, datatype, ZCCL_SUM, peer, false, comm};
+    zccl_op_t o = {ZCCL_COLL_RECV, false, NULL, recvbuf, count, datatype, ZCCL_SUM, peer, false, comm, NULL};
     return zccl__op_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_barrier: argument 'comm' is NULL");
-    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, true, NULL, NULL, 1, ZCCL_UINT8, ZCCL_SUM, 0, false, comm};
+    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, true, NULL, NULL, 1, ZCCL_UINT8, ZCCL_SUM, 0, false, comm, NULL};
     return zccl__op_issue(&o, stream);
 }

@@ -83,6 +83,7 @@ struct zccl_comm {
     bool shrink_known;
     zccl_shrink_msg_t shrink_msg;
     uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
+    uint64_t splits;           /* zccl_comm_split calls made on this communicator */
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */
     char async_msg[512];
 };

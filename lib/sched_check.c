@@ -80,14 +80,14 @@ static void sym_copy(int n, sym_t *d, const sym_t *s) {
 
 static size_t send_size(const zccl_sched_args_t *a, int r) {
     switch (a->coll) {
-    case ZCCL_COLL_REDUCE_SCATTER: return (size_t)a->nranks * a->count;
+    case ZCCL_COLL_REDUCE_SCATTER: return zccl__vtotal(a);
     case ZCCL_COLL_BROADCAST: return r == a->root ? a->count : 0;
     default: return a->count;
     }
 }
 static size_t recv_size(const zccl_sched_args_t *a, int r) {
     switch (a->coll) {
-    case ZCCL_COLL_ALLGATHER: return (size_t)a->nranks * a->count;
+    case ZCCL_COLL_ALLGATHER: return zccl__vtotal(a);
     case ZCCL_COLL_REDUCE: return r == a->root ? a->count : 0;
     default: return a->count;
     }
@@ -98,9 +98,10 @@ static bool setup_rank(sim_t *sim, const zccl_sched_args_t *args, int r, zccl_sc
     const int n = sim->n;
     zccl_sched_args_t a = *args;
     a.rank = r;
+    if (a.counts) a.count = a.counts[r]; /* uneven blocks: each rank's own count */
     if (zccl__sched_build(&a, &R->sched) != ZCCL_SUCCESS) return fail(sim, "rank %d: schedule build failed", r);
     if (mutate) mutate(r, &R->sched);
-    size_t ss = send_size(args, r), rs = recv_size(args, r);
+    size_t ss = send_size(&a, r), rs = recv_size(&a, r);
     bool inp = args->in_place && !(args->coll == ZCCL_COLL_BROADCAST && r != args->root) &&
                !(args->coll == ZCCL_COLL_REDUCE && r != args->root);
     if (inp) {
@@ -110,10 +111,14 @@ static bool setup_rank(sim_t *sim, const zccl_sched_args_t *args, int r, zccl_sc
         if (!R->alloc[0]) return fail(sim, "out of memory");
         if (args->coll == ZCCL_COLL_REDUCE_SCATTER) {
             R->arena[ZCCL_BUF_SEND] = R->alloc[0];
-            R->arena[ZCCL_BUF_RECV] = R->alloc[0] + (size_t)r * args->count;
+            size_t off, len;
+            zccl__vblock(&a, r, &off, &len);
+            R->arena[ZCCL_BUF_RECV] = R->alloc[0] + off;
         } else if (args->coll == ZCCL_COLL_ALLGATHER) {
             R->arena[ZCCL_BUF_RECV] = R->alloc[0];
-            R->arena[ZCCL_BUF_SEND] = R->alloc[0] + (size_t)r * args->count;
+            size_t off, len;
+            zccl__vblock(&a, r, &off, &len);
+            R->arena[ZCCL_BUF_SEND] = R->alloc[0] + off;
         } else {
             R->arena[ZCCL_BUF_SEND] = R->arena[ZCCL_BUF_RECV] = R->alloc[0];
         }
@@ -314,14 +319,20 @@ static bool verify(sim_t *sim, const zccl_sched_args_t *a) {
         case ZCCL_COLL_ALLREDUCE:
             for (size_t i = 0; i < c; i++) if (!expect(sim, r, &out[i], (int64_t)i, -1, true, i)) return false;
             break;
-        case ZCCL_COLL_REDUCE_SCATTER:
-            for (size_t i = 0; i < c; i++)
-                if (!expect(sim, r, &out[i], (int64_t)((size_t)r * c + i), -1, true, i)) return false;
+        case ZCCL_COLL_REDUCE_SCATTER: {
+            size_t off, len;
+            zccl__vblock(a, r, &off, &len);
+            for (size_t i = 0; i < len; i++)
+                if (!expect(sim, r, &out[i], (int64_t)(off + i), -1, true, i)) return false;
             break;
+        }
         case ZCCL_COLL_ALLGATHER:
-            for (int q = 0; q < n; q++)
-                for (size_t i = 0; i < c; i++)
-                    if (!expect(sim, r, &out[(size_t)q * c + i], (int64_t)i, q, false, (size_t)q * c + i)) return false;
+            for (int q = 0; q < n; q++) {
+                size_t off, len;
+                zccl__vblock(a, q, &off, &len);
+                for (size_t i = 0; i < len; i++)
+                    if (!expect(sim, r, &out[off + i], (int64_t)i, q, false, off + i)) return false;
+            }
             break;
         case ZCCL_COLL_BROADCAST:
             for (size_t i = 0; i < c; i++) if (!expect(sim, r, &out[i], (int64_t)i, a->root, false, i)) return false;

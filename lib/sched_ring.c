@@ -15,6 +15,9 @@
  * The ring runs in ring positions, not ranks: the rank at position p sends to the rank at position p+1, and the
  * topology-aware order (topology/topo_ring.c) decides which rank stands where. Blocks keep their rank identity
  * (block b is the output of rank b), so position q works on block ring[q].
+ *
+ * Reduce-scatter and all-gather also take uneven blocks (zccl_reduce_scatter_v / zccl_allgather_v: args counts and
+ * displs); the data each rank moves is then (total - own block) instead of (n-1)/n of the total.
  */
 #include "schedule.h"
 
@@ -27,30 +30,43 @@ static void step(zccl_schedule_t *s, int kind, int buf, size_t off, int src, siz
 
 void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank;
-    const size_t rc = a->count;
+    const size_t rc = a->count; /* this rank's output block */
+    size_t my_off, my_len;
+    zccl__vblock(a, r, &my_off, &my_len);
     if (n == 1) {
-        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, 0, rc, -1, false);
+        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, my_off, rc, -1, false);
         zccl__sched_end_phase(s);
         return;
     }
     const int p = zccl__ring_pos(a, r), next = zccl__ring_at(a, p + 1), prev = zccl__ring_at(a, p - 1);
-    size_t S = rc; /* elements of each block handled per round */
+    /* Rounds walk the largest block; a smaller block (uneven counts) simply has nothing left in later rounds, and
+     * both ends of every transfer compute the same length for it, so its steps vanish on both sides alike. */
+    size_t maxb = 0;
+    for (int b = 0; b < n; b++) {
+        size_t o, l;
+        zccl__vblock(a, b, &o, &l);
+        if (l > maxb) maxb = l;
+    }
+    size_t S = maxb; /* elements of each block handled per round */
     if (n > 2) {
         S = a->rs_round_bytes / (a->elem_size ? a->elem_size : 1);
         if (S == 0) S = 1;
-        if (S > rc) S = rc;
+        if (S > maxb) S = maxb;
         s->tmp_elems = 2 * S;
     }
-    for (size_t k0 = 0; k0 < rc; k0 += S) {
-        const size_t len = (rc - k0 < S) ? rc - k0 : S;
+    for (size_t k0 = 0; k0 < maxb; k0 += S) {
         for (int st = 0; st <= n - 2; st++) {
             const int sb = zccl__ring_at(a, p - st - 1), rb = zccl__ring_at(a, p - st - 2);
+            size_t so, sl, ro, rl;
+            zccl__vblock(a, sb, &so, &sl);
+            zccl__vblock(a, rb, &ro, &rl);
+            sl = sl > k0 ? (sl - k0 < S ? sl - k0 : S) : 0;
+            rl = rl > k0 ? (rl - k0 < S ? rl - k0 : S) : 0;
             const bool last = (st == n - 2);
-            if (st == 0) step(s, ZCCL_STEP_SEND, ZCCL_BUF_SEND, (size_t)sb * rc + k0, ZCCL_BUF_NONE, 0, len, next, false);
-            else step(s, ZCCL_STEP_SEND, ZCCL_BUF_TMP, (size_t)((st - 1) % 2) * S, ZCCL_BUF_NONE, 0, len, next, false);
-            if (last) step(s, ZCCL_STEP_RECV, ZCCL_BUF_RECV, k0, ZCCL_BUF_SEND, (size_t)rb * rc + k0, len, prev, true);
-            else step(s, ZCCL_STEP_RECV, ZCCL_BUF_TMP, (size_t)(st % 2) * S, ZCCL_BUF_SEND, (size_t)rb * rc + k0, len,
-                      prev, false);
+            if (st == 0) step(s, ZCCL_STEP_SEND, ZCCL_BUF_SEND, so + k0, ZCCL_BUF_NONE, 0, sl, next, false);
+            else step(s, ZCCL_STEP_SEND, ZCCL_BUF_TMP, (size_t)((st - 1) % 2) * S, ZCCL_BUF_NONE, 0, sl, next, false);
+            if (last) step(s, ZCCL_STEP_RECV, ZCCL_BUF_RECV, k0, ZCCL_BUF_SEND, ro + k0, rl, prev, true);
+            else step(s, ZCCL_STEP_RECV, ZCCL_BUF_TMP, (size_t)(st % 2) * S, ZCCL_BUF_SEND, ro + k0, rl, prev, false);
             zccl__sched_end_phase(s);
         }
     }
@@ -58,14 +74,16 @@ void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t
 
 void zccl__sched_ring_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank;
-    const size_t c = a->count;
-    if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, (size_t)r * c, ZCCL_BUF_SEND, 0, c, -1, false);
+    size_t off, len;
+    zccl__vblock(a, r, &off, &len);
+    if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, off, ZCCL_BUF_SEND, 0, len, -1, false);
     const int p = zccl__ring_pos(a, r), next = zccl__ring_at(a, p + 1), prev = zccl__ring_at(a, p - 1);
     for (int st = 0; st <= n - 2; st++) {
-        const int sb = zccl__ring_at(a, p - st), rb = zccl__ring_at(a, p - st - 1);
-        if (st == 0) step(s, ZCCL_STEP_SEND, ZCCL_BUF_SEND, 0, ZCCL_BUF_NONE, 0, c, next, false);
-        else step(s, ZCCL_STEP_SEND, ZCCL_BUF_RECV, (size_t)sb * c, ZCCL_BUF_NONE, 0, c, next, false);
-        step(s, ZCCL_STEP_RECV, ZCCL_BUF_RECV, (size_t)rb * c, ZCCL_BUF_NONE, 0, c, prev, false);
+        zccl__vblock(a, zccl__ring_at(a, p - st), &off, &len);
+        if (st == 0) step(s, ZCCL_STEP_SEND, ZCCL_BUF_SEND, 0, ZCCL_BUF_NONE, 0, len, next, false);
+        else step(s, ZCCL_STEP_SEND, ZCCL_BUF_RECV, off, ZCCL_BUF_NONE, 0, len, next, false);
+        zccl__vblock(a, zccl__ring_at(a, p - st - 1), &off, &len);
+        step(s, ZCCL_STEP_RECV, ZCCL_BUF_RECV, off, ZCCL_BUF_NONE, 0, len, prev, false);
         zccl__sched_end_phase(s);
     }
     zccl__sched_end_phase(s);

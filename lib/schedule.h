@@ -62,6 +62,11 @@ typedef struct {
     size_t rs_round_bytes;   /* reduce-scatter block slice per round (bounds TMP) */
     int algo;                /* ZCCL_ALGO_* for collectives with several algorithms */
     const int *ring;         /* ring order: ring[i] is the rank at position i (topology-aware); NULL = 0..n-1 */
+    /* Uneven reduce-scatter / all-gather (zccl_reduce_scatter_v, zccl_allgather_v): block b (rank b's output of a
+     * reduce-scatter, its input of an all-gather) has counts[b] elements starting at displs[b] of the full buffer
+     * (displs = prefix sums of counts); count is then counts[rank]. NULL: every block has `count` elements. Only the
+     * ring schedules read them. */
+    const size_t *counts, *displs;
 } zccl_sched_args_t;
 
 typedef struct {
@@ -93,6 +98,22 @@ static inline void zccl__block(size_t count, int n, int b, size_t *off, size_t *
     size_t q = count / (size_t)n, rem = count % (size_t)n, ub = (size_t)b;
     *off = ub * q + (ub < rem ? ub : rem);
     *len = q + (ub < rem ? 1 : 0);
+}
+
+/** Offset and length, in elements, of block b of a reduce-scatter's input / all-gather's output (rank b's block). */
+static inline void zccl__vblock(const zccl_sched_args_t *a, int b, size_t *off, size_t *len) {
+    if (a->counts) {
+        *off = a->displs[b];
+        *len = a->counts[b];
+    } else {
+        *off = (size_t)b * a->count;
+        *len = a->count;
+    }
+}
+/** Elements of a reduce-scatter's input / all-gather's output: the sum of all blocks. */
+static inline size_t zccl__vtotal(const zccl_sched_args_t *a) {
+    const int n = a->nranks;
+    return a->counts ? a->displs[n - 1] + a->counts[n - 1] : (size_t)n * a->count;
 }
 
 /** Rank at ring position i (any integer: taken modulo n). */

@@ -37,6 +37,7 @@ static void *stream_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         zccl_result_t res = op.comm ? zccl__op_run(&op)
                                     : zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
+        zccl__op_release(&op);
         pthread_mutex_lock(&s->mu);
         if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {
             s->err = res;
@@ -77,13 +78,25 @@ ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
     return ZCCL_SUCCESS;
 }
 
+void zccl__op_release(zccl_op_t *op) {
+    free(op->vcounts);
+    op->vcounts = NULL;
+}
+
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
-    if (!s) return zccl__op_run(op);
+    if (!s) {
+        zccl_result_t res = zccl__op_run(op);
+        zccl_op_t o = *op;
+        zccl__op_release(&o);
+        return res;
+    }
     pthread_mutex_lock(&s->mu);
     if (s->tail - s->head == s->cap) { /* grow, keeping order */
         zccl_op_t *nq = malloc(2 * s->cap * sizeof *nq);
         if (!nq) {
             pthread_mutex_unlock(&s->mu);
+            zccl_op_t o = *op;
+            zccl__op_release(&o);
             return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory growing a stream queue past %zu operations", s->cap);
         }
         for (size_t i = s->head; i < s->tail; i++) nq[i - s->head] = s->q[i % s->cap];

@@ -19,7 +19,12 @@ typedef struct {
     int root; /* broadcast/reduce root, or send/recv peer */
     bool in_place;
     struct zccl_comm *comm;
+    size_t *vcounts; /* _v collectives: nranks counts then nranks displacements, owned by the op (freed by
+                        zccl__op_release); NULL otherwise */
 } zccl_op_t;
+
+/** Frees what the op owns (its copy of the counts of a _v collective). */
+void zccl__op_release(zccl_op_t *op);
 
 /** Runs op to completion on the calling thread. */
 zccl_result_t zccl__op_run(const zccl_op_t *op);
