@@ -107,8 +107,11 @@ hosts_up() {
         local ok=0 t
         for t in $(seq 50); do
             # A TCP connect to a closed port: "refused" (or a connection) means the host answered (no ping needed).
-            ip netns exec "${HOST_NS[$i]}" timeout 2 bash -c "exec 3<>/dev/tcp/${HOST_ADDR[0]}/9" 2>&1 |
-                grep -q -i -e refused -e '^$' && { ok=1; break; }
+            local probe
+            if probe=$(ip netns exec "${HOST_NS[$i]}" timeout 2 bash -c "exec 3<>/dev/tcp/${HOST_ADDR[0]}/9" 2>&1) ||
+                [[ $probe == *[Rr]efused* ]]; then
+                ok=1; break
+            fi
             sleep 0.1
         done
         [ $ok = 1 ] || { echo "hosts.sh: host $i (${HOST_NS[$i]}) cannot reach host 0 at ${HOST_ADDR[0]}" >&2; return 1; }
