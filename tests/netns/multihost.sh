@@ -25,6 +25,15 @@ hosts_up "$K" "$RATE"; rc=$?
 hosts_hostfile "$M" "$out/hostfile" || exit 1
 N=$((K * M))
 fail=0
+# Placement: rank r on host r/M (hostname = its namespace, its own interface), LOCAL_RANK r%M, LOCAL_WORLD_SIZE M.
+got=$("$RUN" --hostfile "$out/hostfile" --timeout "$DEADLINE" sh -c \
+      'echo "$RANK $LOCAL_RANK $LOCAL_WORLD_SIZE $WORLD_SIZE $(hostname) $(ip -4 -o addr show dev eth0 | awk "{print \$4}")"' 2>&1 | sort -n)
+want=$(for ((r = 0; r < N; r++)); do h=$((r / M)); echo "$r $((r % M)) $M $N ${HOST_NS[$h]} ${HOST_ADDR[$h]}/24"; done)
+if [ "$got" != "$want" ]; then
+    echo "FAIL: placement of ranks on hosts: got"; echo "$got"; echo "expected"; echo "$want"; fail=1
+else
+    echo "placement: $N ranks, rank r on host r/$M with LOCAL_RANK r%$M, hostname and eth0 address of its namespace"
+fi
 for op in allreduce reduce_scatter allgather broadcast reduce; do
     t0=$(date +%s.%N)
     ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TCP "$RUN" --hostfile "$out/hostfile" --timeout "$DEADLINE" --tag-output \
