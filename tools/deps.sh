@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building and testing zccl needs on Debian 12 (run as root, or with sudo available).
-# Usage: tools/deps.sh [--bench]   (--bench adds Open MPI and MPICH for bench/compare)
+# Usage: tools/deps.sh [--bench]   (--bench adds Open MPI, MPICH, Gloo and iperf3 for bench/compare)
 set -euo pipefail
 pkgs=(cmake make gcc g++ pkg-config libssl-dev googletest libgtest-dev iproute2 libhwloc-dev libxml2-dev
       libjansson-dev graphviz clang libclang-rt-14-dev)
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev)
+  pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev iperf3)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -305,9 +305,11 @@ static void zl_child_setup(int rank, const struct zl_opts *o, const char *addr, 
 
     snprintf(buf, sizeof buf, "%d", rank);
     setenv("RANK", buf, 1);
+    snprintf(buf, sizeof buf, "%d", o->local_rank ? o->local_rank[rank] : rank);
     setenv("LOCAL_RANK", buf, 1);
     snprintf(buf, sizeof buf, "%d", o->nranks);
     setenv("WORLD_SIZE", buf, 1);
+    snprintf(buf, sizeof buf, "%d", o->local_size ? o->local_size[rank] : o->nranks);
     setenv("LOCAL_WORLD_SIZE", buf, 1);
     setenv("MASTER_ADDR", addr, 1);
     snprintf(buf, sizeof buf, "%d", port);

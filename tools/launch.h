@@ -31,6 +31,8 @@ struct zl_opts {
     double timeout_s;    /* > 0: stop everything and return 124 after this many seconds */
     int tag_output;      /* prefix every line of each rank's stdout/stderr with "[rank] " */
     const char *name;    /* program name used in messages, e.g. "zcclrun" */
+    const int *local_rank; /* per rank: LOCAL_RANK (rank within its host); NULL: the rank itself (one host) */
+    const int *local_size; /* per rank: LOCAL_WORLD_SIZE (ranks on its host); NULL: nranks (one host) */
 };
 
 /*

@@ -1,25 +1,34 @@
 /*
  * zcclrun — start N local ranks of a program with the environment zccl_comm_init_env() reads.
  *
- *   zcclrun [-n N | -np N] [--port P] [--addr A] [--timeout SEC] [--tag-output]
+ *   zcclrun [-n N | -np N] [--hostfile FILE] [--port P] [--addr A] [--timeout SEC] [--tag-output]
  *           [--bind core|numa|package|none] [--report-bindings] [--] prog [args...]
  *
  * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZCCL_SECRET and
  * ZCCL_LOCAL_BIND. Supervision (failure propagation, signal forwarding, timeout) is in launch.c; CPU binding
- * (--bind, as mpirun --bind-to) is here, with hwloc: see docs/tools.md.
+ * (--bind, as mpirun --bind-to) is here, with hwloc; so are the simulated hosts of --hostfile (network
+ * namespaces on this machine): see docs/tools.md.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "launch.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <hwloc.h>
+#include <ifaddrs.h>
 #include <limits.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define NAME "zcclrun"
@@ -31,8 +40,12 @@ static void usage(FILE *f)
             "Start N local ranks of PROGRAM for zccl (zccl_comm_init_env reads the environment set here).\n"
             "\n"
             "Options:\n"
-            "  -n, -np, --np N      number of ranks to start (default 1)\n"
-            "  --addr A             MASTER_ADDR given to the ranks (default 127.0.0.1)\n"
+            "  -n, -np, --np N      number of ranks to start (default 1; with --hostfile: the hostfile's slots)\n"
+            "  --hostfile FILE      start the ranks on the simulated hosts FILE lists, one per line:\n"
+            "                       \"netns:NAME slots=M\" (a network namespace of this machine, as 'ip netns add\n"
+            "                       NAME' makes it) or \"localhost slots=M\"; ranks fill the hosts in order\n"
+            "  --addr A             MASTER_ADDR given to the ranks (default 127.0.0.1; with --hostfile and a\n"
+            "                       first host netns:NAME: that namespace's first address)\n"
             "  --port P             MASTER_PORT (default: a free port, found by binding port 0 on the address)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
@@ -44,7 +57,9 @@ static void usage(FILE *f)
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
             "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (the --bind\n"
-            "value). Rank 0 keeps stdin; the others read /dev/null.\n"
+            "value). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
+            "network namespace (as 'ip netns exec NAME' would start it) with hostname NAME in a UTS namespace of\n"
+            "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root.\n"
             "\n"
             "Exit status: 0 if every rank exited with 0; else the first failing rank's status (128+N if it was\n"
             "killed by signal N), after the other ranks are stopped (SIGTERM, then SIGKILL 3 s later); 124 on\n"
@@ -130,9 +145,11 @@ struct bind_plan {
     int membind;            /* --bind numa with more than one NUMA node: bind memory to the node as well */
 };
 
+struct hostplan;
 struct job {
     char **argv;
-    struct bind_plan *bind; /* NULL: --bind none */
+    struct bind_plan *bind;   /* NULL: --bind none */
+    struct hostplan *hosts;   /* NULL: no --hostfile (every rank on this host) */
 };
 
 /* "core 1", "numa 0" (NUMA nodes by OS index, as numactl and /sys number them), "package 0" (logical index). */
@@ -316,10 +333,279 @@ static int bind_self(const struct bind_plan *p, int rank)
     return 0;
 }
 
+
+/* ---- --hostfile: simulated hosts, one network namespace each ---- */
+
+struct host {
+    char *ns;  /* network namespace name; NULL: localhost (this process's namespaces) */
+    int slots; /* ranks on this host */
+};
+
+struct hostplan {
+    int nhosts;
+    struct host *hosts;
+    int *host_of;    /* per rank: index into hosts */
+    int *local_rank; /* per rank: rank within its host */
+    int *local_size; /* per rank: ranks on its host */
+};
+
+/* ip(8) keeps named network namespaces as bind mounts in /run/netns (/var/run/netns on older systems). */
+static int open_netns(const char *name)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/run/netns/%s", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        snprintf(path, sizeof path, "/var/run/netns/%s", name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    return fd;
+}
+
+/* Lines "netns:NAME slots=M" or "localhost slots=M" (slots defaults to 1); '#' starts a comment. Returns 0, or 2
+ * after printing an error naming the file and line. */
+static int hostfile_read(const char *path, struct hostplan *hp)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, NAME ": --hostfile %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    char line[1024];
+    int lineno = 0, cap = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *save = NULL, *tok = strtok_r(line, " \t\r\n", &save);
+        if (!tok) continue;
+        struct host h = {NULL, 1};
+        if (!strncmp(tok, "netns:", 6)) {
+            const char *name = tok + 6;
+            if (!*name || strlen(name) > 64 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
+                fprintf(stderr, NAME ": %s:%d: '%s': a namespace name must be 1 to 64 characters without '/' "
+                        "(it becomes the host's hostname)\n", path, lineno, tok);
+                rc = 2;
+                break;
+            }
+            h.ns = strdup(name);
+        } else if (strcmp(tok, "localhost") != 0) {
+            fprintf(stderr, NAME ": %s:%d: unknown host '%s': zcclrun starts ranks on this machine only, so a host is "
+                    "'netns:NAME' (a network namespace) or 'localhost'\n", path, lineno, tok);
+            rc = 2;
+            break;
+        }
+        while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
+            long v;
+            if (strncmp(tok, "slots=", 6) != 0 || parse_int(tok + 6, 1, ZL_MAX_RANKS, &v) != 0) {
+                fprintf(stderr, NAME ": %s:%d: '%s': expected slots=M with M from 1 to %d\n", path, lineno, tok,
+                        ZL_MAX_RANKS);
+                rc = 2;
+                break;
+            }
+            h.slots = (int)v;
+        }
+        if (rc) { free(h.ns); break; }
+        for (int k = 0; k < hp->nhosts; k++) {
+            if ((h.ns == NULL) == (hp->hosts[k].ns == NULL) && (!h.ns || !strcmp(h.ns, hp->hosts[k].ns))) {
+                fprintf(stderr, NAME ": %s:%d: host '%s%s' is listed twice\n", path, lineno, h.ns ? "netns:" : "",
+                        h.ns ? h.ns : "localhost");
+                rc = 2;
+                break;
+            }
+        }
+        if (rc) { free(h.ns); break; }
+        if (hp->nhosts == cap) {
+            cap = cap ? 2 * cap : 8;
+            struct host *nh = realloc(hp->hosts, (size_t)cap * sizeof *nh);
+            if (!nh) { fprintf(stderr, NAME ": out of memory\n"); free(h.ns); rc = 1; break; }
+            hp->hosts = nh;
+        }
+        hp->hosts[hp->nhosts++] = h;
+    }
+    if (!rc && ferror(f)) {
+        fprintf(stderr, NAME ": --hostfile %s: read error\n", path);
+        rc = 2;
+    }
+    fclose(f);
+    if (!rc && hp->nhosts == 0) {
+        fprintf(stderr, NAME ": --hostfile %s: no hosts in it\n", path);
+        rc = 2;
+    }
+    for (int k = 0; !rc && k < hp->nhosts; k++) {
+        if (!hp->hosts[k].ns) continue;
+        int fd = open_netns(hp->hosts[k].ns);
+        if (fd < 0) {
+            fprintf(stderr, NAME ": --hostfile %s: network namespace '%s': %s (create it with 'ip netns add %s')\n",
+                    path, hp->hosts[k].ns, strerror(errno), hp->hosts[k].ns);
+            rc = 2;
+        } else {
+            close(fd);
+        }
+    }
+    return rc;
+}
+
+/* Ranks fill the hosts in hostfile order. *nranks = 0: all slots. Returns 0, or 2 after printing an error. */
+static int hostplan_assign(struct hostplan *hp, int *nranks, const char *path)
+{
+    long total = 0;
+    for (int k = 0; k < hp->nhosts; k++) total += hp->hosts[k].slots;
+    if (total > ZL_MAX_RANKS) total = ZL_MAX_RANKS;
+    if (*nranks == 0) *nranks = (int)total;
+    if (*nranks > total) {
+        fprintf(stderr, NAME ": %d ranks asked for, but the hosts of %s have %ld slot%s\n", *nranks, path, total,
+                total == 1 ? "" : "s");
+        return 2;
+    }
+    int n = *nranks;
+    hp->host_of = malloc((size_t)n * sizeof(int));
+    hp->local_rank = malloc((size_t)n * sizeof(int));
+    hp->local_size = malloc((size_t)n * sizeof(int));
+    if (!hp->host_of || !hp->local_rank || !hp->local_size) {
+        fprintf(stderr, NAME ": out of memory\n");
+        return 1;
+    }
+    for (int r = 0, k = 0, used = 0; r < n; r++) {
+        while (used == hp->hosts[k].slots) { k++; used = 0; }
+        hp->host_of[r] = k;
+        hp->local_rank[r] = used++;
+    }
+    for (int r = 0; r < n; r++) {
+        int k = hp->host_of[r];
+        hp->local_size[r] = hp->hosts[k].slots;
+        if (r + (hp->hosts[k].slots - hp->local_rank[r]) > n) hp->local_size[r] = n - (r - hp->local_rank[r]);
+    }
+    return 0;
+}
+
+static void hostplan_free(struct hostplan *hp)
+{
+    for (int k = 0; k < hp->nhosts; k++) free(hp->hosts[k].ns);
+    free(hp->hosts);
+    free(hp->host_of);
+    free(hp->local_rank);
+    free(hp->local_size);
+}
+
+/*
+ * Moves the calling (single-threaded) process onto host ns, as `ip netns exec NS` does: its network namespace;
+ * a mount namespace of its own in which /sys is sysfs of that network namespace (so /sys/class/net lists the
+ * host's interfaces); and a UTS namespace of its own with hostname NS, so that ranks on different simulated hosts
+ * have different host identities (zccl keys shared memory on hostname + boot id). Returns 0, or 1 after printing
+ * an error naming the rank and the step.
+ */
+static int enter_host(const char *ns, int rank)
+{
+    const char *step = "open the namespace";
+    int fd = open_netns(ns);
+    if (fd < 0) goto fail;
+    step = "setns(CLONE_NEWNET)";
+    if (setns(fd, CLONE_NEWNET) != 0) { int e = errno; close(fd); errno = e; goto fail; }
+    close(fd);
+    step = "unshare(CLONE_NEWUTS | CLONE_NEWNS)";
+    if (unshare(CLONE_NEWUTS | CLONE_NEWNS) != 0) goto fail;
+    step = "sethostname";
+    if (sethostname(ns, strlen(ns)) != 0) goto fail;
+    step = "make / a slave mount";
+    if (mount("", "/", NULL, MS_SLAVE | MS_REC, NULL) != 0) goto fail;
+    step = "remount /sys";
+    umount2("/sys", MNT_DETACH); /* may not be mounted at all; the mount below is what matters */
+    if (mount(ns, "/sys", "sysfs", 0, NULL) != 0) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, NAME ": rank %d: cannot enter network namespace '%s': %s: %s%s\n", rank, ns, step,
+            strerror(errno), errno == EPERM ? " (needs root)" : "");
+    return 1;
+}
+
+/* The first address of an up, non-loopback interface (IPv4 before IPv6 global) in network namespace ns, and a free
+ * TCP port on it when *port is 0; looked up by a child process that enters the namespace. Returns 0, or 1 after
+ * printing an error. */
+static int netns_addr_port(const char *ns, char *addr, size_t addrlen, int *port)
+{
+    int p[2];
+    if (pipe(p) != 0) {
+        fprintf(stderr, NAME ": pipe: %s\n", strerror(errno));
+        return 1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, NAME ": fork: %s\n", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return 1;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        int fd = open_netns(ns);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+            fprintf(stderr, NAME ": cannot enter network namespace '%s': %s%s\n", ns, strerror(errno),
+                    errno == EPERM ? " (needs root)" : "");
+            _exit(1);
+        }
+        struct ifaddrs *ifa = NULL;
+        if (getifaddrs(&ifa) != 0) {
+            fprintf(stderr, NAME ": getifaddrs in network namespace '%s': %s\n", ns, strerror(errno));
+            _exit(1);
+        }
+        char best[INET6_ADDRSTRLEN] = "";
+        for (int fam = 0; fam < 2 && !best[0]; fam++) {
+            for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+                if (!i->ifa_addr || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+                if (fam == 0 && i->ifa_addr->sa_family == AF_INET) {
+                    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, best, sizeof best);
+                    break;
+                }
+                if (fam == 1 && i->ifa_addr->sa_family == AF_INET6) {
+                    const struct in6_addr *a = &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+                    if (IN6_IS_ADDR_LINKLOCAL(a)) continue; /* would need a scope id */
+                    inet_ntop(AF_INET6, a, best, sizeof best);
+                    break;
+                }
+            }
+        }
+        freeifaddrs(ifa);
+        if (!best[0]) {
+            fprintf(stderr, NAME ": network namespace '%s' has no address on an interface that is up (besides "
+                    "loopback): give it one, or pass --addr\n", ns);
+            _exit(1);
+        }
+        int port_found = *port;
+        if (port_found == 0 && (port_found = zl_free_port(best, NAME)) < 0) _exit(1);
+        dprintf(p[1], "%s %d\n", best, port_found);
+        _exit(0);
+    }
+    close(p[1]);
+    char buf[INET6_ADDRSTRLEN + 16] = "";
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(p[0], buf + got, sizeof buf - 1 - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(p[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    char a[INET6_ADDRSTRLEN];
+    int pt;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || sscanf(buf, "%45s %d", a, &pt) != 2) return 1;
+    snprintf(addr, addrlen, "%s", a);
+    *port = pt;
+    return 0;
+}
+
 static int exec_rank(int rank, void *arg)
 {
     struct job *job = arg;
     char **argv = job->argv;
+    if (job->hosts) {
+        const char *ns = job->hosts->hosts[job->hosts->host_of[rank]].ns;
+        if (ns && enter_host(ns, rank) != 0) return 1;
+    }
     if (job->bind && bind_self(job->bind, rank) != 0) return 1;
     execvp(argv[0], argv);
     int e = errno;
@@ -331,6 +617,8 @@ int main(int argc, char **argv)
 {
     struct zl_opts o = {.nranks = 1, .name = NAME};
     enum bind_kind bind = BIND_NONE;
+    const char *hostfile = NULL;
+    int nranks_given = 0;
     int report_bindings = 0;
     int i = 1;
     for (; i < argc; i++) {
@@ -350,7 +638,7 @@ int main(int argc, char **argv)
             opt = optbuf;
             val = eq + 1;
         }
-        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BIND, O_BAD } which = O_BAD;
+        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BIND, O_HOSTFILE, O_BAD } which = O_BAD;
         if (!strcmp(opt, "-n") || !strcmp(opt, "-np") || !strcmp(opt, "--np") || !strcmp(opt, "--nproc") ||
             !strcmp(opt, "--nproc-per-node") || !strcmp(opt, "--nproc_per_node"))
             which = O_N;
@@ -362,6 +650,8 @@ int main(int argc, char **argv)
             which = O_TIMEOUT;
         else if (!strcmp(opt, "--bind") || !strcmp(opt, "--bind-to"))
             which = O_BIND;
+        else if (!strcmp(opt, "--hostfile") || !strcmp(opt, "--machinefile"))
+            which = O_HOSTFILE;
         else if (!eq && strncmp(a, "-n", 2) == 0 && a[2] >= '0' && a[2] <= '9') { /* -n4 */
             which = O_N;
             opt = "-n";
@@ -383,6 +673,11 @@ int main(int argc, char **argv)
                 return bad("number of ranks must be between 1 and %s (got %s)", lim, val);
             }
             o.nranks = (int)v;
+            nranks_given = 1;
+            break;
+        case O_HOSTFILE:
+            if (!*val) return bad("%s: empty file name%s", opt, "");
+            hostfile = val;
             break;
         case O_PORT:
             if (parse_int(val, 1, 65535, &v) != 0) return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
@@ -421,8 +716,35 @@ int main(int argc, char **argv)
         fprintf(stderr, NAME ": setenv: %s\n", strerror(errno));
         return 1;
     }
+    struct hostplan hp = {0};
+    char master_addr[INET6_ADDRSTRLEN];
+    if (hostfile) {
+        if ((rc = hostfile_read(hostfile, &hp)) != 0 ||
+            (rc = hostplan_assign(&hp, nranks_given ? &o.nranks : (o.nranks = 0, &o.nranks), hostfile)) != 0) {
+            hostplan_free(&hp);
+            return rc;
+        }
+        o.local_rank = hp.local_rank;
+        o.local_size = hp.local_size;
+        /* Rank 0 runs the bootstrap root: by default it listens on the first host's own address. */
+        const char *ns0 = hp.hosts[0].ns;
+        if (!o.addr && ns0) {
+            if (netns_addr_port(ns0, master_addr, sizeof master_addr, &o.port) != 0) {
+                hostplan_free(&hp);
+                return 1;
+            }
+            o.addr = master_addr;
+        } else if (o.port == 0 && ns0) {
+            /* --addr given: it must be reachable from every host; a free port is still looked up in host 0. */
+            char scratch[INET6_ADDRSTRLEN];
+            if (netns_addr_port(ns0, scratch, sizeof scratch, &o.port) != 0) {
+                hostplan_free(&hp);
+                return 1;
+            }
+        }
+    }
     struct bind_plan plan;
-    struct job job = {.argv = prog_argv, .bind = NULL};
+    struct job job = {.argv = prog_argv, .bind = NULL, .hosts = hostfile ? &hp : NULL};
     int use_hwloc = bind != BIND_NONE || report_bindings;
     if (use_hwloc) {
         if (bind_prepare(&plan, bind, o.nranks) != 0) {
@@ -434,5 +756,6 @@ int main(int argc, char **argv)
     }
     rc = zl_launch(&o, exec_rank, &job);
     if (use_hwloc) bind_free(&plan);
+    hostplan_free(&hp);
     return rc;
 }
