@@ -1,91 +1,93 @@
 /*
- * shard.h — zero_train's ZeRO stages over zccl collectives: the flat parameter layout (buckets in reverse
- * definition order, each padded to a multiple of nranks x alignment; rank r owns slice r of every bucket), the
- * gradient path (where backward writes, what happens when a bucket is complete), the ZeRO-3 parameter fetch, and
- * the AdamW step on the owned slices. Stage semantics (Rajbhandari et al., "ZeRO: Memory optimizations toward
- * training trillion parameter models", SC 2020):
- *   0  plain data parallel: every rank holds everything; gradients all-reduced at the accumulation boundary;
- *   1  optimizer state sharded: all-reduce at the boundary, each rank updates its slices, all-gather parameters;
- *   2  + gradients sharded: every micro-step reduce-scatters each bucket into the rank's shard accumulator;
- *   3  + parameters sharded: all-gathered bucket by bucket before a layer runs (forward and backward), released
- *      after use.
- * All buffers are float64 so that runs on 1 and N ranks differ only by the order of the final cross-rank sums.
+ * shard.h — zero_train's ZeRO stages, driven through zccl's bucket scheduler and ZeRO-3 parameter store
+ * (include/zccl_zero.h). Each layer's weight matrix and bias form one flat parameter vector ([W | b], as FSDP's
+ * flat parameters), so a layer is one parameter of the bucket plan and one layer of the ZeRO-3 store. Stage
+ * semantics (Rajbhandari et al., "ZeRO: Memory optimizations toward training trillion parameter models", SC 2020):
+ *   0  plain data parallel: every rank holds everything; buckets all-reduced at the accumulation boundary;
+ *   1  optimizer state sharded: all-reduce at the boundary, each rank updates its shard of every bucket, then the
+ *      parameters are all-gathered;
+ *   2  + gradients sharded: every micro-step reduce-scatters each bucket into this rank's shard accumulator;
+ *   3  + parameters sharded: the ZeRO-3 store all-gathers a layer before it runs (forward and backward),
+ *      prefetching along the recorded order, and releases it after use.
+ * Everything is float64, so runs on 1 and N ranks differ only in the order of the cross-rank sums.
  */
 #ifndef ZT_SHARD_H
 #define ZT_SHARD_H
 
 #include <stddef.h>
-#include <zccl.h>
+#include <stdio.h>
+#include <zccl_zero.h>
 
-#define ZT_MAX_TENSORS 16
-#define ZT_MAX_BUCKETS 16
+#define ZT_MAX_LAYERS 8
 
 typedef struct {
     int stage, nranks, rank;
-    zccl_comm_t comm;
-    int ntensors;
-    const char *name[ZT_MAX_TENSORS];
-    size_t numel[ZT_MAX_TENSORS];
-    int decay[ZT_MAX_TENSORS];      /* AdamW weight decay applies (weights yes, biases no) */
-    size_t tensor_off[ZT_MAX_TENSORS]; /* element offset in the flat layout */
-    int tensor_bucket[ZT_MAX_TENSORS];
+    zccl_comm_t comm, comm3;     /* comm3: the ZeRO-3 store's own communicator (stage 3) */
+    int nlayers;
+    size_t numel[ZT_MAX_LAYERS]; /* layer vector: weights then biases */
+    size_t nweights[ZT_MAX_LAYERS]; /* the first nweights elements get weight decay */
+    zccl_bucket_plan_t plan;
+    zccl_zero3_t z3;
     int nbuckets;
-    size_t bucket_off[ZT_MAX_BUCKETS], bucket_len[ZT_MAX_BUCKETS]; /* elements, len padded */
-    size_t shard_off[ZT_MAX_BUCKETS];                              /* offset of the bucket's slice in a shard */
-    int bucket_tensors[ZT_MAX_BUCKETS];
-    size_t flat;     /* padded elements of the whole layout */
-    size_t shard;    /* elements a rank owns: sum of bucket_len / nranks */
-    size_t psi;      /* unpadded parameter count */
-    /* persistent state */
-    double *params;  /* flat (stages 0-2) or shard (stage 3) */
-    double *grads;   /* flat (stages 0, 1) or shard accumulator (stages 2, 3) */
-    double *m, *v;   /* flat (stage 0) or shard (stages 1-3) */
+    zccl_bucket_info_t info[ZT_MAX_LAYERS];
+    size_t bucket_base[ZT_MAX_LAYERS]; /* element offset of bucket b in the flat parameter buffer (stages 0-2) */
+    size_t shard_base[ZT_MAX_LAYERS];  /* element offset of bucket b's shard in m, v */
+    int bucket_of[ZT_MAX_LAYERS];
+    size_t off_in_bucket[ZT_MAX_LAYERS];
+    size_t flat, shard;          /* padded elements: whole layout, one rank's shard */
+    size_t psi;                  /* parameters without padding */
+    double *params;              /* stages 0-2: the whole flat layout; stage 3: in the ZeRO-3 store */
+    double *m, *v;               /* AdamW moments: flat (stage 0) or shard (stages 1-3) */
+    double *eval[ZT_MAX_LAYERS]; /* stage 3 evaluation: gathered layers */
     long step;
-    /* working buffers: one per bucket while live */
-    double *gbuf[ZT_MAX_BUCKETS];
-    int gready[ZT_MAX_BUCKETS];
-    double *pbuf[ZT_MAX_BUCKETS];
-    int prefs[ZT_MAX_BUCKETS];
-    int boundary;    /* the current micro-step is the last before the optimizer step */
-    size_t work_bytes, work_peak;
-    /* bytes this rank sent, by the bandwidth-optimal volumes of each collective */
+    /* bytes this rank sent, by the bandwidth-optimal volume of each collective it issued */
     double sent_grads, sent_params, sent_other;
 } zt_zero_t;
 
 /*
- * Lays out ntensors tensors (definition order) into buckets: reverse definition order, a bucket closes once it
- * holds >= first_bytes (the first) or >= cap_bytes (the others), each padded to a multiple of nranks*align_elems.
- * Allocates the stage's persistent state. Returns 0 or -1 with a message on stderr.
+ * Creates the bucket plan (and, in stage 3, the ZeRO-3 store on a second communicator) for nlayers layer vectors of
+ * numel[l] elements whose first nweights[l] elements decay. first_bytes / cap_bytes / in_flight: the plan's
+ * bucket targets and K (stage 3 uses one bucket per layer so that gradient and parameter shards coincide).
+ * Collective. Returns ZCCL_SUCCESS or the failing call's result (message in zccl_get_last_error).
  */
-int zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int ntensors, const char *const *names,
-                 const size_t *numel, const int *decay, size_t first_bytes, size_t cap_bytes, size_t align_elems);
+zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
+                           const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight);
 void zt_zero_free(zt_zero_t *z);
 
-/* Rank 0's full flat parameter vector (ignored elsewhere) is broadcast; each rank keeps what its stage holds. */
-zccl_result_t zt_zero_set_params(zt_zero_t *z, const double *flat_on_root);
+/* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its
+ * stage holds. Collective. */
+zccl_result_t zt_zero_set_params(zt_zero_t *z, double *const *full_on_root);
 
-/* Starts an optimizer step's gradient accumulation (zeroes the gradient state). */
-void zt_zero_begin_step(zt_zero_t *z);
-/* Starts micro-step; last says it is the last before zt_zero_step (the accumulation boundary). */
-void zt_zero_begin_micro(zt_zero_t *z, int last);
-/* Where backward adds tensor t's gradient (numel[t] elements) for this micro-step. */
-double *zt_zero_grad(zt_zero_t *z, int t);
-/* Tensor t's gradient is complete for this micro-step; a complete bucket is communicated per the stage. */
-zccl_result_t zt_zero_grad_ready(zt_zero_t *z, int t);
+/* Micro-step: begin (last = accumulation boundary), then per layer fetch/release and grad/ready, then end. */
+zccl_result_t zt_zero_begin_micro(zt_zero_t *z, int last);
+zccl_result_t zt_zero_end_micro(zt_zero_t *z);
+/* Layer l's parameter vector (numel[l] elements), gathered first in stage 3; valid until zt_zero_release. */
+zccl_result_t zt_zero_fetch(zt_zero_t *z, int l, const double **full);
+zccl_result_t zt_zero_release(zt_zero_t *z, int l);
+/* Where backward adds layer l's gradient (numel[l] elements) in this micro-step; then mark it ready. */
+zccl_result_t zt_zero_grad(zt_zero_t *z, int l, double **grad);
+zccl_result_t zt_zero_grad_ready(zt_zero_t *z, int l);
 
-/* Tensor t's parameters, all-gathered first in stage 3 (the bucket stays live until every fetch is released). */
-zccl_result_t zt_zero_fetch(zt_zero_t *z, int t, const double **out);
-void zt_zero_release(zt_zero_t *z, int t);
+/* Outside a micro-step (evaluation): layer l's parameters, all-gathered by hand in stage 3. Collective. */
+zccl_result_t zt_zero_eval_fetch(zt_zero_t *z, int l, const double **full);
 
 /*
- * AdamW step (Loshchilov & Hutter, "Decoupled weight decay regularization", ICLR 2019) on the owned slices with
- * gradient = accumulated sum / global_batch, after global-norm clipping to clip (Pascanu et al. 2013; clip <= 0:
- * none). *norm receives the global gradient norm before clipping. Stages 1, 2 all-gather the updated parameters.
+ * AdamW step (Loshchilov & Hutter, "Decoupled weight decay regularization", ICLR 2019) on the owned elements
+ * with gradient = accumulated sum / global_batch, after global-norm clipping to clip (Pascanu et al. 2013; 0: no
+ * clipping). The norm comes from zccl_bucket_grad_norm (shards and one scalar all-reduce); *norm receives it,
+ * divided by global_batch. Stages 1 and 2 all-gather the updated parameters. Collective.
  */
 zccl_result_t zt_zero_step(zt_zero_t *z, double lr, double beta1, double beta2, double eps, double wd, double clip,
                            double global_batch, double *norm);
 
-/* Scalar sum over ranks (loss, counts), counted as "other" traffic. */
+/* Sum of n doubles over ranks (loss, counts), counted as "other" traffic. Collective. */
 zccl_result_t zt_zero_sum(zt_zero_t *z, double *vals, int n);
+
+/* Per-rank persistent bytes of parameters, gradients, optimizer state, and working bytes (bucket buffers in
+ * reduce-scatter mode, ZeRO-3 peak gathered bytes). */
+void zt_zero_memory(const zt_zero_t *z, size_t *params, size_t *grads, size_t *opt, size_t *work);
+
+/* Prints the bucket scheduler's and the ZeRO-3 store's counters (zccl_bucket_stats, zccl_zero3_stats). */
+void zt_zero_report(const zt_zero_t *z, FILE *f);
 
 #endif

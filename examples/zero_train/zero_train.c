@@ -30,8 +30,6 @@
 
 #define NLAYERS 3
 static const int dims[NLAYERS + 1] = {ZT_PIXELS, 256, 256, ZT_CLASSES};
-static const char *const tensor_names[2 * NLAYERS] = {"fc1.weight", "fc1.bias", "fc2.weight",
-                                                      "fc2.bias",   "fc3.weight", "fc3.bias"};
 
 typedef struct {
     int stage, epochs, accum, batch;
@@ -39,6 +37,7 @@ typedef struct {
     unsigned long long seed;
     const char *data;
     size_t first_bytes, cap_bytes;
+    int in_flight;
     int heldout_percent;
 } opts_t;
 
@@ -47,7 +46,7 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
-            "                  [--bucket-cap BYTES]\n"
+            "                  [--bucket-cap BYTES] [--in-flight K]\n"
             "  --stage S          ZeRO stage: 0 data parallel, 1 optimizer state sharded, 2 + gradients, 3 + params\n"
             "  --epochs E         passes over the training part (default 12)\n"
             "  --accum K          micro-steps accumulated per optimizer step (default 1)\n"
@@ -58,7 +57,10 @@ static void usage(FILE *f)
             "  --weight-decay WD  decoupled weight decay of the weight matrices (default 1e-4)\n"
             "  --data PATH        digits.csv.gz (default " ZT_DEFAULT_DATA ")\n"
             "  --first-bucket N   bytes of the first gradient bucket (default 16384)\n"
-            "  --bucket-cap N     bytes of the other gradient buckets (default 262144)\n");
+            "  --bucket-cap N     bytes of the other gradient buckets (default 262144)\n"
+            "  --in-flight K      most buckets communicating at once (default: ZCCL_BUCKETS_IN_FLIGHT, 2)\n"
+            "Layer l's weights and bias form one flat parameter (one bucket-plan parameter, one ZeRO-3 layer);\n"
+            "stage 3 uses one bucket per layer so that gradient and parameter shards coincide.\n");
 }
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out)
@@ -104,6 +106,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         NUM("--weight-decay", 0, 10, 0, o->wd = d)
         NUM("--first-bucket", 8, 1e15, 1, o->first_bytes = (size_t)d)
         NUM("--bucket-cap", 8, 1e15, 1, o->cap_bytes = (size_t)d)
+        NUM("--in-flight", 0, 64, 1, o->in_flight = (int)d)
 #undef NUM
         if (!strcmp(a, "--data") && v) {
             o->data = v;
@@ -149,25 +152,23 @@ static int acts_alloc(acts_t *a, size_t cap)
     return ok ? 0 : -1;
 }
 
-/* Forward through every layer; stage 3 gathers each layer's parameters just before it runs. */
-static zccl_result_t forward(zt_zero_t *z, acts_t *a, size_t m)
+/* Forward through every layer; stage 3 gathers each layer's parameters just before it runs (eval: by hand). */
+static zccl_result_t forward(zt_zero_t *z, acts_t *a, size_t m, int eval)
 {
     const double *in = a->in;
     for (int l = 0; l < NLAYERS; l++) {
-        const double *W, *b;
-        zccl_result_t r = zt_zero_fetch(z, 2 * l, &W);
-        if (r == ZCCL_SUCCESS) r = zt_zero_fetch(z, 2 * l + 1, &b);
+        const double *W;
+        zccl_result_t r = eval ? zt_zero_eval_fetch(z, l, &W) : zt_zero_fetch(z, l, &W);
         if (r != ZCCL_SUCCESS) return r;
-        zt_linear_forward(in, m, dims[l], dims[l + 1], W, b, a->z[l]);
-        zt_zero_release(z, 2 * l + 1);
-        zt_zero_release(z, 2 * l);
+        zt_linear_forward(in, m, dims[l], dims[l + 1], W, W + (size_t)dims[l] * dims[l + 1], a->z[l]);
+        if (!eval && (r = zt_zero_release(z, l)) != ZCCL_SUCCESS) return r;
         if (l < NLAYERS - 1) zt_relu(a->z[l], a->h[l], m * dims[l + 1]);
         in = a->h[l];
     }
     return ZCCL_SUCCESS;
 }
 
-/* Backward, last layer first; each layer's gradients are handed to the ZeRO layer as soon as they are complete. */
+/* Backward, last layer first; each layer's gradient goes to the bucket scheduler as soon as it is complete. */
 static zccl_result_t backward(zt_zero_t *z, acts_t *a, size_t m)
 {
     /* a->dz holds dLoss/dz of the last layer */
@@ -175,16 +176,14 @@ static zccl_result_t backward(zt_zero_t *z, acts_t *a, size_t m)
     for (int l = NLAYERS - 1; l >= 0; l--) {
         const double *in = l ? a->h[l - 1] : a->in;
         const double *W = NULL;
-        if (l > 0) {
-            zccl_result_t r = zt_zero_fetch(z, 2 * l, &W);
-            if (r != ZCCL_SUCCESS) return r;
-        }
-        zt_linear_backward(in, dz, m, dims[l], dims[l + 1], W, zt_zero_grad(z, 2 * l), zt_zero_grad(z, 2 * l + 1),
-                           l ? dh : NULL);
-        if (l > 0) zt_zero_release(z, 2 * l);
-        zccl_result_t r = zt_zero_grad_ready(z, 2 * l);
-        if (r == ZCCL_SUCCESS) r = zt_zero_grad_ready(z, 2 * l + 1);
+        double *g;
+        zccl_result_t r = ZCCL_SUCCESS;
+        if (l > 0) r = zt_zero_fetch(z, l, &W); /* the first layer needs no input gradient, so no weights */
+        if (r == ZCCL_SUCCESS) r = zt_zero_grad(z, l, &g);
         if (r != ZCCL_SUCCESS) return r;
+        zt_linear_backward(in, dz, m, dims[l], dims[l + 1], W, g, g + (size_t)dims[l] * dims[l + 1], l ? dh : NULL);
+        if (l > 0 && (r = zt_zero_release(z, l)) != ZCCL_SUCCESS) return r;
+        if ((r = zt_zero_grad_ready(z, l)) != ZCCL_SUCCESS) return r;
         if (l > 0) {
             zt_relu_backward(dh, a->z[l - 1], m * dims[l]);
             double *t = dz;
@@ -242,38 +241,30 @@ int main(int argc, char **argv)
     }
     double lr = o.lr_per32 * o.batch / 32.0;
 
-    size_t numel[2 * NLAYERS];
-    int decay[2 * NLAYERS];
+    size_t numel[NLAYERS], nweights[NLAYERS];
     for (int l = 0; l < NLAYERS; l++) {
-        numel[2 * l] = (size_t)dims[l] * dims[l + 1];
-        numel[2 * l + 1] = (size_t)dims[l + 1];
-        decay[2 * l] = 1;
-        decay[2 * l + 1] = 0;
+        nweights[l] = (size_t)dims[l] * dims[l + 1];
+        numel[l] = nweights[l] + (size_t)dims[l + 1]; /* [W | b] */
     }
     zt_zero_t z;
-    if (zt_zero_init(&z, comm, o.stage, 2 * NLAYERS, tensor_names, numel, decay, o.first_bytes, o.cap_bytes, 2)) {
-        zccl_comm_abort(comm);
-        return 1;
-    }
+    CHECK(zt_zero_init(&z, comm, o.stage, NLAYERS, numel, nweights, o.first_bytes, o.cap_bytes, o.in_flight));
 
-    /* He-uniform weights (He et al., ICCV 2015), zero biases, drawn on rank 0 and broadcast. */
-    double *init = NULL;
-    if (rank == 0) {
-        init = calloc(z.flat, sizeof(double));
-        if (!init) {
+    /* He-uniform weights (He et al., ICCV 2015), zero biases, drawn from --seed on rank 0 and broadcast. */
+    double *init[NLAYERS] = {NULL};
+    for (int l = 0; rank == 0 && l < NLAYERS; l++) {
+        if (!(init[l] = calloc(numel[l], sizeof(double)))) {
             fprintf(stderr, "zero_train: out of memory\n");
             zccl_comm_abort(comm);
             return 1;
         }
-        unsigned long long st = o.seed;
-        for (int l = 0; l < NLAYERS; l++) {
-            double lim = sqrt(6.0 / dims[l]);
-            double *w = init + z.tensor_off[2 * l];
-            for (size_t i = 0; i < numel[2 * l]; i++) w[i] = (2.0 * zt_rand_uniform(&st) - 1.0) * lim;
-        }
+    }
+    unsigned long long init_state = o.seed;
+    for (int l = 0; rank == 0 && l < NLAYERS; l++) {
+        double lim = sqrt(6.0 / dims[l]);
+        for (size_t i = 0; i < nweights[l]; i++) init[l][i] = (2.0 * zt_rand_uniform(&init_state) - 1.0) * lim;
     }
     CHECK(zt_zero_set_params(&z, init));
-    free(init);
+    for (int l = 0; l < NLAYERS; l++) free(init[l]);
 
     size_t eval_cap = (held.n + n - 1) / n;
     acts_t a;
@@ -294,10 +285,9 @@ int main(int argc, char **argv)
                o.stage, n, o.batch, micro, o.accum, n, lr, o.lr_per32, o.clip, o.wd, o.seed);
         printf("zero_train: data %s: %zu samples, %zu train, %zu held out; %zu steps per epoch\n", o.data, all.n,
                train.n, held.n, steps);
-        printf("zero_train: model 64-256-256-10, psi = %zu parameters in %d tensors, %d buckets (reverse "
-               "definition order, padded to %d x 2 elements):",
-               z.psi, z.ntensors, z.nbuckets, n);
-        for (int b = 0; b < z.nbuckets; b++) printf(" %zu", z.bucket_len[b] * sizeof(double));
+        printf("zero_train: model 64-256-256-10, psi = %zu parameters in %d layers; %d buckets (zccl bucket plan, "
+               "reverse definition order):", z.psi, NLAYERS, z.nbuckets);
+        for (int b = 0; b < z.nbuckets; b++) printf(" %zu", z.info[b].elems * sizeof(double));
         printf(" bytes\n");
     }
 
@@ -309,18 +299,18 @@ int main(int argc, char **argv)
         double sums[2] = {0, 0}; /* loss, correct */
         double norm_max = 0;
         for (size_t s = 0; s < steps; s++) {
-            zt_zero_begin_step(&z);
             for (int k = 0; k < o.accum; k++) {
-                zt_zero_begin_micro(&z, k == o.accum - 1);
+                CHECK(zt_zero_begin_micro(&z, k == o.accum - 1));
                 size_t base = s * (size_t)o.batch + (size_t)k * n * micro + (size_t)rank * micro;
                 for (size_t j = 0; j < micro; j++) {
                     size_t id = order[base + j];
                     memcpy(a.in + j * ZT_PIXELS, train.x + id * ZT_PIXELS, ZT_PIXELS * sizeof(double));
                     a.y[j] = train.y[id];
                 }
-                CHECK(forward(&z, &a, micro));
+                CHECK(forward(&z, &a, micro, 0));
                 zt_softmax_xent(a.z[NLAYERS - 1], a.y, micro, ZT_CLASSES, a.dz, &sums[0], &sums[1]);
                 CHECK(backward(&z, &a, micro));
+                CHECK(zt_zero_end_micro(&z));
             }
             double norm;
             CHECK(zt_zero_step(&z, lr, 0.9, 0.999, 1e-8, o.wd, o.clip, (double)o.batch, &norm));
@@ -335,7 +325,7 @@ int main(int argc, char **argv)
             memcpy(a.in + m * ZT_PIXELS, held.x + i * ZT_PIXELS, ZT_PIXELS * sizeof(double));
             a.y[m] = held.y[i];
         }
-        CHECK(forward(&z, &a, m));
+        CHECK(forward(&z, &a, m, 1));
         double ev[2] = {0, 0};
         zt_softmax_xent(a.z[NLAYERS - 1], a.y, m, ZT_CLASSES, NULL, &ev[0], &ev[1]);
         CHECK(zt_zero_sum(&z, ev, 2));
@@ -349,8 +339,9 @@ int main(int argc, char **argv)
     /* Memory per rank next to the ZeRO accounting. This example keeps everything in float64: 8 bytes per parameter
      * and per gradient, AdamW m and v 16 bytes (K = 16); the paper's mixed-precision Adam is 2 + 2 + K=12. */
     double psi = (double)z.psi;
-    double pb = (double)(o.stage == 3 ? z.shard : z.flat) * 8, gb = (double)(o.stage >= 2 ? z.shard : z.flat) * 8;
-    double ob = (double)(o.stage >= 1 ? z.shard : z.flat) * 16;
+    size_t mp, mg, mo, mw;
+    zt_zero_memory(&z, &mp, &mg, &mo, &mw);
+    double pb = (double)mp, gb = (double)mg, ob = (double)mo;
     double fp = 8 * psi / (o.stage == 3 ? n : 1), fg = 8 * psi / (o.stage >= 2 ? n : 1);
     double fo = 16 * psi / (o.stage >= 1 ? n : 1);
     double sent = z.sent_grads + z.sent_params + z.sent_other;
@@ -365,14 +356,14 @@ int main(int argc, char **argv)
         printf("  gradients  %12s   formula %s = %s\n", b1, o.stage >= 2 ? "8 psi/N" : "8 psi  ", b2);
         fmt_bytes(b1, sizeof b1, ob), fmt_bytes(b2, sizeof b2, fo);
         printf("  optimizer  %12s   formula %s = %s\n", b1, o.stage >= 1 ? "16psi/N" : "16psi  ", b2);
-        printf("  working buffers peak %zu bytes (gradient buckets in flight, gathered parameter buckets)\n",
-               z.work_peak);
+        printf("  working buffers %zu bytes (reduce-scatter bucket buffers; stage 3: + peak gathered layers)\n", mw);
         printf("  paper, mixed-precision Adam (2+2+12)psi: stage %d = %.0f bytes per rank\n", o.stage,
                2 * psi / (o.stage == 3 ? n : 1) + 2 * psi / (o.stage >= 2 ? n : 1) + 12 * psi / (o.stage >= 1 ? n : 1));
         printf("bytes sent per rank: gradients %.0f, parameters %.0f, other %.0f (loss, norm, evaluation, "
                "initial broadcast); per optimizer step: gradients %.0f, parameters %.0f\n",
                z.sent_grads, z.sent_params, z.sent_other, z.sent_grads / total_steps,
                z.sent_params / total_steps);
+        zt_zero_report(&z, stdout);
         printf("final loss=%.15e accuracy=%.4f bytes_sent=%.0f stage=%d ranks=%d params_bytes=%.0f grads_bytes=%.0f "
                "optimizer_bytes=%.0f psi=%zu\n",
                last_loss, last_acc, sent, o.stage, n, pb, gb, ob, z.psi);
