@@ -5,7 +5,8 @@
 #  3. every run's per-epoch training loss must equal the reference's to <= 1e-4 relative (the largest difference
 #     is printed), every final held-out accuracy must be >= 0.95, and per-rank memory must follow the ZeRO
 #     formulas (fp64: params 8 psi, grads 8 psi, AdamW m+v 16 psi; divided by N for what the stage shards) up to
-#     the padding of the layout, and shrink against stage 0 by at least (N - 0.1)x.
+#     the padding of the layout, and shrink against stage 0 by at least (N - 0.1)x; stage 3 runs with
+#     --max-live 600000 and the store's peak gathered bytes must stay within it.
 # DATA is ../shared/data/digits.csv.gz; when it is absent, fetch_digits.sh fetches the set into FALLBACK; when that
 # fails too the test is skipped (exit 77). Each run has zcclrun --timeout as its deadline.
 set -uo pipefail
@@ -42,7 +43,9 @@ run ref 1 --stage 0 --accum 1 || { echo "check.sh: FAILED"; exit 1; }
 runs=(r1_accum2)
 run r1_accum2 1 --stage 3 --accum 2
 for s in 0 1 2 3; do
-    run s$s 4 --stage "$s" --accum 2 && runs+=(s$s)
+    extra=()
+    ((s == 3)) && extra=(--max-live 600000) # ZeRO-3 store bound: the largest layer (526336 bytes) fits, two do not
+    run s$s 4 --stage "$s" --accum 2 "${extra[@]}" && runs+=(s$s)
 done
 
 field() { sed -n 's/^final .*'"$2"'=\([^ ]*\).*/\1/p' "$out/$1.log"; }
@@ -94,6 +97,15 @@ if [[ " ${runs[*]} " == *" s3 "* && " ${runs[*]} " == *" s0 "* ]]; then
         b=$(field s$s bytes_sent)
         awk -v b="$b" 'BEGIN {exit !(b > 0)}' || { echo "FAIL: s$s sent $b bytes"; fail=1; }
     done
+fi
+if [[ " ${runs[*]} " == *" s3 "* ]]; then
+    peak=$(sed -n 's/.*peak gathered \([0-9]*\) bytes (limit \([0-9]*\)).*/\1 \2/p' "$out/s3.log")
+    if [[ -z "$peak" ]] || ! awk -v p="${peak% *}" -v l="${peak#* }" 'BEGIN {exit !(p > 0 && p <= l && l == 600000)}'; then
+        echo "FAIL: s3: ZeRO-3 peak gathered bytes / limit: '${peak}' (want peak <= limit 600000)"
+        fail=1
+    else
+        echo "s3: ZeRO-3 peak gathered bytes ${peak% *} <= --max-live ${peak#* }"
+    fi
 fi
 if ((fail)); then
     echo "check.sh: FAILED"

@@ -19,7 +19,8 @@ static double vol(const zt_zero_t *z, double factor, size_t elems)
     } while (0)
 
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
-                           const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight)
+                           const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
+                           size_t max_live_bytes)
 {
     memset(z, 0, sizeof *z);
     z->stage = stage;
@@ -52,7 +53,8 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     for (int l = 0; l < nlayers; l++) TRY(zccl_bucket_param_loc(z->plan, l, &z->bucket_of[l], &z->off_in_bucket[l]));
     if (stage == 3) {
         TRY(zccl_comm_shrink(comm, NULL, 0, &z->comm3)); /* the store needs a communicator of its own */
-        TRY(zccl_zero3_create(z->comm3, nlayers, numel, ZCCL_FLOAT64, NULL, &z->z3));
+        zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes};
+        TRY(zccl_zero3_create(z->comm3, nlayers, numel, ZCCL_FLOAT64, &zo, &z->z3));
         for (int l = 0; l < nlayers; l++) {
             size_t count, off;
             const zccl_bucket_info_t *bi = &z->info[z->bucket_of[l]];

@@ -47,11 +47,13 @@ typedef struct {
 /*
  * Creates the bucket plan (and, in stage 3, the ZeRO-3 store on a second communicator) for nlayers layer vectors of
  * numel[l] elements whose first nweights[l] elements decay. first_bytes / cap_bytes / in_flight: the plan's
- * bucket targets and K (stage 3 uses one bucket per layer so that gradient and parameter shards coincide).
+ * bucket targets and K (stage 3 uses one bucket per layer so that gradient and parameter shards coincide);
+ * max_live_bytes: the ZeRO-3 store's bound on gathered layer bytes (0: ZCCL_ZERO3_MAX_LIVE_BYTES).
  * Collective. Returns ZCCL_SUCCESS or the failing call's result (message in zccl_get_last_error).
  */
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
-                           const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight);
+                           const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
+                           size_t max_live_bytes);
 void zt_zero_free(zt_zero_t *z);
 
 /* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its

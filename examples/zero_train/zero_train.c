@@ -38,6 +38,7 @@ typedef struct {
     const char *data;
     size_t first_bytes, cap_bytes;
     int in_flight;
+    size_t max_live;
     int heldout_percent;
 } opts_t;
 
@@ -46,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
-            "                  [--bucket-cap BYTES] [--in-flight K]\n"
+            "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES]\n"
             "  --stage S          ZeRO stage: 0 data parallel, 1 optimizer state sharded, 2 + gradients, 3 + params\n"
             "  --epochs E         passes over the training part (default 12)\n"
             "  --accum K          micro-steps accumulated per optimizer step (default 1)\n"
@@ -59,6 +60,7 @@ static void usage(FILE *f)
             "  --first-bucket N   bytes of the first gradient bucket (default 16384)\n"
             "  --bucket-cap N     bytes of the other gradient buckets (default 262144)\n"
             "  --in-flight K      most buckets communicating at once (default: ZCCL_BUCKETS_IN_FLIGHT, 2)\n"
+            "  --max-live BYTES   stage 3: bound on gathered layer bytes (default: ZCCL_ZERO3_MAX_LIVE_BYTES, 1G)\n"
             "Layer l's weights and bias form one flat parameter (one bucket-plan parameter, one ZeRO-3 layer);\n"
             "stage 3 uses one bucket per layer so that gradient and parameter shards coincide.\n");
 }
@@ -107,6 +109,7 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         NUM("--first-bucket", 8, 1e15, 1, o->first_bytes = (size_t)d)
         NUM("--bucket-cap", 8, 1e15, 1, o->cap_bytes = (size_t)d)
         NUM("--in-flight", 0, 64, 1, o->in_flight = (int)d)
+        NUM("--max-live", 0, 1e15, 1, o->max_live = (size_t)d)
 #undef NUM
         if (!strcmp(a, "--data") && v) {
             o->data = v;
@@ -247,7 +250,8 @@ int main(int argc, char **argv)
         numel[l] = nweights[l] + (size_t)dims[l + 1]; /* [W | b] */
     }
     zt_zero_t z;
-    CHECK(zt_zero_init(&z, comm, o.stage, NLAYERS, numel, nweights, o.first_bytes, o.cap_bytes, o.in_flight));
+    CHECK(zt_zero_init(&z, comm, o.stage, NLAYERS, numel, nweights, o.first_bytes, o.cap_bytes, o.in_flight,
+                       o.max_live));
 
     /* He-uniform weights (He et al., ICCV 2015), zero biases, drawn from --seed on rank 0 and broadcast. */
     double *init[NLAYERS] = {NULL};
