@@ -11,19 +11,23 @@
  * proportional to numel[i] — sleeping, like a host thread waiting for an accelerator, so the processor stays free
  * for communication — then adds its gradient and marks it ready.
  *
- * Calibration: the communication time C of one step is measured first (every bucket all-reduced after a backward
- * with no compute); total compute is then set to R * C for every R in --ratios. Per (bucket cap, R), median of
- * --iters steps (the slowest rank's time, after a barrier):
- *   after    backward, then the buckets communicated (no overlap): about compute + C
- *   zccl     the bucket scheduler: buckets launch while backward continues
- *   ideal    max(compute, C) + the last bucket's share of C (it cannot start before backward ends)
- *   hidden   1 - (zccl - compute) / C: the fraction of communication not on the critical path
- *   buffers  gradient buffer bytes per rank (zccl_bucket_buffer_bytes: full buckets + shards)
- *   peak_k   most buckets in flight at once (<= K)
+ * Calibration: the communication time C of one step is measured first (every bucket marked after a backward with
+ * no compute: the time from the first mark to the end of finish); total compute is then set to R * C for every R
+ * in --ratios. Per (bucket cap, R) the two schedules alternate for --iters steps each (so both see the same
+ * machine); columns are medians of the slowest rank:
+ *   comm_ms     time after backward in "after" (backward, then all buckets: no overlap) = C in this run
+ *   after_ms    step time without overlap, about compute + C
+ *   zccl_ms     step time with the bucket scheduler (buckets launch while backward continues)
+ *   ideal_ms    max(compute, C) + the last bucket's share of C (it cannot start before backward ends)
+ *   exposed_ms  time after backward with the scheduler: the communication not hidden
+ *   hidden      1 - exposed / C;  of_hideable: (C - exposed) / (C - the last bucket's share)
+ *   buffers_B   gradient buffer bytes per rank (zccl_bucket_buffer_bytes: full buckets + shards)
+ *   peak_k      most buckets in flight at once (<= K)
  * ZeRO-3 forward: layers are the tensors that share a name prefix up to the first numeric component ("h.3",
- * "model.layers.3"); each is fetched, "computes" for a time proportional to its size (total = R * the gathers'
- * time measured without prefetch), then released. Reported per live-bytes limit (multiples of the largest layer):
- * step time, exposed gather time (time fetches waited), hidden fraction, peak live bytes and the limit.
+ * "model.layers.3"); each is fetched, "computes" for a time proportional to its size (total = R * gather_ms, the
+ * forward step time measured without compute), then released. Reported per live-bytes limit (multiples of the
+ * largest layer): step time, exposed gather time (time fetches waited), hidden = 1 - exposed / gather,
+ * of_hideable (against gather minus layer 0's share, which nothing precedes), peak live bytes (<= the limit).
  */
 #include <errno.h>
 #include <math.h>
@@ -176,8 +180,9 @@ static void run_buckets(const model_t *m, double *caps, int ncaps, size_t first,
         printf("# backward: %d tensors, %zu elements (%.1f MiB float32), %d ranks, K %d, mode %s, median of %d\n",
                m->n, total, total * 4.0 / (1 << 20), g_nranks, K, mode == ZCCL_BUCKET_ALLREDUCE ? "allreduce" :
                "reduce_scatter", iters);
-        printf("# %9s %7s %5s %9s %10s %9s %9s %9s %7s %8s %11s %6s\n", "cap", "buckets", "R", "comm_ms",
-               "compute_ms", "after_ms", "zccl_ms", "ideal_ms", "hidden", "of_hideable", "buffers_B", "peak_k");
+        printf("# %9s %7s %5s %9s %10s %9s %9s %9s %10s %7s %11s %11s %6s\n", "cap", "buckets", "R", "comm_ms",
+               "compute_ms", "after_ms", "zccl_ms", "ideal_ms", "exposed_ms", "hidden", "of_hideable", "buffers_B",
+               "peak_k");
     }
     for (int c = 0; c < ncaps; c++) {
         zccl_bucket_options_t o = {0};
@@ -206,30 +211,33 @@ static void run_buckets(const model_t *m, double *caps, int ncaps, size_t first,
             CHECK(zccl_bucket_info(plan, b, &bi));
             padded += bi.elems;
         }
-        const double last_share = comm * (double)last.elems / (double)padded;
+        const double last_frac = (double)last.elems / (double)padded;
         for (int r = 0; r < nratios; r++) {
             const double per_elem = ratios[r] * comm / (double)total;
-            double ta[64], tz[64], ca[64], cz[64];
+            /* The two schedules alternate, so both see the same machine; each step gives its time after backward:
+             * all of the communication for "after", the exposed part for "zccl". */
+            double ta[64], tz[64], ca[64], cz[64], xa[64], xz[64];
             for (int it = 0; it < iters; it++) {
-                ta[it] = backward_step(plan, m, per_elem, 0, &ca[it], &tail);
-                tz[it] = backward_step(plan, m, per_elem, 1, &cz[it], &tail);
+                ta[it] = backward_step(plan, m, per_elem, 0, &ca[it], &xa[it]);
+                tz[it] = backward_step(plan, m, per_elem, 1, &cz[it], &xz[it]);
             }
             const double after = median(ta, iters), zc = median(tz, iters);
+            const double c_after = median(xa, iters), exposed = median(xz, iters);
             const double compute = max_over_ranks(median(cz, iters));
-            const double ideal = (compute > comm ? compute : comm) + last_share;
-            double hidden = 1.0 - (zc - compute) / comm;
+            const double last_share = c_after * last_frac;
+            const double ideal = (compute > c_after ? compute : c_after) + last_share;
+            double hidden = 1.0 - exposed / c_after;
             if (hidden < 0) hidden = 0;
-            if (hidden > 1) hidden = 1;
-            /* The last bucket cannot start before backward ends: at most comm - last_share can be hidden. */
-            double of_hideable = (comm - (zc - compute)) / (comm - last_share);
+            /* The last bucket cannot start before backward ends: at most C - its share can be hidden. */
+            double of_hideable = (c_after - exposed) / (c_after - last_share);
             if (of_hideable < 0) of_hideable = 0;
             if (of_hideable > 1) of_hideable = 1;
             zccl_bucket_stats_t st;
             CHECK(zccl_bucket_stats(plan, &st));
             if (g_rank == 0)
-                printf("  %9zu %7d %5.2f %9.2f %10.2f %9.2f %9.2f %9.2f %6.1f%% %10.1f%% %11zu %6d\n", o.cap_bytes,
-                       nb, ratios[r], comm * 1e3, compute * 1e3, after * 1e3, zc * 1e3, ideal * 1e3, hidden * 100,
-                       of_hideable * 100, fullb + shardb, st.peak_in_flight);
+                printf("  %9zu %7d %5.2f %9.2f %10.2f %9.2f %9.2f %9.2f %10.2f %6.1f%% %10.1f%% %11zu %6d\n",
+                       o.cap_bytes, nb, ratios[r], c_after * 1e3, compute * 1e3, after * 1e3, zc * 1e3, ideal * 1e3,
+                       exposed * 1e3, hidden * 100, of_hideable * 100, fullb + shardb, st.peak_in_flight);
         }
         fflush(stdout);
         CHECK(zccl_bucket_plan_destroy(plan));
