@@ -163,14 +163,16 @@ zccl_result_t zccl_bucket_begin(zccl_bucket_plan_t plan, int sync);
 /**
  * Returns in *grad where backward writes (adds) parameter `param`'s gradient: numel[param] contiguous elements
  * inside its bucket's buffer (no copy happens later). Valid from zccl_bucket_begin until zccl_bucket_mark_ready
- * of the same parameter in this micro-step; in ALLREDUCE mode also readable after a successful finish until the next
- * begin (the reduced gradient). The region must not be touched after mark_ready until finish: the collective may
- * be reading and writing it.
- * REDUCE_SCATTER mode: bucket b shares a buffer with bucket b-K; if that bucket is still communicating this call
- * waits for it (bounded memory). If bucket b-K (or an earlier one) cannot launch because a parameter in it is not
+ * of the same parameter in this micro-step. The region must not be touched after mark_ready until finish: the
+ * collective may be reading and writing it. ALLREDUCE mode: between micro-steps (after finish, before the next
+ * begin) the call also works, for reading: the reduced gradient after a sync micro-step, the local accumulation
+ * after a non-sync one.
+ * REDUCE_SCATTER mode: bucket b uses the buffer of bucket b-K; if that bucket has not completed, this call waits
+ * for it (bounded memory). If bucket b-K (or an earlier one) cannot launch because a parameter in it is not
  * marked ready yet, waiting would never end: the call fails with ZCCL_INVALID_USAGE naming that parameter instead.
- * Errors: ZCCL_INVALID_ARGUMENT (plan or grad NULL, param outside [0, nparams)); ZCCL_INVALID_USAGE (no open
- * micro-step, param already marked in this micro-step, the wait above); the plan's error if it is broken.
+ * Errors: ZCCL_INVALID_ARGUMENT (plan or grad NULL, param outside [0, nparams)); ZCCL_INVALID_USAGE (param already
+ * marked in this micro-step; the wait above; no open micro-step in REDUCE_SCATTER mode); the plan's error if it is
+ * broken.
  */
 zccl_result_t zccl_bucket_grad_ptr(zccl_bucket_plan_t plan, int param, void **grad);
 

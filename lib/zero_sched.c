@@ -209,36 +209,43 @@ ZCCL_API zccl_result_t zccl_bucket_grad_ptr(zccl_bucket_plan_t p, int param, voi
     const char *fn = "zccl_bucket_grad_ptr";
     if (!grad) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'grad' is NULL", fn);
     *grad = NULL;
-    ZCCL_CHECK(enter(p, fn, param, true));
+    ZCCL_CHECK(enter(p, fn, param, false));
     zccl_result_t res = ZCCL_SUCCESS;
     const int b = p->p_bucket[param];
+    if (!p->open) { /* between micro-steps: all-reduce mode gradients stay readable in place */
+        if (p->o.mode != ZCCL_BUCKET_ALLREDUCE)
+            res = zccl__error(ZCCL_INVALID_USAGE, "%s: no micro-step is open, and in reduce-scatter mode only the "
+                              "shards (zccl_bucket_info) hold gradients between micro-steps", fn);
+        goto out_ptr;
+    }
     if (p->marked[param]) {
         res = zccl__error(ZCCL_INVALID_USAGE, "%s: parameter %d is already marked ready in this micro-step; its "
                           "gradient region belongs to the collective until zccl_bucket_finish", fn, param);
         goto out;
     }
     if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER) {
-        const int slot = b % p->nslots;
+        /* Bucket b uses buffer b mod K, which buckets b-K, b-2K, ... used before it in this micro-step: it is free
+         * for b once bucket b-K has completed (then all earlier users have too). */
+        const int slot = b % p->nslots, prev = b - p->nslots;
         const uint64_t t0 = zccl__now_ns();
         while (res == ZCCL_SUCCESS && p->slot_owner[slot] != b) {
-            const int owner = p->slot_owner[slot];
-            if (owner == -1 || owner < p->retired) { /* free: hand it to bucket b, zeroed */
+            if (p->slot_owner[slot] > b) {
+                res = zccl__error(ZCCL_INVALID_USAGE, "%s: parameter %d (bucket %d) shares a buffer with bucket %d, "
+                                  "which is later in bucket order and not complete: with K = %d buffers backward "
+                                  "must produce gradients in bucket order (reverse definition order)", fn, param, b,
+                                  p->slot_owner[slot], p->nslots);
+                break;
+            }
+            if (prev < 0 || p->retired > prev) { /* free: hand it to bucket b, zeroed */
                 memset(p->buf[slot], 0, p->b[b].elems * p->es);
                 p->slot_owner[slot] = b;
                 break;
             }
-            if (owner > b) {
-                res = zccl__error(ZCCL_INVALID_USAGE, "%s: parameter %d (bucket %d) shares a buffer with bucket %d, "
-                                  "which is later in bucket order and not complete: with K = %d buffers backward "
-                                  "must produce gradients in bucket order (reverse definition order)", fn, param, b,
-                                  owner, p->nslots);
-                break;
-            }
-            const int missing = first_unmarked(p, p->launched, owner);
+            const int missing = first_unmarked(p, p->launched, prev);
             if (missing >= 0 || p->abandon) {
                 res = zccl__error(ZCCL_INVALID_USAGE, "%s: parameter %d (bucket %d) needs the buffer of bucket %d, "
                                   "which cannot launch before parameter %d (bucket %d) is marked ready: waiting would "
-                                  "never end (K = %d buffers)", fn, param, b, owner, missing,
+                                  "never end (K = %d buffers)", fn, param, b, prev, missing,
                                   missing >= 0 ? p->p_bucket[missing] : -1, p->nslots);
                 break;
             }
@@ -247,6 +254,7 @@ ZCCL_API zccl_result_t zccl_bucket_grad_ptr(zccl_bucket_plan_t p, int param, voi
         }
         p->st.grad_wait_s += (double)(zccl__now_ns() - t0) * 1e-9;
     }
+out_ptr:
     if (res == ZCCL_SUCCESS) *grad = (char *)slot_of(p, b) + p->p_off[param] * p->es;
 out:
     pthread_mutex_unlock(&p->mu);

@@ -378,6 +378,9 @@ TEST(ZeroBuckets, MissingMarkNamesTheParameterAndThePlanRecovers) {
             zccl_bucket_info_t I;
             CHILD_OK(zccl_bucket_info(plan, b, &I));
             const double *g = static_cast<const double *>(I.buffer) + off;
+            void *gp = nullptr; /* all-reduce mode: readable in place between micro-steps */
+            CHILD_OK(zccl_bucket_grad_ptr(plan, i, &gp));
+            CHILD_CHECK(gp == g, "grad_ptr after finish %p, bucket buffer + offset %p", gp, (const void *)g);
             for (size_t j = 0; j < kModel[(size_t)i]; j++) {
                 double want = 0;
                 if (i != 2)
@@ -401,22 +404,47 @@ TEST(ZeroBuckets, ReduceScatterOutOfOrderBufferUseIsAnErrorNotAHang) {
         o.max_in_flight = 1;
         zccl_bucket_plan_t plan = nullptr;
         CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
-        CHILD_OK(zccl_bucket_begin(plan, 1));
-        void *g;
-        /* K = 1: bucket 1 needs bucket 0's buffer, and bucket 0 (parameter 10 ...) is not marked. */
-        int b0 = -1;
-        CHILD_OK(zccl_bucket_param_loc(plan, n - 1, &b0, nullptr));
-        CHILD_OK(zccl_bucket_grad_ptr(plan, n - 1, &g));
         int p_in_b1 = -1;
-        for (int i = n - 1; i >= 0; i--) {
+        for (int i = n - 1; i >= 0 && p_in_b1 < 0; i--) {
             int b;
-            zccl_bucket_param_loc(plan, i, &b, nullptr);
-            if (b == 1) { p_in_b1 = i; break; }
+            CHILD_OK(zccl_bucket_param_loc(plan, i, &b, nullptr));
+            if (b == 1) p_in_b1 = i;
         }
-        zccl_result_t r = zccl_bucket_grad_ptr(plan, p_in_b1, &g);
-        std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE, "grad_ptr returned %d: %s", (int)r, msg.c_str());
-        CHILD_CHECK(msg.find("cannot launch before parameter") != std::string::npos, "message: %s", msg.c_str());
+        /* K = 1: bucket 1 needs bucket 0's buffer, and bucket 0 (parameter n-1, ...) is not marked: first with
+         * bucket 0 holding the buffer, then (second micro-step) with nobody holding it yet — bucket 0 will need it
+         * when it launches, so bucket 1 must not take it. */
+        for (int variant = 0; variant < 2; variant++) {
+            CHILD_OK(zccl_bucket_begin(plan, 1));
+            void *g;
+            if (variant == 0) CHILD_OK(zccl_bucket_grad_ptr(plan, n - 1, &g));
+            zccl_result_t r = zccl_bucket_grad_ptr(plan, p_in_b1, &g);
+            std::string msg = zccl_get_last_error(nullptr);
+            CHILD_CHECK(r == ZCCL_INVALID_USAGE, "variant %d: grad_ptr returned %d: %s", variant, (int)r, msg.c_str());
+            CHILD_CHECK(msg.find("cannot launch before parameter " + std::to_string(n - 1)) != std::string::npos,
+                        "variant %d: message: %s", variant, msg.c_str());
+            /* Complete the micro-step in order; all gradients 1, so every shard element of a parameter is nranks. */
+            for (int i = n - 1; i >= 0; i--) {
+                CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+                for (size_t j = 0; j < kModel[(size_t)i]; j++) static_cast<double *>(g)[j] += 1.0;
+                CHILD_OK(zccl_bucket_mark_ready(plan, i));
+            }
+            CHILD_OK(zccl_bucket_finish(plan));
+            Layout L = read_layout(plan, n);
+            for (size_t b = 0; b < L.info.size(); b++) {
+                std::vector<double> expect(L.info[b].elems, 0.0);
+                for (int k = 0; k < L.info[b].nparams; k++) {
+                    const int i = L.info[b].first_param - k;
+                    std::fill_n(expect.begin() + (long)L.off[(size_t)i], kModel[(size_t)i], 2.0);
+                }
+                const double *sh = static_cast<const double *>(L.info[b].shard);
+                for (size_t e = 0; e < L.info[b].shard_elems; e++)
+                    CHILD_CHECK(sh[e] == expect[L.info[b].shard_offset + e], "variant %d bucket %zu element %zu: %g",
+                                variant, b, e, sh[e]);
+            }
+        }
+        CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, nullptr) == ZCCL_INVALID_ARGUMENT, "grad NULL must fail");
+        void *g;
+        CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, &g) == ZCCL_INVALID_USAGE, "reduce-scatter: no pointer between steps");
         zccl_bucket_plan_destroy(plan);
         return 0;
     }, opts(60));
