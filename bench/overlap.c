@@ -127,6 +127,13 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static void write_grad(zccl_bucket_plan_t plan, const model_t *m, int i) {
+    void *g;
+    CHECK(zccl_bucket_grad_ptr(plan, i, &g));
+    float *x = g;
+    for (size_t j = 0; j < m->numel[i]; j += 16) x[j] += 1.0f; /* touch the gradient (one store per line) */
+}
+
 /* One backward step. per_elem_s: compute seconds per element; overlap: mark as soon as computed, else after the
  * whole backward. Returns the step time (slowest rank); *compute_s the backward time on this rank. */
 static double backward_step(zccl_bucket_plan_t plan, const model_t *m, double per_elem_s, int overlap,
@@ -136,17 +143,19 @@ static double backward_step(zccl_bucket_plan_t plan, const model_t *m, double pe
     double deadline = t0;
     CHECK(zccl_bucket_begin(plan, 1));
     for (int i = m->n - 1; i >= 0; i--) {
-        void *g;
-        CHECK(zccl_bucket_grad_ptr(plan, i, &g));
-        float *x = g;
-        for (size_t j = 0; j < m->numel[i]; j += 16) x[j] += 1.0f; /* touch the gradient (one store per line) */
+        if (overlap) write_grad(plan, m, i);
         deadline += per_elem_s * (double)m->numel[i];
         sleep_until(deadline);
         if (overlap) CHECK(zccl_bucket_mark_ready(plan, i));
     }
     const double t1 = now_s();
+    /* No overlap: gradients are handed over only after the whole backward (a reduce-scatter plan could not hold
+     * them all: it has K bucket buffers). */
     if (!overlap)
-        for (int i = m->n - 1; i >= 0; i--) CHECK(zccl_bucket_mark_ready(plan, i));
+        for (int i = m->n - 1; i >= 0; i--) {
+            write_grad(plan, m, i);
+            CHECK(zccl_bucket_mark_ready(plan, i));
+        }
     CHECK(zccl_bucket_finish(plan));
     const double t2 = now_s();
     *compute_s = t1 - t0;
