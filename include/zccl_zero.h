@@ -92,8 +92,8 @@ typedef struct {
 
 /**
  * Forms the buckets and allocates their buffers. Collective: every rank passes the same numel[], datatype and
- * options; the plan checks this with one small all-reduce of a hash of the layout and fails with
- * ZCCL_INVALID_USAGE naming the difference's existence (not its position) if the ranks disagree.
+ * options; the plan checks this with one small all-reduce of a hash of these inputs and fails with
+ * ZCCL_INVALID_USAGE on every rank if they differ (the message says that they differ, not where).
  *
  * Layout (identical on every rank, computed from the arguments only): parameters are taken in REVERSE definition
  * order (param nparams-1 first, as backward produces them). A bucket is closed when adding the next parameter would

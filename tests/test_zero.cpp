@@ -450,6 +450,26 @@ TEST(ZeroBuckets, ReduceScatterOutOfOrderBufferUseIsAnErrorNotAHang) {
     }, opts(60));
 }
 
+TEST(ZeroBuckets, RanksWithDifferentParametersFailAtCreation) {
+    run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
+        std::vector<size_t> numel = kModel;
+        if (rank == 2) numel[4] += 1; /* one rank disagrees */
+        zccl_bucket_plan_t plan = nullptr;
+        zccl_result_t r = zccl_bucket_plan_create(comm, (int)numel.size(), numel.data(), ZCCL_FLOAT64, nullptr, &plan);
+        std::string msg = zccl_get_last_error(nullptr);
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE && plan == nullptr, "create returned %d: %s", (int)r, msg.c_str());
+        CHILD_CHECK(msg.find("ranks passed different parameter lists") != std::string::npos, "message: %s", msg.c_str());
+        zccl_zero3_t z = nullptr;
+        r = zccl_zero3_create(comm, (int)numel.size(), numel.data(), ZCCL_FLOAT32, nullptr, &z);
+        msg = zccl_get_last_error(nullptr);
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE && z == nullptr, "zero3 create returned %d: %s", (int)r, msg.c_str());
+        /* The communicator still works: the same lists on every rank succeed. */
+        CHILD_OK(zccl_bucket_plan_create(comm, (int)kModel.size(), kModel.data(), ZCCL_FLOAT64, nullptr, &plan));
+        zccl_bucket_plan_destroy(plan);
+        return 0;
+    }, opts(60));
+}
+
 /* ---- ZeRO-3 ------------------------------------------------------------------------------------------------ */
 
 double param_value(int layer, size_t idx) { return layer * 100000.0 + (double)idx; }
