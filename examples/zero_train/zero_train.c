@@ -155,6 +155,18 @@ static int acts_alloc(acts_t *a, size_t cap)
     return ok ? 0 : -1;
 }
 
+static void acts_free(acts_t *a)
+{
+    free(a->in);
+    free(a->y);
+    free(a->dz);
+    free(a->dh);
+    for (int l = 0; l < NLAYERS; l++) {
+        free(a->z[l]);
+        free(a->h[l]);
+    }
+}
+
 /* Forward through every layer; stage 3 gathers each layer's parameters just before it runs (eval: by hand). */
 static zccl_result_t forward(zt_zero_t *z, acts_t *a, size_t m, int eval)
 {
@@ -374,6 +386,7 @@ int main(int argc, char **argv)
     }
     fflush(stdout);
     zt_zero_free(&z);
+    acts_free(&a);
     zt_digits_free(&all);
     zt_digits_free(&train);
     zt_digits_free(&held);
