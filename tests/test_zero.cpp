@@ -201,20 +201,24 @@ struct RunCfg {
     int windows;
     bool average;
     bool random_order; /* marks in random order (ALLREDUCE) or reverse order shuffled within buckets (RS) */
+    const std::vector<size_t> *model = &kModel;
+    size_t first_bytes = 2048, cap_bytes = 16384;
+    bool pauses = true; /* random short sleeps between marks */
 };
 
 /* One rank's run of cfg: writes gradients, marks them, checks results against the reference. */
 int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
-    const int n = (int)kModel.size();
+    const std::vector<size_t> &model = *cfg.model;
+    const int n = (int)model.size();
     zccl_bucket_options_t o = {};
-    o.first_bytes = 2048;
-    o.cap_bytes = 16384;
+    o.first_bytes = cfg.first_bytes;
+    o.cap_bytes = cfg.cap_bytes;
     o.align_elems = 3;
     o.mode = cfg.mode;
     o.max_in_flight = cfg.K;
     o.average = cfg.average;
     zccl_bucket_plan_t plan = nullptr;
-    CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
+    CHILD_OK(zccl_bucket_plan_create(comm, n, model.data(), ZCCL_FLOAT64, &o, &plan));
     Layout L = read_layout(plan, n);
     const int nb = (int)L.info.size();
     CHILD_CHECK(nb >= 4, "expected several buckets, got %d", nb);
@@ -235,18 +239,19 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
                 void *g = nullptr;
                 CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
                 double *d = static_cast<double *>(g);
-                for (size_t j = 0; j < kModel[(size_t)i]; j++) d[j] += grad_value(rank, mstep, i, j);
-                if (rng() % 4 == 0) usleep(200 + rng() % 800);
+                for (size_t j = 0; j < model[(size_t)i]; j++) d[j] += grad_value(rank, mstep, i, j);
+                if (cfg.pauses && rng() % 4 == 0) usleep(200 + rng() % 800);
                 CHILD_OK(zccl_bucket_mark_ready(plan, i));
             }
             CHILD_OK(zccl_bucket_finish(plan));
-            int log[64], nlog = 0;
-            CHILD_OK(zccl_bucket_launch_log(plan, log, 64, &nlog));
+            std::vector<int> log((size_t)nb + 1, -1);
+            int nlog = 0;
+            CHILD_OK(zccl_bucket_launch_log(plan, log.data(), nb + 1, &nlog));
             const bool communicated = cfg.mode == ZCCL_BUCKET_REDUCE_SCATTER || m == cfg.accum - 1;
             CHILD_CHECK(nlog == (communicated ? nb : 0), "launched %d buckets in micro-step %d, want %d", nlog, mstep,
                         communicated ? nb : 0);
             for (int k = 0; k < nlog; k++)
-                CHILD_CHECK(log[k] == k, "micro-step %d: launch #%d was bucket %d (want bucket order)", mstep, k, log[k]);
+                CHILD_CHECK(log[(size_t)k] == k, "micro-step %d: launch #%d was bucket %d (want bucket order)", mstep, k, log[(size_t)k]);
         }
         /* Reference: sum over ranks and the window's micro-steps, divided by nranks when averaging. */
         const double div = cfg.average ? nranks : 1;
@@ -258,14 +263,14 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
         };
         double sumsq = 0;
         for (int i = 0; i < n; i++)
-            for (size_t j = 0; j < kModel[(size_t)i]; j++) sumsq += ref(i, j) * ref(i, j);
+            for (size_t j = 0; j < model[(size_t)i]; j++) sumsq += ref(i, j) * ref(i, j);
         for (int b = 0; b < nb; b++) {
             zccl_bucket_info_t I;
             CHILD_OK(zccl_bucket_info(plan, b, &I));
             std::vector<double> expect(I.elems, 0.0); /* the reduced bucket, padding and gaps zero */
             for (int k = 0; k < I.nparams; k++) {
                 const int i = I.first_param - k;
-                for (size_t j = 0; j < kModel[(size_t)i]; j++) expect[L.off[(size_t)i] + j] = ref(i, j);
+                for (size_t j = 0; j < model[(size_t)i]; j++) expect[L.off[(size_t)i] + j] = ref(i, j);
             }
             const double *shard = static_cast<const double *>(I.shard);
             for (size_t e = 0; e < I.shard_elems; e++)
@@ -333,6 +338,28 @@ TEST(ZeroBuckets, ReduceScatterShardsK2) {
 TEST(ZeroBuckets, ReduceScatterAccumulatesShardsK1) {
     RunCfg c{ZCCL_BUCKET_REDUCE_SCATTER, 1, 3, 2, false, true};
     run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+}
+
+/* Many small buckets (about 100), K = 3, 4 ranks, marks in random order without pauses, 4 windows. */
+std::vector<size_t> random_model(unsigned seed, int n) {
+    std::mt19937 rng(seed);
+    std::vector<size_t> m((size_t)n);
+    for (auto &x : m) x = 1 + rng() % 300;
+    return m;
+}
+
+TEST(ZeroBuckets, ManySmallBucketsStress) {
+    static const std::vector<size_t> model = random_model(99, 240);
+    RunCfg c{ZCCL_BUCKET_ALLREDUCE, 3, 1, 4, true, true};
+    c.model = &model;
+    c.first_bytes = 256;
+    c.cap_bytes = 2048;
+    c.pauses = false;
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(120));
+    RunCfg rs = c;
+    rs.mode = ZCCL_BUCKET_REDUCE_SCATTER;
+    rs.accum = 2;
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, rs); }, opts(120));
 }
 
 TEST(ZeroBuckets, MissingMarkNamesTheParameterAndThePlanRecovers) {
