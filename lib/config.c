@@ -40,6 +40,16 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",
                              "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
                              "an explicit permutation such as 3,1,0,2"},
+    [ZCCL_CFG_BUCKET_FIRST_BYTES] = {"ZCCL_BUCKET_FIRST_BYTES", "1M",
+                                     "gradient bucket plans (zccl_zero.h): target bytes of the first bucket to launch"},
+    [ZCCL_CFG_BUCKET_CAP_BYTES] = {"ZCCL_BUCKET_CAP_BYTES", "25M",
+                                   "gradient bucket plans: target bytes of every later bucket"},
+    [ZCCL_CFG_BUCKETS_IN_FLIGHT] = {"ZCCL_BUCKETS_IN_FLIGHT", "2",
+                                    "gradient bucket plans: most buckets communicating at once (1..64); also the "
+                                    "full-size buffers a reduce-scatter plan keeps"},
+    [ZCCL_CFG_ZERO3_LIVE_BYTES] = {"ZCCL_ZERO3_MAX_LIVE_BYTES", "1G",
+                                   "ZeRO-3 stores: most bytes of gathered layer parameters alive at once (prefetch "
+                                   "stops there)"},
 };
 
 const char *zccl__cfg_str(zccl_cfg_id_t id) {

@@ -17,6 +17,9 @@ struct zccl_stream {
     zccl_op_t *q;
     size_t cap, head, tail; /* queue [head, tail) modulo cap; the running op stays at head until it finishes */
     bool running, stop;
+    uint64_t issued, completed; /* operations ever queued / ever finished: tickets (zccl__stream_issued) */
+    void (*notify)(void *);     /* called after each operation finishes, without s->mu held (may be NULL) */
+    void *notify_arg;
     zccl_result_t err;
     char errmsg[1024];
     struct zccl_stream *next_live;
@@ -44,10 +47,18 @@ static void *stream_main(void *arg) {
             strncpy(s->errmsg, zccl__last_error(), sizeof s->errmsg - 1);
         }
         s->head++;
+        s->completed++;
         s->running = false;
         s->running_comm = NULL;
         pthread_cond_broadcast(&s->cv_done);
         if (s->head == s->tail) pthread_cond_broadcast(&s->cv_idle);
+        if (s->notify) {
+            void (*fn)(void *) = s->notify;
+            void *arg = s->notify_arg;
+            pthread_mutex_unlock(&s->mu);
+            fn(arg);
+            pthread_mutex_lock(&s->mu);
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -108,6 +119,7 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
     }
     s->q[s->tail % s->cap] = *op;
     s->tail++;
+    s->issued++;
     pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
     return ZCCL_SUCCESS;
@@ -184,4 +196,25 @@ void zccl__stream_forget(struct zccl_comm *comm) {
         pthread_mutex_unlock(&s->mu);
     }
     pthread_mutex_unlock(&live_mu);
+}
+
+uint64_t zccl__stream_issued(zccl_stream_t s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->issued;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+uint64_t zccl__stream_completed(zccl_stream_t s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->completed;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&s->mu);
+    s->notify = fn;
+    s->notify_arg = arg;
+    pthread_mutex_unlock(&s->mu);
 }

@@ -36,4 +36,15 @@ bool zccl__stream_busy_with(struct zccl_comm *comm);
  *  no stream runs one of its operations. */
 void zccl__stream_forget(struct zccl_comm *comm);
 
+/* Tickets: the n-th operation queued on a stream (counting from 1 since its creation) has ticket n; it has
+ * completed (successfully or not) once zccl__stream_completed(s) >= n. Used by the bucket scheduler and the ZeRO-3
+ * store (lib/zero_*.c) to wait for one operation and to bound how many are in flight. */
+/** Operations ever queued on s: the ticket of the last one. */
+uint64_t zccl__stream_issued(zccl_stream_t s);
+/** Operations of s that have finished. */
+uint64_t zccl__stream_completed(zccl_stream_t s);
+/** Sets fn(arg) to be called on the stream's thread after each operation finishes (after the counters are
+ *  updated), without the stream's lock held, so fn may queue more operations on s. fn NULL removes it. */
+void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg);
+
 #endif

@@ -3,7 +3,7 @@
 # Usage: tools/deps.sh [--bench]   (--bench adds Open MPI, MPICH, Gloo and iperf3 for bench/compare)
 set -euo pipefail
 pkgs=(cmake make gcc g++ pkg-config libssl-dev googletest libgtest-dev iproute2 libhwloc-dev libxml2-dev
-      libjansson-dev graphviz clang libclang-rt-14-dev)
+      libjansson-dev graphviz clang libclang-rt-14-dev zlib1g-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev iperf3)
 fi

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# check.sh ZCCLRUN ZERO_TRAIN DATA FALLBACK [EPOCHS] — the zero_train example's test (ctest Example.zero_train).
+#  1. reference: 1 rank, stage 0, global batch 64 in one micro-step;
+#  2. 1 rank with 2 micro-steps, and 4 ranks with stages 0, 1, 2, 3 and 2 micro-steps, same global batch 64;
+#  3. every run's per-epoch training loss must equal the reference's to <= 1e-4 relative (the largest difference
+#     is printed), every final held-out accuracy must be >= 0.95, and per-rank memory must follow the ZeRO
+#     formulas (fp64: params 8 psi, grads 8 psi, AdamW m+v 16 psi; divided by N for what the stage shards) up to
+#     the padding of the layout, and shrink against stage 0 by at least (N - 0.1)x; stage 3 runs with
+#     --max-live 600000 and the store's peak gathered bytes must stay within it.
+# DATA is ../shared/data/digits.csv.gz; when it is absent, fetch_digits.sh fetches the set into FALLBACK; when that
+# fails too the test is skipped (exit 77). Each run has zcclrun --timeout as its deadline.
+set -uo pipefail
+zcclrun=${1:?usage: check.sh ZCCLRUN ZERO_TRAIN DATA FALLBACK [EPOCHS]}
+prog=${2:?}
+data=${3:?}
+fallback=${4:?}
+epochs=${5:-4}
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ ! -s "$data" ]]; then
+    if [[ -s "$fallback" ]] || "$here/fetch_digits.sh" "$fallback"; then
+        data=$fallback
+    else
+        echo "SKIP: $data is absent and fetch_digits.sh could not fetch it into $fallback"
+        exit 77
+    fi
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+fail=0
+run() { # name nranks args...
+    local name=$1 n=$2
+    shift 2
+    if ! "$zcclrun" -n "$n" --timeout 240 "$prog" --data "$data" --epochs "$epochs" --batch 64 --seed 7 "$@" \
+        >"$out/$name.log" 2>&1; then
+        echo "FAIL: $name: zero_train -n $n $* exited with $?:"
+        tail -5 "$out/$name.log"
+        fail=1
+        return 1
+    fi
+    grep -E '^(epoch|final)' "$out/$name.log" | sed "s/^/  $name: /"
+}
+run ref 1 --stage 0 --accum 1 || { echo "check.sh: FAILED"; exit 1; }
+runs=(r1_accum2)
+run r1_accum2 1 --stage 3 --accum 2
+for s in 0 1 2 3; do
+    extra=()
+    ((s == 3)) && extra=(--max-live 600000) # ZeRO-3 store bound: the largest layer (526336 bytes) fits, two do not
+    run s$s 4 --stage "$s" --accum 2 "${extra[@]}" && runs+=(s$s)
+done
+
+field() { sed -n 's/^final .*'"$2"'=\([^ ]*\).*/\1/p' "$out/$1.log"; }
+losses() { sed -n 's/^epoch [0-9]* loss=\([^ ]*\).*/\1/p' "$out/$1.log"; }
+
+maxrel_all=0
+for r in "${runs[@]}"; do
+    [[ $(losses "$r" | wc -l) -eq $epochs ]] || { echo "FAIL: $r printed $(losses "$r" | wc -l) of $epochs epochs"; fail=1; continue; }
+    rel=$(paste <(losses ref) <(losses "$r") | awk '{d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+          if (r > m) m = r} END {printf "%.3g", m + 0}')
+    echo "$r: largest relative loss difference to the 1-rank reference over $epochs epochs: $rel"
+    awk -v r="$rel" 'BEGIN {exit !(r <= 1e-4)}' || { echo "FAIL: $r: loss curve differs by $rel > 1e-4"; fail=1; }
+    maxrel_all=$(awk -v a="$maxrel_all" -v b="$rel" 'BEGIN {print (b > a ? b : a)}')
+done
+for r in ref "${runs[@]}"; do
+    acc=$(field "$r" accuracy)
+    awk -v a="$acc" 'BEGIN {exit !(a >= 0.95)}' || { echo "FAIL: $r: held-out accuracy $acc < 0.95"; fail=1; }
+done
+
+# Memory per rank against the formulas: value v for formula f must satisfy f <= v <= f + padding allowance.
+psi=$(field ref psi)
+check_mem() { # run what bytes_per_psi divisor
+    local r=$1 what=$2 per=$3 div=$4 v f
+    v=$(field "$r" "${what}_bytes")
+    f=$(awk -v p="$psi" -v k="$per" -v n="$div" 'BEGIN {printf "%.0f", k * p / n}')
+    # padding: each bucket/layer is padded to at most nranks x 16 elements; allow 64 such units of 8 bytes
+    if ! awk -v v="$v" -v f="$f" 'BEGIN {exit !(v + 0 >= f - 8 && v + 0 <= f + 64 * 4 * 16 * 8)}'; then
+        echo "FAIL: $r: ${what} bytes per rank $v, formula ${per} psi/${div} = $f"
+        fail=1
+    else
+        echo "$r: ${what} bytes per rank $v (formula ${per} psi/${div} = $f)"
+    fi
+}
+if [[ " ${runs[*]} " == *" s3 "* && " ${runs[*]} " == *" s0 "* ]]; then
+    for s in 0 1 2 3; do
+        [[ " ${runs[*]} " == *" s$s "* ]] || continue
+        check_mem s$s params 8 $((s == 3 ? 4 : 1))
+        check_mem s$s grads 8 $((s >= 2 ? 4 : 1))
+        check_mem s$s optimizer 16 $((s >= 1 ? 4 : 1))
+    done
+    o0=$(field s0 optimizer_bytes)
+    for s in 1 2 3; do
+        [[ " ${runs[*]} " == *" s$s "* ]] || continue
+        awk -v a="$o0" -v b="$(field s$s optimizer_bytes)" 'BEGIN {exit !(a / b >= 3.9)}' ||
+            { echo "FAIL: stage $s optimizer state does not shrink 4x against stage 0"; fail=1; }
+    done
+    for s in 0 1 2 3; do
+        [[ " ${runs[*]} " == *" s$s "* ]] || continue
+        b=$(field s$s bytes_sent)
+        awk -v b="$b" 'BEGIN {exit !(b > 0)}' || { echo "FAIL: s$s sent $b bytes"; fail=1; }
+    done
+fi
+if [[ " ${runs[*]} " == *" s3 "* ]]; then
+    peak=$(sed -n 's/.*peak gathered \([0-9]*\) bytes (limit \([0-9]*\)).*/\1 \2/p' "$out/s3.log")
+    if [[ -z "$peak" ]] || ! awk -v p="${peak% *}" -v l="${peak#* }" 'BEGIN {exit !(p > 0 && p <= l && l == 600000)}'; then
+        echo "FAIL: s3: ZeRO-3 peak gathered bytes / limit: '${peak}' (want peak <= limit 600000)"
+        fail=1
+    else
+        echo "s3: ZeRO-3 peak gathered bytes ${peak% *} <= --max-live ${peak#* }"
+    fi
+fi
+if ((fail)); then
+    echo "check.sh: FAILED"
+    exit 1
+fi
+echo "check.sh: PASSED (loss curves of stages 0-3 on 4 ranks and 1 rank equal to $maxrel_all relative;" \
+     "accuracy >= 0.95; memory per the ZeRO formulas)"

@@ -1,0 +1,77 @@
+/*
+ * zero.h — internals shared by the bucket plan files (lib/zero_layout.c: layout and queries; lib/zero_sched.c:
+ * micro-steps, launch and completion; lib/zero_grad.c: norm, scaling, element helpers) and lib/zero3.c.
+ */
+#ifndef ZCCL_ZERO_INTERNAL_H
+#define ZCCL_ZERO_INTERNAL_H
+
+#include <pthread.h>
+#include "core.h"
+#include "zccl_zero.h"
+
+#define ZCCL_BUCKET_MAX_IN_FLIGHT 64
+
+typedef struct {
+    int first_param, nparams;
+    size_t used, elems, shard;
+} zb_bucket_t;
+
+struct zccl_bucket_plan {
+    /* layout (immutable after create) */
+    zccl_comm_t comm; /* NULL for a layout-only plan */
+    int nranks, rank;
+    zccl_datatype_t dt;
+    size_t es;
+    int nparams, nbuckets;
+    size_t *numel;    /* per parameter */
+    int *p_bucket;    /* per parameter: its bucket */
+    size_t *p_off;    /* per parameter: element offset in the bucket */
+    zb_bucket_t *b;   /* per bucket */
+    size_t max_elems; /* largest bucket */
+    zccl_bucket_options_t o; /* resolved: no zero fields */
+
+    /* buffers: ALLREDUCE nbuckets buffers (buf[b]); REDUCE_SCATTER nslots shared buffers + shard accumulators */
+    int nslots;
+    void **buf;
+    void **acc;
+    int *slot_owner; /* REDUCE_SCATTER: bucket using each slot in this micro-step, -1 if none */
+
+    /* scheduling state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    zccl_stream_t stream;
+    bool open;          /* a micro-step is open */
+    bool sync;          /* its sync flag */
+    bool comm_step;     /* buckets are communicated in this micro-step */
+    bool window_start;  /* the next/open micro-step is the first of its accumulation window */
+    bool reduced;       /* a sync micro-step finished and no begin since: norm/scale allowed */
+    bool abandon;       /* finish found a missing mark: launch nothing more */
+    uint8_t *marked;    /* per parameter, this micro-step */
+    int *pending;       /* per bucket: parameters not yet marked */
+    int launched, retired;
+    uint64_t *ticket;   /* per bucket: stream ticket of its collective */
+    uint64_t *t_launch; /* per bucket: launch time, ns */
+    int *log;
+    int nlog;
+    zccl_result_t err;  /* the plan is broken when not ZCCL_SUCCESS */
+    char errmsg[512];
+    zccl_bucket_stats_t st;
+};
+
+/** Element helpers over the four floating types (lib/zero_grad.c). */
+double zccl__zero_sumsq(const void *p, size_t n, zccl_datatype_t dt);
+void zccl__zero_scale(void *p, size_t n, zccl_datatype_t dt, double factor);
+
+/** Computes the bucket layout into p (nranks, dt, options already set in p; numel copied). */
+zccl_result_t zccl__bucket_layout(struct zccl_bucket_plan *p, int nparams, const size_t *numel);
+/** Allocates the buffers and scheduler state of a plan with a communicator (lib/zero_sched.c). */
+zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p);
+/** Frees what zccl__bucket_sched_init allocated (waits for work in flight). */
+void zccl__bucket_sched_free(struct zccl_bucket_plan *p);
+
+/** Collective check that every rank passed the same description: all-reduce (MAX) of {h, ~h}. Sets *same. */
+zccl_result_t zccl__zero_same_on_all(zccl_comm_t comm, uint64_t h, bool *same);
+/** FNV-1a over bytes, continuing from h (start with 1469598103934665603). */
+uint64_t zccl__zero_hash(uint64_t h, const void *data, size_t len);
+
+#endif

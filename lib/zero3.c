@@ -1,0 +1,398 @@
+/*
+ * zero3.c — ZeRO-3 parameter store (Rajbhandari et al., SC 2020, stage 3): every layer's parameters live as
+ * shards; zccl_zero3_fetch all-gathers a layer just before it runs. Step 1 records the fetch sequence (checking
+ * before each gather that all ranks fetch the same layer, so a divergence is an error, not a hang); later steps
+ * issue the gathers of the next recorded positions ahead of time while the gathered bytes stay within the
+ * max-live-bytes bound, in recorded order, so every rank issues the same gathers in the same order.
+ *
+ * Buffers belong to sequence positions, not layers: a layer fetched in forward and again in backward has two
+ * positions, and the backward gather may be prefetched while the forward copy is still held.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm.h"
+#include "stream.h"
+#include "zero.h"
+
+struct zccl_zero3 {
+    zccl_comm_t comm;
+    int nranks, rank, nlayers;
+    zccl_datatype_t dt;
+    size_t es;
+    size_t *numel, *padded, *shard; /* per layer, elements */
+    void **shard_buf;               /* per layer: this rank's shard */
+    size_t limit;
+    zccl_stream_t stream;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool open, recording;
+    int step;                  /* steps begun (the open one's number) */
+    int *rec, nrec, cap;       /* the recorded sequence (layer per position), growing in step 1 */
+    void **pbuf;               /* per position: gathered buffer, NULL if none */
+    uint64_t *ticket, *t_issue;
+    int stamped;               /* positions whose gather completion was accounted, in issue order */
+    int pos, next_issue;       /* fetches made in this step; positions issued in this step */
+    int *held;                 /* per layer: position the caller holds, -1 */
+    size_t live;
+    zccl_result_t err;
+    char errmsg[512];
+    zccl_zero3_stats_t st;
+};
+
+static size_t layer_bytes(const struct zccl_zero3 *z, int layer) { return z->padded[layer] * z->es; }
+
+static void set_broken(struct zccl_zero3 *z, zccl_result_t res) {
+    if (z->err != ZCCL_SUCCESS) return;
+    z->err = res;
+    snprintf(z->errmsg, sizeof z->errmsg, "%s", zccl__last_error());
+}
+
+/* Under z->mu: account completed gathers (in issue order). */
+static void stamp(struct zccl_zero3 *z) {
+    const uint64_t done = zccl__stream_completed(z->stream);
+    while (z->stamped < z->next_issue && z->ticket[z->stamped] <= done) {
+        z->st.gather_s += (double)(zccl__now_ns() - z->t_issue[z->stamped]) * 1e-9;
+        z->stamped++;
+    }
+}
+
+static void on_complete(void *arg) {
+    struct zccl_zero3 *z = arg;
+    pthread_mutex_lock(&z->mu);
+    stamp(z);
+    pthread_cond_broadcast(&z->cv);
+    pthread_mutex_unlock(&z->mu);
+}
+
+static zccl_result_t grow(struct zccl_zero3 *z, int need) {
+    if (need <= z->cap) return ZCCL_SUCCESS;
+    int cap = z->cap ? 2 * z->cap : 64;
+    while (cap < need) cap *= 2;
+    int *rec = realloc(z->rec, (size_t)cap * sizeof *rec);
+    if (rec) z->rec = rec;
+    void **pbuf = realloc(z->pbuf, (size_t)cap * sizeof *pbuf);
+    if (pbuf) z->pbuf = pbuf;
+    uint64_t *t = realloc(z->ticket, (size_t)cap * sizeof *t);
+    if (t) z->ticket = t;
+    uint64_t *ti = realloc(z->t_issue, (size_t)cap * sizeof *ti);
+    if (ti) z->t_issue = ti;
+    if (!rec || !pbuf || !t || !ti)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_zero3_fetch: out of memory recording %d fetches", need);
+    for (int i = z->cap; i < cap; i++) z->pbuf[i] = NULL;
+    z->cap = cap;
+    return ZCCL_SUCCESS;
+}
+
+/* Under z->mu: allocate position i's buffer, place the shard, queue the in-place all-gather. */
+static zccl_result_t issue(struct zccl_zero3 *z, int i) {
+    const int l = z->rec[i];
+    char *buf = malloc(layer_bytes(z, l));
+    if (!buf)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_zero3: out of memory gathering layer %d (%zu bytes)", l,
+                           layer_bytes(z, l));
+    char *mine = buf + (size_t)z->rank * z->shard[l] * z->es;
+    memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
+    zccl_result_t res = zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream);
+    if (res != ZCCL_SUCCESS) { free(buf); return res; }
+    z->pbuf[i] = buf;
+    z->ticket[i] = zccl__stream_issued(z->stream);
+    z->t_issue[i] = zccl__now_ns();
+    z->next_issue = i + 1;
+    z->live += layer_bytes(z, l);
+    if (z->live > z->st.peak_live_bytes) z->st.peak_live_bytes = z->live;
+    z->st.gathers++;
+    return ZCCL_SUCCESS;
+}
+
+/* Under z->mu: issue the next recorded positions while they fit in the bound. */
+static zccl_result_t prefetch(struct zccl_zero3 *z) {
+    while (!z->recording && z->next_issue < z->nrec && z->live + layer_bytes(z, z->rec[z->next_issue]) <= z->limit)
+        ZCCL_CHECK(issue(z, z->next_issue));
+    return ZCCL_SUCCESS;
+}
+
+/* Under z->mu: wait until the stream completed ticket t. */
+static zccl_result_t wait_ticket(struct zccl_zero3 *z, uint64_t t, const char *fn) {
+    while (zccl__stream_completed(z->stream) < t) pthread_cond_wait(&z->cv, &z->mu);
+    zccl_result_t ae = ZCCL_SUCCESS;
+    zccl_comm_get_async_error(z->comm, &ae);
+    if (ae != ZCCL_SUCCESS)
+        return zccl__error(ae, "%s: a gather failed: %s", fn, z->comm->async_msg);
+    return ZCCL_SUCCESS;
+}
+
+/* Under z->mu, step 1: all ranks agree on what the caller does at this position (v = layer, or nlayers for the
+ * end of the step). One all-reduce (MAX) of {v, ~v} on the store's stream gives the largest and smallest value. */
+static zccl_result_t agree(struct zccl_zero3 *z, uint64_t v, const char *fn) {
+    uint64_t in[2] = {v, ~v}, out[2] = {0, 0};
+    ZCCL_CHECK(zccl_allreduce(in, out, 2, ZCCL_UINT64, ZCCL_MAX, z->comm, z->stream));
+    ZCCL_CHECK(wait_ticket(z, zccl__stream_issued(z->stream), fn));
+    const uint64_t hi = out[0], lo = ~out[1];
+    if (hi == lo) return ZCCL_SUCCESS;
+    char a[48], b[48];
+    snprintf(a, sizeof a, lo == (uint64_t)z->nlayers ? "ended the step" : "fetched layer %llu", (unsigned long long)lo);
+    snprintf(b, sizeof b, hi == (uint64_t)z->nlayers ? "ended the step" : "fetched layer %llu", (unsigned long long)hi);
+    return zccl__error(ZCCL_INVALID_USAGE, "%s: step 1, fetch #%d: ranks diverge: some %s, others %s (this rank %s "
+                       "%llu); every rank must fetch the same layers in the same order", fn, z->pos, a, b,
+                       v == (uint64_t)z->nlayers ? "ended the step at" : "fetched layer", (unsigned long long)v);
+}
+
+static zccl_result_t enter(struct zccl_zero3 *z, const char *fn, int layer, bool need_open) {
+    if (!z) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'z' is NULL", fn);
+    if (layer != -1 && (layer < 0 || layer >= z->nlayers))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'layer' = %d is outside [0, %d)", fn, layer,
+                           z->nlayers);
+    pthread_mutex_lock(&z->mu);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (z->err != ZCCL_SUCCESS)
+        res = zccl__error(z->err, "%s: the store is broken by an earlier error: %s", fn, z->errmsg);
+    else if (need_open && !z->open)
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: no step is open (call zccl_zero3_begin first)", fn);
+    if (res != ZCCL_SUCCESS) pthread_mutex_unlock(&z->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const size_t *layer_numel,
+                                         zccl_datatype_t datatype, const zccl_zero3_options_t *opts, zccl_zero3_t *out) {
+    const char *fn = "zccl_zero3_create";
+    if (!out) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'z' is NULL", fn);
+    *out = NULL;
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    if (nlayers < 1) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'nlayers' = %d must be >= 1", fn, nlayers);
+    if (!layer_numel) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'layer_numel' is NULL", fn);
+    if ((unsigned)datatype >= ZCCL_NUM_TYPES)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d is not a zccl_datatype_t", fn,
+                           (int)datatype);
+    size_t limit = opts ? opts->max_live_bytes : 0;
+    if (limit == 0) {
+        int64_t v;
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_ZERO3_LIVE_BYTES, 1, INT64_MAX / 2, &v));
+        limit = (size_t)v;
+    }
+    struct zccl_zero3 *z = calloc(1, sizeof *z);
+    if (!z) return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory", fn);
+    z->comm = comm;
+    z->nranks = comm->nranks;
+    z->rank = comm->rank;
+    z->nlayers = nlayers;
+    z->dt = datatype;
+    z->es = zccl_type_size(datatype);
+    z->limit = limit;
+    z->st.max_live_bytes = limit;
+    pthread_mutex_init(&z->mu, NULL);
+    pthread_cond_init(&z->cv, NULL);
+    zccl_result_t res = ZCCL_SUCCESS;
+    z->numel = calloc((size_t)nlayers, sizeof *z->numel);
+    z->padded = calloc((size_t)nlayers, sizeof *z->padded);
+    z->shard = calloc((size_t)nlayers, sizeof *z->shard);
+    z->shard_buf = calloc((size_t)nlayers, sizeof *z->shard_buf);
+    z->held = calloc((size_t)nlayers, sizeof *z->held);
+    if (!z->numel || !z->padded || !z->shard || !z->shard_buf || !z->held) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %d layers", fn, nlayers);
+        goto fail;
+    }
+    for (int l = 0; l < nlayers; l++) {
+        const size_t n = layer_numel[l], r = (size_t)z->nranks;
+        if (n == 0) {
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: layer_numel[%d] = 0: every layer needs an element", fn, l);
+            goto fail;
+        }
+        size_t bytes;
+        if (n > SIZE_MAX - r || !zccl__mul_ok((n + r - 1) / r * r, z->es, &bytes) || bytes > SIZE_MAX / 4) {
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: layer_numel[%d] = %zu overflows the address space", fn, l, n);
+            goto fail;
+        }
+        z->numel[l] = n;
+        z->padded[l] = (n + r - 1) / r * r;
+        z->shard[l] = z->padded[l] / r;
+        z->held[l] = -1;
+        z->shard_buf[l] = zccl__calloc(z->shard[l], z->es);
+        if (!z->shard_buf[l]) {
+            res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for layer %d's shard (%zu bytes)", fn, l,
+                              z->shard[l] * z->es);
+            goto fail;
+        }
+    }
+    uint64_t h = zccl__zero_hash(1469598103934665603ull, &nlayers, sizeof nlayers);
+    h = zccl__zero_hash(h, layer_numel, (size_t)nlayers * sizeof *layer_numel);
+    h = zccl__zero_hash(h, &datatype, sizeof datatype);
+    bool same = false;
+    res = zccl__zero_same_on_all(comm, h, &same);
+    if (res == ZCCL_SUCCESS && !same)
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists or datatypes (rank %d: %d "
+                          "layers)", fn, z->rank, nlayers);
+    if (res == ZCCL_SUCCESS) res = zccl_stream_create(&z->stream);
+    if (res != ZCCL_SUCCESS) goto fail;
+    zccl__stream_set_notify(z->stream, on_complete, z);
+    *out = z;
+    return ZCCL_SUCCESS;
+fail:
+    zccl_zero3_destroy(z);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_destroy(zccl_zero3_t z) {
+    if (!z) return ZCCL_SUCCESS;
+    if (z->stream) {
+        zccl__stream_set_notify(z->stream, NULL, NULL);
+        zccl_stream_destroy(z->stream);
+    }
+    for (int i = 0; z->pbuf && i < z->cap; i++) free(z->pbuf[i]);
+    for (int l = 0; z->shard_buf && l < z->nlayers; l++) free(z->shard_buf[l]);
+    free(z->numel);
+    free(z->padded);
+    free(z->shard);
+    free(z->shard_buf);
+    free(z->held);
+    free(z->rec);
+    free(z->pbuf);
+    free(z->ticket);
+    free(z->t_issue);
+    pthread_mutex_destroy(&z->mu);
+    pthread_cond_destroy(&z->cv);
+    free(z);
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_shard(zccl_zero3_t z, int layer, void **shard, size_t *count, size_t *offset) {
+    const char *fn = "zccl_zero3_shard";
+    if (!z) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'z' is NULL", fn);
+    if (layer < 0 || layer >= z->nlayers)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'layer' = %d is outside [0, %d)", fn, layer,
+                           z->nlayers);
+    if (shard) *shard = z->shard_buf[layer];
+    if (count) *count = z->shard[layer];
+    if (offset) *offset = (size_t)z->rank * z->shard[layer];
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_begin(zccl_zero3_t z) {
+    const char *fn = "zccl_zero3_begin";
+    ZCCL_CHECK(enter(z, fn, -1, false));
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (z->open) {
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d is open (call zccl_zero3_end first)", fn, z->step);
+    } else {
+        z->open = true;
+        z->step++;
+        z->recording = (z->step == 1);
+        z->pos = z->next_issue = z->stamped = 0;
+        res = prefetch(z); /* the first layers of the step can start at once */
+        if (res != ZCCL_SUCCESS) set_broken(z, res);
+    }
+    pthread_mutex_unlock(&z->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_fetch(zccl_zero3_t z, int layer, void **full) {
+    const char *fn = "zccl_zero3_fetch";
+    if (!full) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'full' is NULL", fn);
+    *full = NULL;
+    ZCCL_CHECK(enter(z, fn, layer, true));
+    zccl_result_t res = ZCCL_SUCCESS;
+    const int i = z->pos;
+    if (z->held[layer] >= 0) {
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d: layer %d is already fetched and not released", fn,
+                          z->step, layer);
+        goto out;
+    }
+    bool hit = false;
+    if (z->recording) {
+        ZCCL_CHECK_GOTO(agree(z, (uint64_t)layer, fn), res, broken);
+        ZCCL_CHECK_GOTO(grow(z, i + 1), res, broken);
+        z->rec[i] = layer;
+        z->nrec = i + 1;
+        ZCCL_CHECK_GOTO(issue(z, i), res, broken);
+    } else {
+        if (i >= z->nrec || z->rec[i] != layer) {
+            char want[64];
+            if (i >= z->nrec) snprintf(want, sizeof want, "step 1 recorded only %d fetches", z->nrec);
+            else snprintf(want, sizeof want, "step 1 recorded layer %d there", z->rec[i]);
+            res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d, fetch #%d is layer %d but %s: the fetch order must be "
+                              "the same in every step (nothing was issued)", fn, z->step, i, layer, want);
+            goto out;
+        }
+        hit = i < z->next_issue;
+        while (z->next_issue <= i) ZCCL_CHECK_GOTO(issue(z, z->next_issue), res, broken);
+        ZCCL_CHECK_GOTO(prefetch(z), res, broken); /* may go further while we wait */
+    }
+    const uint64_t t0 = zccl__now_ns();
+    ZCCL_CHECK_GOTO(wait_ticket(z, z->ticket[i], fn), res, broken);
+    z->st.fetch_wait_s += (double)(zccl__now_ns() - t0) * 1e-9;
+    if (hit) z->st.prefetched++;
+    z->held[layer] = i;
+    z->pos = i + 1;
+    *full = z->pbuf[i];
+    goto out;
+broken:
+    set_broken(z, res);
+out:
+    pthread_mutex_unlock(&z->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_release(zccl_zero3_t z, int layer) {
+    const char *fn = "zccl_zero3_release";
+    ZCCL_CHECK(enter(z, fn, layer, true));
+    zccl_result_t res = ZCCL_SUCCESS;
+    const int i = z->held[layer];
+    if (i < 0) {
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d: layer %d is not fetched", fn, z->step, layer);
+    } else {
+        free(z->pbuf[i]);
+        z->pbuf[i] = NULL;
+        z->live -= layer_bytes(z, layer);
+        z->held[layer] = -1;
+        res = prefetch(z);
+        if (res != ZCCL_SUCCESS) set_broken(z, res);
+    }
+    pthread_mutex_unlock(&z->mu);
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_end(zccl_zero3_t z) {
+    const char *fn = "zccl_zero3_end";
+    ZCCL_CHECK(enter(z, fn, -1, true));
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (z->recording) {
+        res = agree(z, (uint64_t)z->nlayers, fn);
+        if (res != ZCCL_SUCCESS) set_broken(z, res);
+        z->recording = false;
+    } else if (z->pos < z->nrec) {
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d ended after %d fetches but step 1 recorded %d: fetch #%d "
+                          "(layer %d) is missing", fn, z->step, z->pos, z->nrec, z->pos, z->rec[z->pos]);
+    }
+    /* Wait for gathers in flight, then drop every buffer of this step. */
+    const uint64_t last = zccl__stream_issued(z->stream);
+    while (zccl__stream_completed(z->stream) < last) pthread_cond_wait(&z->cv, &z->mu);
+    stamp(z);
+    for (int i = 0; i < z->next_issue && i < z->cap; i++) {
+        if (!z->pbuf[i]) continue;
+        free(z->pbuf[i]);
+        z->pbuf[i] = NULL;
+        z->live -= layer_bytes(z, z->rec[i]);
+    }
+    for (int l = 0; l < z->nlayers; l++) z->held[l] = -1;
+    z->open = false;
+    z->st.steps++;
+    pthread_mutex_unlock(&z->mu);
+    zccl_result_t sr = zccl_stream_synchronize(z->stream);
+    if (sr != ZCCL_SUCCESS && res == ZCCL_SUCCESS) {
+        res = sr;
+        pthread_mutex_lock(&z->mu);
+        set_broken(z, sr);
+        pthread_mutex_unlock(&z->mu);
+    }
+    return res;
+}
+
+ZCCL_API zccl_result_t zccl_zero3_stats(zccl_zero3_t z, zccl_zero3_stats_t *stats) {
+    if (!z) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_zero3_stats: argument 'z' is NULL");
+    if (!stats) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_zero3_stats: argument 'stats' is NULL");
+    pthread_mutex_lock(&z->mu);
+    *stats = z->st;
+    stats->live_bytes = z->live;
+    pthread_mutex_unlock(&z->mu);
+    return ZCCL_SUCCESS;
+}

@@ -1,0 +1,241 @@
+// zccl-zero-plan (tools/zccl-zero-plan.c) against numbers this test computes on its own: the parameter totals from
+// ../shared/models/README.md's table, the ZeRO paper's per-rank memory formulas, the ring communication volumes,
+// and the bucket layout rule of include/zccl_zero.h re-derived here from the TSV file. Skipped when ../shared is
+// absent.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+const std::string kModels = std::string(ZCCL_SHARED_DIR) + "/models";
+const std::string kTool = std::string(ZCCL_TOOLS_DIR) + "/zccl-zero-plan";
+
+struct ToolRun {
+    int status = -1;
+    std::string out;
+};
+
+ToolRun run_tool(const std::string &args) {
+    ToolRun r;
+    // The bucket settings would change the defaults; the test states every size it relies on.
+    std::string cmd = "env -u ZCCL_BUCKET_FIRST_BYTES -u ZCCL_BUCKET_CAP_BYTES " + kTool + " " + args + " 2>&1";
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) r.out += buf;
+    int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
+}
+
+// key=value pairs of the last line starting with "plan ".
+std::map<std::string, std::string> plan_fields(const std::string &out) {
+    std::map<std::string, std::string> f;
+    std::istringstream in(out);
+    std::string line, last;
+    while (std::getline(in, line))
+        if (line.rfind("plan ", 0) == 0) last = line;
+    std::istringstream words(last);
+    std::string w;
+    while (words >> w) {
+        size_t eq = w.find('=');
+        if (eq != std::string::npos) f[w.substr(0, eq)] = w.substr(eq + 1);
+    }
+    return f;
+}
+
+// The README table row "| file | tensors | parameters |" with thousands separators.
+bool readme_totals(const std::string &file, unsigned long long *tensors, unsigned long long *params) {
+    std::ifstream in(kModels + "/README.md");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.find("| " + file + " |") != 0) continue;
+        std::vector<std::string> cells;
+        std::string cell;
+        std::istringstream row(line);
+        while (std::getline(row, cell, '|')) {
+            std::string digits;
+            for (char c : cell)
+                if (c >= '0' && c <= '9') digits += c;
+            cells.push_back(digits);
+        }
+        // cells: "", file (digits of its name), tensors, parameters
+        if (cells.size() < 4) return false;
+        *tensors = std::stoull(cells[2]);
+        *params = std::stoull(cells[3]);
+        return true;
+    }
+    return false;
+}
+
+std::vector<unsigned long long> tsv_numels(const std::string &file) {
+    std::vector<unsigned long long> v;
+    std::ifstream in(kModels + "/" + file);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
+        size_t t = line.rfind('\t');
+        v.push_back(std::stoull(line.substr(t + 1)));
+    }
+    return v;
+}
+
+// The layout rule of zccl_bucket_plan_create (zccl_zero.h), re-derived: reverse definition order; a parameter
+// starts at a multiple of align; the open bucket is closed when the parameter would end past the target
+// (first_bytes for bucket 0, cap_bytes after), unless the bucket is empty; buckets padded to nranks*align.
+std::vector<unsigned long long> expected_buckets(const std::vector<unsigned long long> &numel, unsigned long long es,
+                                                 unsigned long long first, unsigned long long cap,
+                                                 unsigned long long align, unsigned long long nranks) {
+    std::vector<unsigned long long> elems;
+    unsigned long long used = 0;
+    int in_bucket = 0;
+    for (size_t k = numel.size(); k-- > 0;) {
+        unsigned long long target = (elems.empty() ? first : cap) / es;
+        unsigned long long start = (used + align - 1) / align * align;
+        if (in_bucket && start + numel[k] > target) {
+            elems.push_back(used);
+            used = 0;
+            in_bucket = 0;
+            start = 0;
+        }
+        used = start + numel[k];
+        in_bucket++;
+    }
+    elems.push_back(used);
+    unsigned long long gran = align * nranks;
+    for (auto &e : elems) e = (e + gran - 1) / gran * gran;
+    return elems;
+}
+
+unsigned long long ceil_div(unsigned long long a, unsigned long long b) { return (a + b - 1) / b; }
+
+class PlanTool : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        std::ifstream probe(kModels + "/README.md");
+        if (!probe) GTEST_SKIP() << "../shared/models is absent (" << kModels << "): zccl-zero-plan test skipped";
+    }
+};
+
+TEST_F(PlanTool, MemoryBucketsAndVolumesMatchIndependentFormulas) {
+    struct Case {
+        const char *file;
+        const char *dtype;
+        unsigned long long B;
+    };
+    for (const char *file : {"gpt2-124m.tsv", "llama2-7b.tsv"}) {
+        unsigned long long tensors = 0, psi = 0;
+        ASSERT_TRUE(readme_totals(file, &tensors, &psi)) << "no row for " << file << " in README.md";
+        std::vector<unsigned long long> numel = tsv_numels(file);
+        unsigned long long sum = 0;
+        for (auto n : numel) sum += n;
+        ASSERT_EQ(numel.size(), tensors) << file;
+        ASSERT_EQ(sum, psi) << file << ": the TSV lines do not add up to README.md's total";
+        for (const char *opt : {"adam", "sgd"}) {
+            for (auto dt : {Case{file, "bf16", 2}, Case{file, "fp32", 4}}) {
+                // K: optimizer bytes per parameter (ZeRO paper: 12 for mixed-precision Adam).
+                unsigned long long K = std::string(opt) == "adam" ? (dt.B == 2 ? 12 : 8) : (dt.B == 2 ? 8 : 4);
+                for (unsigned long long N : {1ULL, 4ULL, 64ULL}) {
+                    for (int S = 0; S <= 3; S++) {
+                        const unsigned long long first = 1 << 20, cap = 25 << 20, align = 64 / dt.B;
+                        std::string args = "--model " + kModels + "/" + file + " --ranks " + std::to_string(N) +
+                                           " --stage " + std::to_string(S) + " --dtype " + dt.dtype +
+                                           " --optimizer " + opt + " --first-bucket " + std::to_string(first) +
+                                           " --bucket-cap " + std::to_string(cap);
+                        SCOPED_TRACE(args);
+                        ToolRun r = run_tool(args);
+                        ASSERT_EQ(r.status, 0) << r.out;
+                        auto f = plan_fields(r.out);
+                        ASSERT_FALSE(f.empty()) << r.out;
+                        EXPECT_EQ(std::stoull(f["psi"]), psi);
+                        EXPECT_EQ(std::stoull(f["tensors"]), tensors);
+                        unsigned long long p = ceil_div(dt.B * psi, S >= 3 ? N : 1);
+                        unsigned long long g = ceil_div(dt.B * psi, S >= 2 ? N : 1);
+                        unsigned long long o = ceil_div(K * psi, S >= 1 ? N : 1);
+                        EXPECT_EQ(std::stoull(f["params_bytes"]), p);
+                        EXPECT_EQ(std::stoull(f["grads_bytes"]), g);
+                        EXPECT_EQ(std::stoull(f["optimizer_bytes"]), o);
+                        EXPECT_EQ(std::stoull(f["total_bytes"]), p + g + o);
+                        auto buckets = expected_buckets(numel, dt.B, first, cap, align, N);
+                        unsigned long long padded = 0;
+                        for (auto e : buckets) padded += e;
+                        EXPECT_EQ(std::stoull(f["buckets"]), buckets.size());
+                        EXPECT_EQ(std::stoull(f["bucket_bytes"]), padded * dt.B);
+                        // Padded layout: the sharded quantities use padded/N elements.
+                        EXPECT_EQ(std::stoull(f["layout_optimizer_bytes"]), K * (S >= 1 ? padded / N : padded));
+                        // Ring volumes per rank: all-reduce 2(N-1)/N, reduce-scatter / all-gather (N-1)/N.
+                        unsigned long long v = (N - 1) * dt.B * psi;
+                        unsigned long long ar = ceil_div(2 * v, N), one = ceil_div(v, N);
+                        unsigned long long want = S == 0 ? ar : S == 1 ? ar + one : S == 2 ? 2 * one : 3 * one;
+                        EXPECT_EQ(std::stoull(f["comm_bytes"]), want);
+                        EXPECT_EQ(std::stoull(f["paper_comm_bytes"]), S == 3 ? ceil_div(3 * v, N) : ar);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_F(PlanTool, PaperExampleLlama7BOn64Ranks) {
+    // The ZeRO paper's Figure 1 arithmetic for mixed-precision Adam: (2 + 2 + 12) psi / N at stage 3.
+    ToolRun r = run_tool("--model " + kModels + "/llama2-7b.tsv --ranks 64 --stage 3");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto f = plan_fields(r.out);
+    EXPECT_EQ(std::stoull(f["total_bytes"]), 16ULL * 6738415616ULL / 64);
+    r = run_tool("--model " + kModels + "/llama2-7b.tsv --ranks 64 --stage 0");
+    EXPECT_EQ(std::stoull(plan_fields(r.out)["total_bytes"]), 16ULL * 6738415616ULL);
+}
+
+TEST_F(PlanTool, DefaultBucketSizesAreOneAndTwentyFiveMiB) {
+    ToolRun a = run_tool("--model " + kModels + "/gpt2-124m.tsv --ranks 4 --stage 0");
+    ToolRun b = run_tool("--model " + kModels + "/gpt2-124m.tsv --ranks 4 --stage 0 --first-bucket 1M --bucket-cap 25M");
+    ASSERT_EQ(a.status, 0) << a.out;
+    EXPECT_EQ(plan_fields(a.out)["buckets"], plan_fields(b.out)["buckets"]);
+    auto expect = expected_buckets(tsv_numels("gpt2-124m.tsv"), 2, 1 << 20, 25 << 20, 32, 4);
+    EXPECT_EQ(std::stoull(plan_fields(a.out)["buckets"]), expect.size());
+}
+
+TEST_F(PlanTool, BadArgumentsNameTheirCause) {
+    const std::string gpt2 = "--model " + kModels + "/gpt2-124m.tsv";
+    struct Bad {
+        std::string args;
+        int status;
+        const char *says;
+    };
+    for (const Bad &b : {Bad{"--model /nonexistent/model.tsv --ranks 4 --stage 1", 1, "/nonexistent/model.tsv"},
+                         Bad{gpt2 + " --ranks 4 --stage 4", 2, "--stage '4'"},
+                         Bad{gpt2 + " --ranks 0 --stage 1", 2, "--ranks '0'"},
+                         Bad{gpt2 + " --ranks -3 --stage 1", 2, "--ranks '-3'"},
+                         Bad{gpt2 + " --stage 1", 2, "--ranks N is required"},
+                         Bad{"--ranks 2 --stage 1", 2, "--model FILE is required"},
+                         Bad{gpt2 + " --ranks 2 --stage 1 --dtype int8", 2, "--dtype 'int8'"},
+                         Bad{gpt2 + " --ranks 2 --stage 1 --optimizer lamb", 2, "--optimizer 'lamb'"},
+                         Bad{gpt2 + " --ranks 2 --stage 1 --bucket-cap 0", 2, "--bucket-cap '0'"}}) {
+        ToolRun r = run_tool(b.args);
+        EXPECT_EQ(r.status, b.status) << b.args << "\n" << r.out;
+        EXPECT_NE(r.out.find(b.says), std::string::npos) << b.args << "\n" << r.out;
+    }
+}
+
+TEST_F(PlanTool, MalformedModelFileNamesTheLine) {
+    std::string path = ::testing::TempDir() + "zero_plan_bad.tsv";
+    {
+        std::ofstream out(path);
+        out << "# bad\n# parameters: 2 tensors, 30 elements\nname\tshape\tnumel\na\t2x5\t10\nb\t4x5\t21\n";
+    }
+    ToolRun r = run_tool("--model " + path + " --ranks 2 --stage 0");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("line 5 (b): shape '4x5' does not multiply to numel 21"), std::string::npos) << r.out;
+    std::remove(path.c_str());
+}
+
+}  // namespace

@@ -1,0 +1,398 @@
+/*
+ * zccl-zero-plan — per-rank memory, gradient buckets and communication volume of data-parallel / ZeRO training of
+ * a model, from its parameter shapes (the TSV files in ../shared/models: name<TAB>shape<TAB>numel, '#' comments).
+ *
+ *   zccl-zero-plan --model FILE --ranks N --stage S [--dtype bf16|fp16|fp32] [--optimizer adam|sgd]
+ *                  [--first-bucket BYTES] [--bucket-cap BYTES] [--align ELEMS] [--list-buckets]
+ *
+ * Memory follows the ZeRO paper's accounting (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ * Trillion Parameter Models", SC 2020, section 3.1 and Figure 1): with psi parameters, B bytes per parameter and
+ * per gradient in the training dtype and K bytes of optimizer state per parameter, a rank holds
+ *   stage 0: (B + B + K) psi   stage 1: (B + B) psi + K psi/N   stage 2: B psi + (B + K) psi/N   stage 3: (B+B+K) psi/N.
+ * K: mixed-precision Adam 12 (fp32 master parameters, momentum, variance); fp32 Adam 8 (momentum, variance);
+ * momentum SGD 8 mixed (master parameters, momentum) or 4 in fp32.
+ * Buckets are the ones zccl's bucket scheduler forms (zccl_bucket_layout_create in zccl_zero.h: reverse definition
+ * order, a small first bucket then a cap, aligned and padded to nranks x alignment), so the plan and the scheduler
+ * agree. Communication per step and rank uses the bandwidth-optimal volumes of ring collectives (Patarasuk & Yuan
+ * 2009): all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x bytes; ZeRO-3 all-gathers the
+ * parameters twice (forward and backward), 3(N-1)/N, 1.5x data parallelism (paper, section 7.2.2).
+ * The last line is machine-readable: "plan key=value ...".
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zccl_zero.h>
+
+#define NAME "zccl-zero-plan"
+
+typedef struct {
+    int ntensors;
+    char **names;
+    size_t *numel;
+    unsigned long long psi;
+    char title[256];
+} model_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: " NAME " --model FILE --ranks N --stage S [options]\n"
+            "Per-rank memory (parameters, gradients, optimizer state), gradient buckets and communication per step\n"
+            "of ZeRO stage S on N ranks, for the parameter shapes in FILE (TSV: name, shape, numel; '#' comments).\n"
+            "\n"
+            "  --model FILE          model shape file, e.g. ../shared/models/gpt2-124m.tsv\n"
+            "  --ranks N             data-parallel ranks, 1..65536\n"
+            "  --stage S             0 (data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
+            "  --dtype T             bf16 (default), fp16 or fp32: parameters and gradients\n"
+            "  --optimizer O         adam (default) or sgd (with momentum)\n"
+            "  --first-bucket BYTES  target size of the first gradient bucket (default: ZCCL_BUCKET_FIRST_BYTES, 1M)\n"
+            "  --bucket-cap BYTES    target size of the other buckets (default: ZCCL_BUCKET_CAP_BYTES, 25M)\n"
+            "  --align ELEMS         alignment of every gradient inside its bucket (default: 64 bytes' worth)\n"
+            "  --list-buckets        print every bucket with its parameters\n"
+            "  -h, --help            this text\n"
+            "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
+}
+
+static int bad_option(const char *fmt, const char *a)
+{
+    fprintf(stderr, NAME ": ");
+    fprintf(stderr, fmt, a);
+    fprintf(stderr, "\nTry '" NAME " --help' for more information.\n");
+    return 2;
+}
+
+/* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024). */
+static int parse_size(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || *s == '-' || *s == '\0') return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno) return -1;
+    unsigned long long mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1ULL << 10, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1ULL << 20, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1ULL << 30, end++;
+    if (*end || (v && mul > UINT64_MAX / v)) return -1;
+    *out = v * mul;
+    return 0;
+}
+
+/* Product of a shape "AxBxC"; 0 when malformed. */
+static unsigned long long shape_product(const char *s)
+{
+    unsigned long long p = 1;
+    for (;;) {
+        char *end;
+        errno = 0;
+        if (*s < '0' || *s > '9') return 0;
+        unsigned long long d = strtoull(s, &end, 10);
+        if (errno || d == 0 || p > UINT64_MAX / d) return 0;
+        p *= d;
+        if (*end == '\0') return p;
+        if (*end != 'x') return 0;
+        s = end + 1;
+    }
+}
+
+static void model_free(model_t *m)
+{
+    for (int i = 0; i < m->ntensors; i++) free(m->names[i]);
+    free(m->names);
+    free(m->numel);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reads the model file; on error prints the cause (file, line, field) and returns -1. */
+static int model_load(const char *path, model_t *m)
+{
+    memset(m, 0, sizeof *m);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, NAME ": --model %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int lineno = 0, cap = 0, header = 0;
+    long long declared_tensors = -1;
+    unsigned long long declared_elems = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len && line[len - 1] != '\n' && !feof(f)) {
+            fprintf(stderr, NAME ": %s line %d: longer than %zu bytes\n", path, lineno, sizeof line - 2);
+            goto fail;
+        }
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (len == 0) continue;
+        if (line[0] == '#') {
+            if (!m->title[0]) snprintf(m->title, sizeof m->title, "%s", line + 1 + (line[1] == ' '));
+            const char *p = strstr(line, "parameters:");
+            if (p) sscanf(p, "parameters: %lld tensors, %llu elements", &declared_tensors, &declared_elems);
+            continue;
+        }
+        char *name = line, *shape = strchr(name, '\t');
+        char *count = shape ? strchr(shape + 1, '\t') : NULL;
+        if (!shape || !count || strchr(count + 1, '\t')) {
+            fprintf(stderr, NAME ": %s line %d: expected 3 tab-separated fields: name, shape, numel\n", path, lineno);
+            goto fail;
+        }
+        *shape++ = '\0';
+        *count++ = '\0';
+        if (!header && !strcmp(name, "name") && !strcmp(shape, "shape") && !strcmp(count, "numel")) {
+            header = 1;
+            continue;
+        }
+        unsigned long long n;
+        if (parse_size(count, &n) || strpbrk(count, "KkMmGg") || n == 0) {
+            fprintf(stderr, NAME ": %s line %d (%s): numel '%s' is not a positive integer\n", path, lineno, name,
+                    count);
+            goto fail;
+        }
+        if (shape_product(shape) != n) {
+            fprintf(stderr, NAME ": %s line %d (%s): shape '%s' does not multiply to numel %llu\n", path, lineno, name,
+                    shape, n);
+            goto fail;
+        }
+        if (m->ntensors == cap) {
+            cap = cap ? 2 * cap : 256;
+            char **nn = realloc(m->names, (size_t)cap * sizeof *nn);
+            if (nn) m->names = nn;
+            size_t *ne = nn ? realloc(m->numel, (size_t)cap * sizeof *ne) : NULL;
+            if (ne) m->numel = ne;
+            if (!nn || !ne) {
+                fprintf(stderr, NAME ": out of memory reading %s\n", path);
+                goto fail;
+            }
+        }
+        m->names[m->ntensors] = strdup(name);
+        m->numel[m->ntensors] = (size_t)n;
+        if (!m->names[m->ntensors]) {
+            fprintf(stderr, NAME ": out of memory reading %s\n", path);
+            goto fail;
+        }
+        m->ntensors++;
+        m->psi += n;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, NAME ": reading %s: %s\n", path, strerror(errno));
+        goto fail;
+    }
+    fclose(f);
+    if (m->ntensors == 0) {
+        fprintf(stderr, NAME ": %s: no parameter lines (name<TAB>shape<TAB>numel)\n", path);
+        model_free(m);
+        return -1;
+    }
+    if (declared_tensors >= 0 && (declared_tensors != m->ntensors || declared_elems != m->psi))
+        fprintf(stderr, NAME ": warning: %s says %lld tensors, %llu elements; its lines sum to %d tensors, %llu\n",
+                path, declared_tensors, declared_elems, m->ntensors, m->psi);
+    return 0;
+fail:
+    fclose(f);
+    model_free(m);
+    return -1;
+}
+
+/* ceil(a * b / c) for the byte formulas; a * b stays below 2^64 for every model here (checked by the caller). */
+static unsigned long long ceil_div(unsigned long long num, unsigned long long den)
+{
+    return num / den + (num % den != 0);
+}
+
+static const char *human(double b, char *buf, size_t len)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(buf, len, i ? "%.2f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *model_path = NULL, *dtype_name = "bf16", *opt_name = "adam";
+    long long ranks = -1, stage = -1;
+    unsigned long long first = 0, cap = 0, align = 0;
+    int list = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--list-buckets")) {
+            list = 1;
+            continue;
+        }
+        if (!v) return bad_option("option '%s' needs a value", a);
+        unsigned long long u;
+        i++;
+        if (!strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "--dtype")) dtype_name = v;
+        else if (!strcmp(a, "--optimizer")) opt_name = v;
+        else if (!strcmp(a, "--ranks")) {
+            if (parse_size(v, &u) || strpbrk(v, "KkMmGg") || u < 1 || u > 65536)
+                return bad_option("--ranks '%s': need an integer in [1, 65536]", v);
+            ranks = (long long)u;
+        } else if (!strcmp(a, "--stage")) {
+            if (parse_size(v, &u) || strpbrk(v, "KkMmGg") || u > 3)
+                return bad_option("--stage '%s': need 0, 1, 2 or 3", v);
+            stage = (long long)u;
+        } else if (!strcmp(a, "--first-bucket")) {
+            if (parse_size(v, &first) || first == 0) return bad_option("--first-bucket '%s': need bytes >= 1", v);
+        } else if (!strcmp(a, "--bucket-cap")) {
+            if (parse_size(v, &cap) || cap == 0) return bad_option("--bucket-cap '%s': need bytes >= 1", v);
+        } else if (!strcmp(a, "--align")) {
+            if (parse_size(v, &align) || align == 0 || align > 4096)
+                return bad_option("--align '%s': need elements in [1, 4096]", v);
+        } else
+            return bad_option("unknown option '%s'", a);
+    }
+    if (!model_path) return bad_option("%s", "--model FILE is required");
+    if (ranks < 0) return bad_option("%s", "--ranks N is required");
+    if (stage < 0) return bad_option("%s", "--stage S is required");
+    zccl_datatype_t dt;
+    unsigned B;
+    if (!strcmp(dtype_name, "bf16")) dt = ZCCL_BFLOAT16, B = 2;
+    else if (!strcmp(dtype_name, "fp16")) dt = ZCCL_FLOAT16, B = 2;
+    else if (!strcmp(dtype_name, "fp32")) dt = ZCCL_FLOAT32, B = 4;
+    else return bad_option("--dtype '%s': need bf16, fp16 or fp32", dtype_name);
+    unsigned K;
+    const char *kwhat;
+    if (!strcmp(opt_name, "adam")) {
+        K = B == 2 ? 12 : 8;
+        kwhat = B == 2 ? "fp32 master parameters + momentum + variance" : "momentum + variance";
+    } else if (!strcmp(opt_name, "sgd")) {
+        K = B == 2 ? 8 : 4;
+        kwhat = B == 2 ? "fp32 master parameters + momentum" : "momentum";
+    } else
+        return bad_option("--optimizer '%s': need adam or sgd", opt_name);
+
+    model_t m;
+    if (model_load(model_path, &m)) return 1;
+    unsigned long long N = (unsigned long long)ranks, psi = m.psi;
+    if (psi > (1ULL << 40)) {
+        fprintf(stderr, NAME ": %s: %llu parameters is more than this tool's 2^40 limit\n", model_path, psi);
+        model_free(&m);
+        return 1;
+    }
+
+    /* Buckets as zccl's scheduler forms them: all-reduce mode for stages 0-1, reduce-scatter for 2-3. */
+    zccl_bucket_options_t bo = {.first_bytes = first, .cap_bytes = cap, .align_elems = align,
+                                .mode = stage >= 2 ? ZCCL_BUCKET_REDUCE_SCATTER : ZCCL_BUCKET_ALLREDUCE};
+    zccl_bucket_plan_t plan;
+    zccl_result_t r = zccl_bucket_layout_create((int)N, m.ntensors, m.numel, dt, &bo, &plan);
+    if (r != ZCCL_SUCCESS) {
+        fprintf(stderr, NAME ": bucket layout: %s: %s\n", zccl_get_error_string(r), zccl_get_last_error(NULL));
+        model_free(&m);
+        return 2;
+    }
+    int nb = 0;
+    zccl_bucket_count(plan, &nb);
+    unsigned long long padded = 0, shard = 0, largest = 0, smallest = UINT64_MAX;
+    zccl_bucket_info_t *bi = calloc((size_t)nb, sizeof *bi);
+    if (!bi) {
+        fprintf(stderr, NAME ": out of memory for %d buckets\n", nb);
+        return 1;
+    }
+    for (int b = 0; b < nb; b++) {
+        zccl_bucket_info(plan, b, &bi[b]);
+        padded += bi[b].elems;
+        shard += bi[b].shard_elems;
+        if (bi[b].elems > largest) largest = bi[b].elems;
+        if (bi[b].elems < smallest) smallest = bi[b].elems;
+    }
+    size_t full_bytes = 0, shard_bytes = 0;
+    zccl_bucket_buffer_bytes(plan, &full_bytes, &shard_bytes);
+
+    /* Memory per rank, paper formulas (exact psi, rounded up to whole bytes) and the padded shard layout. */
+    unsigned long long pdiv = stage >= 3 ? N : 1, gdiv = stage >= 2 ? N : 1, odiv = stage >= 1 ? N : 1;
+    unsigned long long pb = ceil_div(B * psi, pdiv), gb = ceil_div(B * psi, gdiv), ob = ceil_div(K * psi, odiv);
+    unsigned long long lp = B * (stage >= 3 ? shard : padded), lg = B * (stage >= 2 ? shard : padded);
+    unsigned long long lo = K * (stage >= 1 ? shard : padded);
+    char h1[32], h2[32], h3[32];
+
+    printf("model      %s: %s\n", model_path, m.title[0] ? m.title : "(no description)");
+    printf("           %d tensors, psi = %llu parameters\n", m.ntensors, psi);
+    printf("training   %llu ranks, ZeRO stage %lld, %s parameters and gradients (B = %u bytes), %s optimizer "
+           "(K = %u bytes per parameter: %s)\n",
+           N, stage, dtype_name, B, opt_name, K, kwhat);
+    printf("\nmemory per rank (Rajbhandari et al. 2020)   formula          bytes            padded layout\n");
+    printf("  parameters                                %-2u psi%-10s  %-15llu  %llu\n", B, pdiv > 1 ? " / N" : "",
+           pb, lp);
+    printf("  gradients                                 %-2u psi%-10s  %-15llu  %llu\n", B, gdiv > 1 ? " / N" : "",
+           gb, lg);
+    printf("  optimizer state                           %-2u psi%-10s  %-15llu  %llu\n", K, odiv > 1 ? " / N" : "",
+           ob, lo);
+    printf("  total                                                      %-15llu  %llu  (%s; stage 0: %s)\n",
+           pb + gb + ob, lp + lg + lo, human((double)(pb + gb + ob), h1, sizeof h1),
+           human((double)(2ULL * B + K) * psi, h2, sizeof h2));
+
+    printf("\ngradient buckets (zccl_bucket_layout_create: reverse definition order, %s mode)\n",
+           stage >= 2 ? "reduce-scatter" : "all-reduce");
+    printf("  %d buckets, %s padded in all (%llu elements, padding %llu); smallest %s, largest %s; "
+           "shard per rank %llu elements\n",
+           nb, human((double)padded * B, h1, sizeof h1), padded, padded - psi, human((double)smallest * B, h2, sizeof h2),
+           human((double)largest * B, h3, sizeof h3), shard);
+    if (!list) {
+        printf("  bucket bytes:");
+        for (int b = 0; b < nb; b++) {
+            if (nb > 12 && b == 6) { /* the rest repeats per layer: --list-buckets shows all */
+                printf(" ... (%d more) ...", nb - 11);
+                b = nb - 5;
+            }
+            printf(" %llu", (unsigned long long)bi[b].elems * B);
+        }
+        printf("\n");
+    }
+    printf("  scheduler gradient buffers per rank: %s full-size bucket buffers + %s shard accumulators\n",
+           human((double)full_bytes, h1, sizeof h1), human((double)shard_bytes, h2, sizeof h2));
+    if (list) {
+        for (int b = 0; b < nb; b++) {
+            printf("  bucket %d: %zu elements (%zu used, shard %zu), %d parameters:", b, bi[b].elems,
+                   bi[b].used_elems, bi[b].shard_elems, bi[b].nparams);
+            for (int k = 0; k < bi[b].nparams; k++) printf(" %s", m.names[bi[b].first_param - k]);
+            printf("\n");
+        }
+    }
+
+    /* Communication per optimizer step and rank: bandwidth-optimal ring volumes, psi exact. */
+    unsigned long long ring = (N - 1) * B * psi; /* (N-1) B psi; divide by N */
+    unsigned long long ar = ceil_div(2 * ring, N), rs = ceil_div(ring, N), ag = ceil_div(ring, N);
+    unsigned long long comm, paper = stage == 3 ? ceil_div(3 * ring, N) : ceil_div(2 * ring, N);
+    printf("\ncommunication per step and rank (ring volumes, Patarasuk & Yuan 2009)\n");
+    if (stage == 0) {
+        comm = ar;
+        printf("  all-reduce gradients         2(N-1)/N x %u psi = %llu\n", B, ar);
+    } else if (stage == 1) {
+        comm = ar + ag;
+        printf("  all-reduce gradients         2(N-1)/N x %u psi = %llu\n", B, ar);
+        printf("  all-gather parameters         (N-1)/N x %u psi = %llu\n", B, ag);
+        printf("  (zccl's ZeRO-1 all-reduces, then each rank updates its shard; the paper's reduce-scatter + "
+               "all-gather needs %llu)\n", paper);
+    } else if (stage == 2) {
+        comm = rs + ag;
+        printf("  reduce-scatter gradients      (N-1)/N x %u psi = %llu\n", B, rs);
+        printf("  all-gather parameters         (N-1)/N x %u psi = %llu\n", B, ag);
+    } else {
+        comm = rs + 2 * ag;
+        printf("  reduce-scatter gradients      (N-1)/N x %u psi = %llu\n", B, rs);
+        printf("  all-gather parameters fwd     (N-1)/N x %u psi = %llu\n", B, ag);
+        printf("  all-gather parameters bwd     (N-1)/N x %u psi = %llu\n", B, ag);
+    }
+    printf("  total %llu bytes (%s), %.2fx data parallelism's all-reduce\n", comm, human((double)comm, h1, sizeof h1),
+           ar ? (double)comm / (double)ar : 0.0);
+
+    printf("plan tensors=%d psi=%llu ranks=%llu stage=%lld dtype=%s optimizer=%s B=%u K=%u params_bytes=%llu "
+           "grads_bytes=%llu optimizer_bytes=%llu total_bytes=%llu layout_params_bytes=%llu layout_grads_bytes=%llu "
+           "layout_optimizer_bytes=%llu buckets=%d bucket_bytes=%llu comm_bytes=%llu paper_comm_bytes=%llu\n",
+           m.ntensors, psi, N, stage, dtype_name, opt_name, B, K, pb, gb, ob, pb + gb + ob, lp, lg, lo, nb,
+           padded * B, comm, paper);
+    free(bi);
+    zccl_bucket_plan_destroy(plan);
+    model_free(&m);
+    return 0;
+}
