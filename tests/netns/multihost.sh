@@ -12,7 +12,7 @@ BENCH=${2:?usage: multihost.sh ZCCLRUN ZCCL_BENCH K M [RATE]}
 K=${3:?K hosts}
 M=${4:?M ranks per host}
 RATE=${5:-}
-DEADLINE=${MULTIHOST_DEADLINE_S:-120}
+DEADLINE=${MULTIHOST_DEADLINE_S:-300}
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
 
 out=$(mktemp -d)
