@@ -49,7 +49,7 @@ static void log_init_once(void) {
 
 void zccl__log_init(void) { pthread_once(&log_once, log_init_once); }
 
-void zccl__log_set_rank(int rank) { log_rank = rank; }
+void zccl__log_set_rank(int rank) { __atomic_store_n(&log_rank, rank, __ATOMIC_RELAXED); }
 
 void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
     zccl__log_init();
@@ -65,9 +65,9 @@ void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int li
     /* One fprintf per line so lines from threads of one process do not interleave. */
     if (level == ZCCL_LOG_WARN || level == ZCCL_LOG_TRACE)
         fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s:%d %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
-                log_rank, names[level], base, line, msg);
+                __atomic_load_n(&log_rank, __ATOMIC_RELAXED), names[level], base, line, msg);
     else
-        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid), log_rank,
+        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid), __atomic_load_n(&log_rank, __ATOMIC_RELAXED),
                 names[level], msg);
 }
 

@@ -52,7 +52,7 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     }
     for (int l = 0; l < nlayers; l++) TRY(zccl_bucket_param_loc(z->plan, l, &z->bucket_of[l], &z->off_in_bucket[l]));
     if (stage == 3) {
-        TRY(zccl_comm_shrink(comm, NULL, 0, &z->comm3)); /* the store needs a communicator of its own */
+        TRY(zccl_comm_split(comm, 0, 0, &z->comm3)); /* the store needs a communicator of its own (a duplicate) */
         zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes};
         TRY(zccl_zero3_create(z->comm3, nlayers, numel, ZCCL_FLOAT64, &zo, &z->z3));
         for (int l = 0; l < nlayers; l++) {
