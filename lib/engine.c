@@ -54,12 +54,30 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
         return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
-        ZCCL_CHECK(comm->tp[x[i].peer]->check_peer(comm, x[i].peer));
+        const zccl_transport_ops_t *tp = comm->tp[x[i].peer];
+        if (tp->departed && tp->departed(comm, x[i].peer)) {
+            /* It left cleanly: whatever it sent is delivered, so look once more before calling it a mismatch. */
+            bool pr = false, blocked = false;
+            for (size_t j = 0; j < i && !blocked; j++) /* channel order, as in poll_once */
+                blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
+            if (!blocked) ZCCL_CHECK(tp->progress(comm, &x[i], &pr));
+            if (pr || x[i].complete) return ZCCL_SUCCESS;
+            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d destroyed its communicator while rank %d still %s it (%s, "
+                               "collective #%llu): did the ranks call the same collectives?", x[i].peer, comm->rank,
+                               x[i].is_send ? "sends to" : "receives from", comm->op_name,
+                               (unsigned long long)comm->seq);
+        }
+        ZCCL_CHECK(tp->check_peer(comm, x[i].peer));
     }
     /* A rank we do not wait on directly can be lost too (the ring's far side): the collective cannot complete
      * then either, and its neighbours may stay alive, so look at every peer a transport can check cheaply. */
-    for (int r = 0; r < comm->nranks; r++)
-        if (r != comm->rank) ZCCL_CHECK(comm->tp[r]->check_peer(comm, r));
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r == comm->rank) continue;
+        /* A rank that finished this collective and destroyed its communicator cleanly is not lost: it may exit while
+         * slower ranks still pass its data on (transfers we wait on were checked above). */
+        if (comm->tp[r]->departed && comm->tp[r]->departed(comm, r)) continue;
+        ZCCL_CHECK(comm->tp[r]->check_peer(comm, r));
+    }
     if (comm->timeout_ms > 0 && zccl__now_ns() - last_progress > (uint64_t)comm->timeout_ms * 1000000ull) {
         for (size_t i = 0; i < nx; i++)
             if (!x[i].complete)

@@ -63,6 +63,8 @@ typedef struct {
     uint64_t slot_bytes, chan_stride, data_offset;
     _Alignas(64) uint32_t doorbell;
     _Alignas(64) uint32_t sleeping;
+    uint32_t departed; /* set (release) when the owner destroyed its communicator cleanly: every message it sent is
+                          already in its peers' inboxes, so its exit is not a loss */
 } seg_hdr_t;
 
 typedef struct zccl_shm_comm {
@@ -470,9 +472,20 @@ static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
     return ZCCL_SUCCESS;
 }
 
+/* Whether peer destroyed its communicator cleanly (zccl_comm_destroy after its last operation). */
+static bool shm_departed(const struct zccl_comm *comm, int peer) {
+    const shm_comm_t *s = comm->shm;
+    if (!s || !s->seg || s->local_index[peer] < 0 || !s->seg[s->local_index[peer]]) return false;
+    return __atomic_load_n(&((seg_hdr_t *)s->seg[s->local_index[peer]])->departed, __ATOMIC_ACQUIRE) != 0;
+}
+
 static void shm_teardown(struct zccl_comm *comm) {
     shm_comm_t *s = comm->shm;
     if (!s) return;
+    if (s->seg && s->local_index && s->seg[s->local_index[comm->rank]] &&
+        !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) == ZCCL_SUCCESS)
+        __atomic_store_n(&((seg_hdr_t *)s->seg[s->local_index[comm->rank]])->departed, 1, __ATOMIC_RELEASE);
     zccl__shm_unlink_own(comm);
     if (s->seg && s->local_index) {
         int me = s->local_index[comm->rank];
@@ -503,4 +516,5 @@ const zccl_transport_ops_t zccl_transport_shm = {
     .wait_fd = shm_wait_fd,
     .check_peer = shm_check_peer,
     .comm_teardown = shm_teardown,
+    .departed = shm_departed,
 };

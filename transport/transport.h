@@ -53,6 +53,10 @@ typedef struct zccl_transport_ops {
     zccl_result_t (*check_peer)(struct zccl_comm *comm, int peer);
     /** Releases everything comm_setup created. */
     void (*comm_teardown)(struct zccl_comm *comm);
+    /** Optional (NULL = never): whether peer left cleanly (destroyed its communicator after its last operation, so
+     *  all it sent was delivered). The engine then does not count that peer's exit as a loss unless it still waits
+     *  on a transfer with it. */
+    bool (*departed)(const struct zccl_comm *comm, int peer);
 } zccl_transport_ops_t;
 
 extern const zccl_transport_ops_t zccl_transport_shm;
