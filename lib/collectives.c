@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "stream.h"
+#include "tuner.h"
 
 static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
@@ -145,9 +146,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         .algo = ZCCL_ALGO_RING,
         .ring = comm->ring,
     };
-    /* Small all-reduces are latency-bound: one direct exchange beats the ring's 2(n-1) steps. */
-    if (b.coll == ZCCL_COLL_ALLREDUCE && b.count * es * (size_t)(comm->nranks - 1) <= comm->direct_bytes)
-        a.algo = ZCCL_ALGO_DIRECT;
+    a.algo = zccl__tune(comm, b.coll, b.count, es); /* cheapest predicted algorithm (tuner.c), same on every rank */
     pthread_mutex_lock(&comm->exec_mutex);
     comm->seq++;
     comm->op_name = o->barrier ? "zccl_barrier" : coll_names[b.coll];
