@@ -673,11 +673,40 @@ static void run_all_algos(struct bench *b, int ti, int op, int root)
         zccl_comm_abort(b->comm);
         exit(1);
     }
-    for (int a = 0; a < na; a++) {
-        if (force_algo(b, names[a]) != 0) die_zccl(b, "zccl_comm_set_algo", ZCCL_INTERNAL_ERROR);
-        if (b->rank == 0) printf("# --algo %s\n", names[a]);
-        b->rec = times + (size_t)a * (size_t)ns;
-        time_test(b, ti, op, root);
+    /* Sizes outer, algorithms inner, starting with a different algorithm at each size: slow drifts of a shared
+     * machine and first-run effects spread over all algorithms instead of favouring or penalising one. */
+    const zccl_datatype_t dt0 = types[ti].dt;
+    const size_t esize = zccl_type_size(dt0);
+    const char *opname = colls[c->coll].has_op ? opnames[op] : "none";
+    const int shown_root = colls[c->coll].has_root ? root : -1;
+    ZC(b, zccl_barrier(b->comm, NULL));
+    if (b->rank == 0) printf("# --algo all: every size runs every algorithm (named at the end of the row)\n");
+    int i = 0;
+    for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size), i++) {
+        struct sizes sz = get_sizes(c->coll, size, esize, b->nranks);
+        for (int k = 0; k < na; k++) {
+            const int a = (k + i) % na;
+            if (force_algo(b, names[a]) != 0) die_zccl(b, "zccl_comm_set_algo", ZCCL_INTERNAL_ERROR);
+            warmup(b, size, dt0, esize, op, root);
+            if (b->rank == 0) {
+                printf("%12zu  %12zu  %8s  %6s  %6i", sz.bytes, sz.param, types[ti].name, opname, shown_root);
+                fflush(stdout);
+                if (b->json)
+                    fprintf(b->json, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+                                     "\"root\": %d, \"algo\": \"%s\"",
+                            b->json_rows++ ? "," : "", sz.bytes, sz.param, types[ti].name, opname, shown_root,
+                            names[a]);
+            }
+            b->rec = times + (size_t)a * (size_t)ns;
+            b->rec_i = i;
+            bench_time(b, &sz, dt0, esize, op, root, 0);
+            bench_time(b, &sz, dt0, esize, op, root, 1);
+            if (b->rank == 0) {
+                printf("  %s\n", names[a]);
+                if (b->json) fprintf(b->json, "}");
+            }
+        }
+        if (size == SIZE_MAX) break;
     }
     b->rec = NULL;
     b->algo_name = NULL;
@@ -688,9 +717,10 @@ static void run_all_algos(struct bench *b, int ti, int op, int root)
                colls[c->coll].name, types[ti].name, colls[c->coll].has_op ? opnames[op] : "", b->nranks,
                (const char *[]){"rank 0", "average", "min", "max"}[c->average]);
         printf("# %10s", "size");
-        for (int a = 0; a < na; a++) printf("  %9s", names[a]);
-        printf("  %9s  %9s  %10s  %9s\n", "best", "tuner", "tuner/best", "pred(us)");
-        int i = 0, within = 0;
+        for (int a = 0; a < na; a++) printf("  %12s", names[a]);
+        printf("  %12s  %12s  %10s  %9s\n", "best", "tuner", "tuner/best", "pred(us)");
+        int within = 0;
+        i = 0;
         for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size), i++) {
             struct sizes sz = get_sizes(c->coll, size, zccl_type_size(dt), b->nranks);
             int best = 0, chosen = -1;
@@ -702,10 +732,10 @@ static void run_all_algos(struct bench *b, int ti, int op, int root)
             for (int a = 0; a < na; a++)
                 if (!strcmp(names[a], choice)) chosen = a;
             printf("  %10zu", sz.bytes);
-            for (int a = 0; a < na; a++) printf("  %9.2f", times[(size_t)a * ns + i]);
+            for (int a = 0; a < na; a++) printf("  %12.2f", times[(size_t)a * ns + i]);
             double ratio = chosen >= 0 ? times[(size_t)chosen * ns + i] / times[(size_t)best * ns + i] : NAN;
             within += ratio <= 1.10;
-            printf("  %9s  %9s  %10.3f  %9.2f\n", names[best], choice, ratio, pred);
+            printf("  %12s  %12s  %10.3f  %9.2f\n", names[best], choice, ratio, pred);
             if (size == SIZE_MAX) break;
         }
         printf("# tuner within 10%% of the best measured algorithm at %d of %d sizes\n#\n", within, i);
