@@ -113,13 +113,6 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
     return res;
 }
 
-static size_t pipeline_chunk(size_t bytes, int nranks) {
-    size_t c = bytes / (size_t)(4 * (nranks > 1 ? nranks - 1 : 1));
-    if (c < (64u << 10)) c = 64u << 10;
-    if (c > (4u << 20)) c = 4u << 20;
-    return c;
-}
-
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
@@ -141,12 +134,12 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     const size_t es = zccl_type_size(b.dt);
     zccl_sched_args_t a = {
         .coll = b.coll, .nranks = comm->nranks, .rank = comm->rank, .root = b.root, .count = b.count,
-        .in_place = b.in_place, .elem_size = es, .chunk_bytes = pipeline_chunk(b.count * es, comm->nranks),
+        .in_place = b.in_place, .elem_size = es, .chunk_bytes = zccl__pipeline_chunk(b.count * es, comm->nranks),
         .rs_round_bytes = comm->rs_round_bytes,
         .algo = ZCCL_ALGO_RING,
         .ring = comm->ring,
     };
-    a.algo = zccl__tune(comm, b.coll, b.count, es); /* cheapest predicted algorithm (tuner.c), same on every rank */
+    zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
     pthread_mutex_lock(&comm->exec_mutex);
     comm->seq++;
     comm->op_name = o->barrier ? "zccl_barrier" : coll_names[b.coll];

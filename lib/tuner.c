@@ -31,6 +31,15 @@ int zccl__coll_from_name(const char *name, size_t len) {
 
 /* ---- the cost model ---------------------------------------------------------------------------------------- */
 
+size_t zccl__pipeline_chunk(size_t bytes, int nranks) {
+    size_t c = bytes / (size_t)(4 * (nranks > 1 ? nranks - 1 : 1));
+    if (c < (64u << 10)) c = 64u << 10;
+    if (c > (4u << 20)) c = 4u << 20;
+    return c;
+}
+
+/* Alpha-beta-gamma predictors, one per algorithm (formulas in docs/tuning.md). */
+
 #define BIT(c) (1u << (c))
 
 static double ceil_log2(int n) {
@@ -55,8 +64,7 @@ static double step(zccl_link_cost_t l, int k, double b) {
 
 /* Ring (Patarasuk & Yuan 2009): reduce-scatter then all-gather over n-1 steps each, blocks of m/n bytes.
  * Broadcast/reduce: a pipelined chain of the same ring, ceil(m/chunk) chunks: (n-2+k) steps of one chunk. */
-static double ring_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p,
-                        size_t chunk) {
+static double ring_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
     if (n <= 1) return 0;
     const double m = (double)bytes, blk = m / n, red = (n - 1) * blk * p->gamma;
     switch (c) {
@@ -65,36 +73,133 @@ static double ring_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, 
     case ZCCL_COLL_ALLGATHER: return (n - 1) * step(l, 1, blk);
     case ZCCL_COLL_BROADCAST:
     case ZCCL_COLL_REDUCE: {
-        const double k = chunk ? ceil(m / (double)chunk) : 1.0, cb = m / (k > 0 ? k : 1);
+        const double k = ceil(m / (double)zccl__pipeline_chunk(bytes, n)), cb = m / (k > 0 ? k : 1);
         return (n - 2 + k) * (step(l, 1, cb) + (c == ZCCL_COLL_REDUCE ? cb * p->gamma : 0.0));
     }
     default: return 0;
     }
 }
 
-static double predict_ring(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p,
-                           size_t chunk) {
-    return ring_cost(c, bytes, L->nranks, flat_link(L, p), p, chunk);
+static double predict_ring(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    return ring_cost(c, bytes, L->nranks, flat_link(L, p), p);
 }
 
-/* Direct all-reduce (sched_direct.c): one step in which each rank sends its vector to the n-1 others, then n-1
- * local reductions of the whole vector — the latency end of Thakur et al.'s trade-off. */
-static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p,
-                             size_t chunk) {
-    (void)c, (void)chunk;
-    const int n = L->nranks;
+/* Direct reduce-scatter / all-gather (sched_direct.c): one step, each rank exchanging one block with each of the
+ * n-1 others (reduce-scatter then reduces the n-1 received blocks). */
+static double direct_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
+    if (n <= 1) return 0;
     const double m = (double)bytes;
-    return step(flat_link(L, p), n - 1, m) + (n - 1) * m * p->gamma;
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE: return step(l, n - 1, m) + (n - 1) * m * p->gamma;
+    case ZCCL_COLL_REDUCE_SCATTER: return step(l, n - 1, m / n) + (n - 1) * (m / n) * p->gamma;
+    case ZCCL_COLL_ALLGATHER: return step(l, n - 1, m / n);
+    default: return HUGE_VAL;
+    }
+}
+static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    return direct_cost(c, bytes, L->nranks, flat_link(L, p), p);
+}
+
+/* Recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner; Thakur et al. 2005, with their
+ * fold for non-powers of two: the n - p extra ranks hand their vector to a partner first and get the result back
+ * at the end, p the largest power of two <= n). */
+static double rab_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
+    if (n <= 1) return 0;
+    const int q = pow2_floor(n);
+    const bool extra = q < n;
+    const double m = (double)bytes, lg = ceil_log2(q), part = (double)(q - 1) / q * m;
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE:
+        return 2 * lg * l.alpha + 2 * part * l.beta + part * p->gamma +
+               (extra ? 2 * l.alpha + 2 * m * l.beta + m * p->gamma : 0.0);
+    case ZCCL_COLL_REDUCE_SCATTER:
+        return lg * l.alpha + part * l.beta + part * p->gamma +
+               (extra ? 2 * l.alpha + (m + m / n) * l.beta + m * p->gamma : 0.0);
+    case ZCCL_COLL_ALLGATHER:
+        return lg * l.alpha + part * l.beta + (extra ? 2 * l.alpha + (m + m / n) * l.beta : 0.0);
+    default: return HUGE_VAL;
+    }
+}
+static double predict_rab(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    return rab_cost(c, bytes, L->nranks, flat_link(L, p), p);
+}
+
+/* Recursive doubling all-reduce of the whole vector: log2(p) steps of m bytes (+ the fold's two steps). */
+static double recdbl_cost(size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
+    if (n <= 1) return 0;
+    const int q = pow2_floor(n);
+    const double m = (double)bytes;
+    return ceil_log2(q) * (step(l, 1, m) + m * p->gamma) + (q < n ? 2 * step(l, 1, m) + m * p->gamma : 0.0);
+}
+static double predict_recdbl(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    return recdbl_cost(bytes, L->nranks, flat_link(L, p), p);
+}
+
+/* Bruck all-gather (Bruck et al. 1997; Thakur et al. 2005): ceil(log2 n) steps, (n-1)/n of the data. A range that
+ * wraps past rank n-1 travels as two messages. */
+static double predict_bruck(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const zccl_link_cost_t l = flat_link(L, p);
+    return ceil_log2(n) * l.alpha * (1.0 + ZCCL_TUNE_RHO) + (double)(n - 1) / n * (double)bytes * l.beta;
+}
+
+/* Double binary tree all-reduce (Sanders, Speck & Traeff 2009; sched_tree.c): each tree carries half the vector
+ * in K chunks through (K + 2D) lock-step slots, D the depth (about log2 n); in a slot the busiest rank (inner node
+ * of one tree, leaf of the other) sends and receives up to three chunks. Chunks follow collectives.c's rule. */
+static double predict_tree(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const double m = (double)bytes, half = m / 2;
+    const double cb = ZCCL_MIN(half, (double)zccl__pipeline_chunk(bytes, n));
+    const double K = cb > 0 ? ceil(half / cb) : 1, D = ceil_log2(n);
+    return (K + 2 * D) * step(flat_link(L, p), 3, cb) + m * p->gamma;
+}
+
+/* Hierarchical (sched_hier.c): ring reduce-scatter inside each host (intra-host link), ring among the hosts on
+ * 1/L of the data (inter-host link), ring all-gather inside each host; L ranks per host. */
+static double predict_hier(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int H = L->nhosts, R = L->per_host;
+    const double m = (double)bytes;
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE:
+        return ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
+               ring_cost(ZCCL_COLL_ALLREDUCE, (size_t)(m / R), H, p->inter, p) +
+               ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
+    case ZCCL_COLL_ALLGATHER:
+        return ring_cost(ZCCL_COLL_ALLGATHER, (size_t)(m / R), H, p->inter, p) +
+               ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
+    case ZCCL_COLL_REDUCE_SCATTER:
+        return ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
+               ring_cost(ZCCL_COLL_REDUCE_SCATTER, (size_t)(m / R), H, p->inter, p);
+    default: return HUGE_VAL;
+    }
+}
+static const char *hier_unavailable(zccl_coll_t c, const zccl_tune_layout_t *L) {
+    (void)c;
+    if (L->nhosts < 2) return "needs ranks on more than one host";
+    if (!L->uniform) return "needs the same number of ranks on every host";
+    return NULL;
 }
 
 /* ---- the registry ------------------------------------------------------------------------------------------ */
 
+#define RS_AG (BIT(ZCCL_COLL_REDUCE_SCATTER) | BIT(ZCCL_COLL_ALLGATHER))
+/* Order = preference on equal predictions: fewer concurrent messages per step first. On 4 ranks the model gives
+ * direct (one step, 3 messages) and the log-step algorithms (2 steps of one message) the same latency term, and
+ * on the 2-core VM the log-step ones were measured as fast or faster (docs/tuning.md). */
 const zccl_algo_desc_t zccl__algos[] = {
     {"ring", ZCCL_ALGO_RING,
-     BIT(ZCCL_COLL_ALLREDUCE) | BIT(ZCCL_COLL_REDUCE_SCATTER) | BIT(ZCCL_COLL_ALLGATHER) | BIT(ZCCL_COLL_BROADCAST) |
-         BIT(ZCCL_COLL_REDUCE),
-     NULL, predict_ring},
-    {"direct", ZCCL_ALGO_DIRECT, BIT(ZCCL_COLL_ALLREDUCE), NULL, predict_direct},
+     BIT(ZCCL_COLL_ALLREDUCE) | RS_AG | BIT(ZCCL_COLL_BROADCAST) | BIT(ZCCL_COLL_REDUCE), NULL, predict_ring},
+    {"rabenseifner", ZCCL_ALGO_RABENSEIFNER, BIT(ZCCL_COLL_ALLREDUCE) | RS_AG, NULL, predict_rab},
+    {"recdbl", ZCCL_ALGO_RECDBL, BIT(ZCCL_COLL_ALLREDUCE), NULL, predict_recdbl},
+    {"bruck", ZCCL_ALGO_BRUCK, BIT(ZCCL_COLL_ALLGATHER), NULL, predict_bruck},
+    {"tree", ZCCL_ALGO_TREE, BIT(ZCCL_COLL_ALLREDUCE), NULL, predict_tree},
+    {"direct", ZCCL_ALGO_DIRECT, BIT(ZCCL_COLL_ALLREDUCE) | RS_AG, NULL, predict_direct},
+    {"hier", ZCCL_ALGO_HIER, BIT(ZCCL_COLL_ALLREDUCE) | RS_AG, hier_unavailable, predict_hier},
 };
 const int zccl__nalgos = (int)(sizeof zccl__algos / sizeof zccl__algos[0]);
 _Static_assert(sizeof zccl__algos / sizeof zccl__algos[0] <= ZCCL_TUNE_MAX_ALGOS, "registry larger than a bitmask");
@@ -297,7 +402,7 @@ int zccl__tune_pick(const zccl_tuner_t *t, zccl_coll_t coll, size_t bytes, doubl
     for (int i = 0; i < zccl__nalgos; i++) {
         double x = -1.0;
         if ((unsigned)coll < ZCCL_COLL_COUNT && (t->usable[coll] & (1u << i))) {
-            x = zccl__algos[i].predict(coll, bytes, &t->L, &t->p, t->chunk_bytes);
+            x = zccl__algos[i].predict(coll, bytes, &t->L, &t->p);
             if (!(x >= 0) || !isfinite(x)) x = HUGE_VAL; /* a broken prediction never wins, but stays usable */
             if (best < 0 || x < best_t) best = i, best_t = x;
         }
@@ -312,14 +417,16 @@ static int bucket_of(size_t bytes) {
     return b;
 }
 
-int zccl__tune(struct zccl_comm *comm, zccl_coll_t coll, size_t count, size_t elem_size) {
+void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a) {
     zccl_tuner_t *t = comm->tuner;
-    if ((unsigned)coll >= NTUNED) return ZCCL_ALGO_RING; /* send/recv: one schedule */
-    if (!t || !t->agreed) return ZCCL_ALGO_RING;
-    const size_t bytes = zccl__tune_bytes(coll, count, elem_size, comm->nranks);
+    const zccl_coll_t coll = a->coll;
+    a->algo = ZCCL_ALGO_RING;
+    if ((unsigned)coll >= NTUNED || !t || !t->agreed) return; /* send/recv: one schedule; before agreement: ring */
+    a->host_of = t->host_of;
+    const size_t bytes = zccl__tune_bytes(coll, a->count, a->elem_size, comm->nranks);
     double pred[ZCCL_TUNE_MAX_ALGOS];
     const int best = zccl__tune_pick(t, coll, bytes, pred);
-    if (best < 0) return ZCCL_ALGO_RING; /* cannot happen: every collective keeps at least ring */
+    if (best < 0) return; /* cannot happen: every collective keeps an available algorithm */
     if (zccl__log_level >= ZCCL_LOG_INFO) {
         const int b = bucket_of(bytes);
         const uint64_t bit = 1ull << b;
@@ -336,7 +443,7 @@ int zccl__tune(struct zccl_comm *comm, zccl_coll_t coll, size_t count, size_t el
                       zccl__algos[best].name, line);
         }
     }
-    return zccl__algos[best].algo;
+    a->algo = zccl__algos[best].algo;
 }
 
 /* ---- public queries and the runtime override ---------------------------------------------------------------- */

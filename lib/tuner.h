@@ -55,8 +55,7 @@ typedef struct {
     /** NULL if the algorithm can run coll on this layout; otherwise why not (static text). */
     const char *(*unavailable)(zccl_coll_t coll, const zccl_tune_layout_t *L);
     /** Predicted seconds for coll over `bytes` (see zccl__tune_bytes), by the alpha-beta-gamma model. */
-    double (*predict)(zccl_coll_t coll, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p,
-                      size_t chunk_bytes);
+    double (*predict)(zccl_coll_t coll, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p);
 } zccl_algo_desc_t;
 
 #define ZCCL_TUNE_MAX_ALGOS 32
@@ -100,7 +99,7 @@ typedef struct zccl_tuner {
     zccl_algo_filter_t filter;
     uint32_t usable[ZCCL_COLL_COUNT]; /* filter & available on this layout */
     uint64_t logged[ZCCL_COLL_COUNT]; /* size buckets (log2 of bytes) already shown at INFO */
-    size_t chunk_bytes;               /* pipeline chunk of broadcast/reduce (collectives.c's rule) */
+    int *host_of;                     /* host index of every rank (for hierarchical schedules) */
     char source[64];                  /* where p came from: "defaults", "calibrated", "cache FILE" */
     double calib_ms;                  /* time init spent on calibration */
     bool agreed;                      /* parameters and filter agreed by all ranks; until then every collective
@@ -129,10 +128,15 @@ size_t zccl__tune_bytes(zccl_coll_t coll, size_t count, size_t elem_size, int nr
 int zccl__tune_pick(const zccl_tuner_t *t, zccl_coll_t coll, size_t bytes, double *pred);
 
 /**
- * The ZCCL_ALGO_* value to build coll's schedule with on comm (collectives.c calls this for every operation).
- * Logs the choice with every candidate's predicted time at INFO once per (collective, power-of-two size bucket).
+ * Sets a->algo (and a->host_of) for the schedule of a->coll over a->count elements of a->elem_size bytes on comm
+ * (collectives.c calls this for every operation). Logs the choice with every candidate's predicted time at INFO
+ * once per (collective, power-of-two size bucket).
  */
-int zccl__tune(struct zccl_comm *comm, zccl_coll_t coll, size_t count, size_t elem_size);
+void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a);
+
+/** Pipeline chunk in bytes of broadcast/reduce and the tree for a call of `bytes` on n ranks: bytes/(4(n-1)),
+ *  clamped to [64 KiB, 4 MiB] (enough chunks to fill the pipeline, each large enough to amortise alpha). */
+size_t zccl__pipeline_chunk(size_t bytes, int nranks);
 
 /** Before the first collective of a new communicator: defaults, layout, ZCCL_ALGO. */
 zccl_result_t zccl__tuner_setup(struct zccl_comm *comm);

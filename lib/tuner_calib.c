@@ -3,11 +3,11 @@
  * agreement between ranks, and zccl_comm_set_algo.
  *
  * Measurement (ZCCL_TUNER_CALIBRATE=1, the default), run by every rank together right after the init barrier:
- *   intra-host link: ranks of each host form a ring in rank order; each iteration is one shift (send to the next,
- *     receive from the previous, both in one phase) — exactly one step of a ring algorithm. alpha is the median
- *     time of ALPHA_ITERS 8-byte shifts, beta = (median time of BETA_ITERS BETA_BYTES shifts - alpha) / BETA_BYTES.
+ *   intra-host link: ranks of each host form a ring in rank order. alpha is the median time of ALPHA_ITERS small
+ *     ring all-reduces (8 bytes per block) divided by their 2(k-1) dependent steps; beta = (median time of
+ *     BETA_ITERS shifts of BETA_BYTES (send to the next, receive from the previous, one phase) - alpha) / BETA_BYTES.
  *   inter-host link (several hosts): the same between the first ranks of each host.
- *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BETA_BYTES.
+ *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
  * same way (all-reduce MAX of its hash h and of ~h: equal on every rank only if every rank has the same filter).
@@ -29,9 +29,13 @@
 #include "stream.h"
 #include "tuner.h"
 
-#define ALPHA_ITERS 15
-#define BETA_ITERS 4
-#define BETA_BYTES (256u << 10)
+#define ALPHA_ITERS 9
+#define BETA_ITERS 5
+/* 64 KiB: the sizes where latency- and bandwidth-optimised algorithms trade places (and messages stay in cache, as
+ * the pipelined chunks of large collectives do); a 256 KiB probe measured 2-4x more per byte under
+ * oversubscription and made the model pick bandwidth algorithms too early (docs/tuning.md). */
+#define BETA_BYTES (64u << 10)
+#define BUF_BYTES (256u << 10)
 #define GAMMA_BYTES (64u << 10)
 
 enum { P_INTRA_A, P_INTRA_B, P_INTER_A, P_INTER_B, P_GAMMA, P_COPY, P_N };
@@ -47,20 +51,27 @@ static void params_from(const double v[P_N], zccl_tune_params_t *p) {
     p->gamma = v[P_GAMMA], p->copy = v[P_COPY];
 }
 
-/* Collective chunk rule of collectives.c (pipeline_chunk) for the size the model sees: recomputed per call there;
- * the model uses the 64 KiB floor, which is what small and medium broadcasts get. */
-#define MODEL_CHUNK (64u << 10)
-
 zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
     zccl_tuner_t *t = zccl__calloc(1, sizeof *t);
     if (!t) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner");
     comm->tuner = t;
     zccl__tune_defaults(&t->p);
     snprintf(t->source, sizeof t->source, "defaults");
-    t->chunk_bytes = MODEL_CHUNK;
     uint64_t *hosts = malloc((size_t)comm->nranks * sizeof *hosts);
-    if (!hosts) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's host table");
-    for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
+    t->host_of = malloc((size_t)comm->nranks * sizeof *t->host_of);
+    if (!hosts || !t->host_of) {
+        free(hosts);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's host table of %d ranks", comm->nranks);
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        hosts[r] = comm->peers[r].host_hash;
+        t->host_of[r] = r; /* host index: the lowest rank on the same host */
+        for (int q = 0; q < r; q++)
+            if (hosts[q] == hosts[r]) {
+                t->host_of[r] = t->host_of[q];
+                break;
+            }
+    }
     zccl__tune_layout(hosts, comm->nranks, &t->L);
     free(hosts);
     ZCCL_CHECK(zccl__algo_filter_parse(zccl__cfg_str(ZCCL_CFG_ALGO), "ZCCL_ALGO", &t->filter));
@@ -68,6 +79,7 @@ zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
 }
 
 void zccl__tuner_free(struct zccl_comm *comm) {
+    if (comm->tuner) free(comm->tuner->host_of);
     free(comm->tuner);
     comm->tuner = NULL;
 }
@@ -98,6 +110,21 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Median seconds of `iters` runs of schedule s (one untimed run first lines the ranks up). */
+static zccl_result_t time_sched(struct zccl_comm *comm, zccl_schedule_t *s, int iters, void *sbuf, void *rbuf,
+                                double *out) {
+    double t[ALPHA_ITERS > BETA_ITERS ? ALPHA_ITERS : BETA_ITERS];
+    if (s->oom) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    zccl_result_t res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+    for (int i = 0; i < iters && res == ZCCL_SUCCESS; i++) {
+        const uint64_t t0 = zccl__now_ns();
+        res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+        t[i] = (double)(zccl__now_ns() - t0) * 1e-9;
+    }
+    if (res == ZCCL_SUCCESS) *out = median(t, iters);
+    return res;
+}
+
 /* Median seconds of `iters` shifts of `bytes` (send to `to`, receive from `from`); 0 when this rank has no part. */
 static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t bytes, int iters, void *sbuf,
                                 void *rbuf, double *out) {
@@ -109,19 +136,32 @@ static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t
     zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
                                        .peer = from, .count = bytes});
     zccl__sched_end_phase(&s);
-    if (s.oom) {
-        zccl__sched_free(&s);
-        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the calibration schedule");
-    }
-    double t[ALPHA_ITERS + 1];
-    zccl_result_t res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM); /* untimed: lines ranks up */
-    for (int i = 0; i < iters && res == ZCCL_SUCCESS; i++) {
-        const uint64_t t0 = zccl__now_ns();
-        res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
-        t[i] = (double)(zccl__now_ns() - t0) * 1e-9;
-    }
+    zccl_result_t res = time_sched(comm, &s, iters, sbuf, rbuf, out);
     zccl__sched_free(&s);
-    if (res == ZCCL_SUCCESS) *out = median(t, iters);
+    return res;
+}
+
+/* alpha as collectives see it: the median time of a small ring all-reduce among `members` (k ranks, rank order)
+ * divided by its 2(k-1) dependent steps — each step waits for the previous one's data, as in every algorithm, which
+ * back-to-back independent shifts do not show (they overlap their wake-ups). 0 when this rank has no part. */
+static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int k, void *sbuf, void *rbuf,
+                                 double *out) {
+    *out = 0;
+    int idx = -1;
+    for (int i = 0; i < k; i++)
+        if (members[i] == comm->rank) idx = i;
+    if (idx < 0 || k < 2) return ZCCL_SUCCESS;
+    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = 8 * (size_t)k,
+                           .elem_size = 1, .chunk_bytes = 64u << 10, .rs_round_bytes = 4u << 20,
+                           .algo = ZCCL_ALGO_RING};
+    zccl_schedule_t s = {0};
+    zccl__sched_ring_allreduce(&a, &s);
+    for (size_t i = 0; i < s.nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
+        if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
+    double t = 0;
+    zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, &t);
+    zccl__sched_free(&s);
+    *out = t / (2.0 * (k - 1));
     return res;
 }
 
@@ -138,13 +178,13 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
 static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     const int n = comm->nranks, me = comm->rank;
     int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
-    uint8_t *sbuf = malloc(BETA_BYTES), *rbuf = malloc(BETA_BYTES);
+    uint8_t *sbuf = malloc(BUF_BYTES), *rbuf = malloc(BUF_BYTES);
     zccl_result_t res = ZCCL_SUCCESS;
     if (!local || !heads || !sbuf || !rbuf) {
         res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for calibration buffers");
         goto out;
     }
-    memset(sbuf, 0x5a, BETA_BYTES);
+    memset(sbuf, 0x5a, BUF_BYTES);
     int nl = 0, nh = 0;
     const uint64_t myhost = comm->peers[me].host_hash;
     for (int r = 0; r < n; r++) {
@@ -158,11 +198,11 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     double a = 0, b = 0;
     /* Every rank runs every measurement in the same order; a rank without a part returns at once. */
     ring_peers(local, nl, me, &to, &from);
-    ZCCL_CHECK_GOTO(shift_time(comm, to, from, 8, ALPHA_ITERS, sbuf, rbuf, &a), res, out);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, &a), res, out);
     ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
     if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
     ring_peers(heads, nh, me, &to, &from);
-    ZCCL_CHECK_GOTO(shift_time(comm, to, from, 8, ALPHA_ITERS, sbuf, rbuf, &a), res, out);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, &a), res, out);
     ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
     if (to >= 0) v[P_INTER_A] = a, v[P_INTER_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
     /* gamma and copy, in cache */
@@ -171,11 +211,11 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
         uint64_t t0 = zccl__now_ns();
         zccl_kernel_reduce(rbuf, sbuf, sbuf + GAMMA_BYTES, GAMMA_BYTES / 4, ZCCL_FLOAT32, ZCCL_SUM, 1);
         uint64_t t1 = zccl__now_ns();
-        memcpy(rbuf, sbuf, BETA_BYTES);
+        memcpy(rbuf, sbuf, BUF_BYTES);
         __asm__ __volatile__("" ::"r"(rbuf) : "memory");
         uint64_t t2 = zccl__now_ns();
         tg[i] = (double)(t1 - t0) * 1e-9 / GAMMA_BYTES;
-        tc[i] = (double)(t2 - t1) * 1e-9 / BETA_BYTES;
+        tc[i] = (double)(t2 - t1) * 1e-9 / BUF_BYTES;
     }
     v[P_GAMMA] = median(tg, 5);
     v[P_COPY] = median(tc, 5);
