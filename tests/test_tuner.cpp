@@ -380,6 +380,67 @@ TEST(TunerLog, InfoShowsChoiceOncePerBucket) {
     }
 }
 
+std::string run_capture(const std::string &cmd, int *status) {
+    FILE *f = popen(cmd.c_str(), "r");
+    std::string out;
+    if (!f) return out;
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, k);
+    *status = pclose(f);
+    return out;
+}
+
+// ZCCL_TUNER_CACHE: a first run measures and writes the file (lines for this host), a second run reads it instead
+// of measuring; a hand-edited file is used as written; ZCCL_TUNER_CALIBRATE=0 uses the defaults.
+TEST(TunerCalibration, CacheFileAndDefaults) {
+    const std::string bench = std::string(ZCCL_TOOLS_DIR) + "/zccl-bench";
+    if (access(bench.c_str(), X_OK) != 0) GTEST_SKIP() << bench << " not built";
+    char dir[] = "/tmp/zccl-tuner-cache-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string cache = std::string(dir) + "/cache";
+    const std::string env = "ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TUNE ZCCL_TRANSPORT=shm ZCCL_TUNER_CACHE=" + cache + " ";
+    const std::string args = " allreduce -np 3 -b 8 -e 8 -n 2 -w 1 -c 1 2>&1";
+    int st = -1;
+    std::string out = run_capture(env + "timeout 60 " + bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("tuner: calibrated parameters"), std::string::npos) << out;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    std::string text;
+    {
+        FILE *f = fopen(cache.c_str(), "r");
+        ASSERT_NE(f, nullptr) << "the first run did not write " << cache;
+        char line[512];
+        while (fgets(line, sizeof line, f)) text += line;
+        fclose(f);
+    }
+    for (const char *link : {" intra-shm ", " gamma ", " copy "})
+        EXPECT_NE(text.find(std::string(host) + link), std::string::npos) << link << " missing:\n" << text;
+    out = run_capture(env + "timeout 60 " + bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("tuner: cache parameters"), std::string::npos) << out;
+    EXPECT_EQ(out.find("tuner: calibrated parameters"), std::string::npos) << out;
+    // A hand-written file: 1000 us per step, 0.001 ns/B — the tuner must believe it (one exchange wins at 1 MiB).
+    {
+        FILE *f = fopen(cache.c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fprintf(f, "# hand-written\n%s intra-shm 1000 0.001\n%s gamma 0 0.001\n%s copy 0 0.001\n", host, host, host);
+        fclose(f);
+    }
+    out = run_capture(env + "timeout 60 " + bench + " allreduce -np 3 -b 1M -e 1M -n 1 -w 0 -c 1 2>&1", &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("intra-host alpha 1000.00 us beta 0.0010 ns/B"), std::string::npos) << out;
+    EXPECT_NE(out.find("tuner: allreduce 1048576 B (bucket [1048576, 2097152) B) on 3 ranks / 1 hosts -> direct"),
+              std::string::npos) << out;
+    out = run_capture("ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TUNE ZCCL_TRANSPORT=shm ZCCL_TUNER_CALIBRATE=0 timeout 60 " +
+                          bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("tuner: defaults parameters"), std::string::npos) << out;
+    unlink(cache.c_str());
+    rmdir(dir);
+}
+
 // Every algorithm of every collective, forced with zccl_comm_set_algo (and once through ZCCL_ALGO), gives the
 // reference result on every rank, bitwise identical across ranks, for several sizes and in/out of place.
 struct ForcedShared {
