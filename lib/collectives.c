@@ -139,8 +139,8 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         .algo = ZCCL_ALGO_RING,
         .ring = comm->ring,
     };
-    zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
     pthread_mutex_lock(&comm->exec_mutex);
+    zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
     comm->seq++;
     comm->op_name = o->barrier ? "zccl_barrier" : coll_names[b.coll];
     zccl_schedule_t s;
