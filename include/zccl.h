@@ -353,6 +353,39 @@ zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, i
 /** Returns once every rank of comm has entered the barrier (a one-element all-reduce). */
 zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream);
 
+/* ---- algorithm choice (docs/tuning.md) ---------------------------------------------------------------------- */
+
+/**
+ * Lists the algorithms that can run a collective on comm (available for its rank layout, whatever ZCCL_ALGO
+ * allows), as a comma-separated list of ZCCL_ALGO names ("ring,direct").
+ * @param collective  "allreduce", "reducescatter", "allgather", "broadcast" or "reduce" (NCCL_ALGO's spelling;
+ *                    "all_reduce", "reduce_scatter", "all_gather", "bcast" also accepted; case-insensitive).
+ * @param names       receives the NUL-terminated list; len: its size in bytes.
+ * Errors: ZCCL_INVALID_ARGUMENT for a NULL comm/collective/names, len 0 or too small, an unknown collective.
+ */
+zccl_result_t zccl_comm_algorithms(zccl_comm_t comm, const char *collective, char *names, size_t len);
+
+/**
+ * Restricts the algorithms comm's tuner may choose, with ZCCL_ALGO's grammar (NCCL_ALGO's): "ring,direct",
+ * "^direct", "allreduce:ring;reducescatter:^ring". NULL or "" goes back to ZCCL_ALGO. Collective: every rank of
+ * comm must call it with the same spec, with no operation of comm queued on a stream; it then applies to every
+ * operation issued afterwards. Errors (on every rank): ZCCL_INVALID_ARGUMENT for a NULL comm or a spec that does
+ * not parse (the message names the token and lists valid names) or names an algorithm that cannot run on comm
+ * (e.g. a hierarchical one on a single host); ZCCL_INVALID_USAGE if the ranks passed different specs or a stream
+ * still holds operations of comm; errors of the all-reduce that checks agreement.
+ */
+zccl_result_t zccl_comm_set_algo(zccl_comm_t comm, const char *spec);
+
+/**
+ * The algorithm comm's tuner would choose for a collective over `bytes` bytes (the whole vector: count x type size
+ * for allreduce/broadcast/reduce, count x type size x nranks for reducescatter/allgather), and its predicted time.
+ * @param name          receives the algorithm's name (NUL-terminated, at most len bytes).
+ * @param predicted_us  if non-NULL, receives the model's predicted time in microseconds.
+ * Errors: ZCCL_INVALID_ARGUMENT for NULL comm/collective/name, len 0 or too small, an unknown collective.
+ */
+zccl_result_t zccl_comm_algo_choice(zccl_comm_t comm, const char *collective, size_t bytes, char *name, size_t len,
+                                    double *predicted_us);
+
 /**
  * Describes every ZCCL_* environment setting, one per line: "NAME=value-in-force (default D): description".
  * Writes at most len bytes including the terminating NUL into buf (buf may be NULL when len is 0).

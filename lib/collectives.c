@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "stream.h"
+#include "tuner.h"
 
 static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
@@ -123,13 +124,6 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
     return res;
 }
 
-static size_t pipeline_chunk(size_t bytes, int nranks) {
-    size_t c = bytes / (size_t)(4 * (nranks > 1 ? nranks - 1 : 1));
-    if (c < (64u << 10)) c = 64u << 10;
-    if (c > (4u << 20)) c = 4u << 20;
-    return c;
-}
-
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
@@ -151,7 +145,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     const size_t es = zccl_type_size(b.dt);
     zccl_sched_args_t a = {
         .coll = b.coll, .nranks = comm->nranks, .rank = comm->rank, .root = b.root, .count = b.count,
-        .in_place = b.in_place, .elem_size = es, .chunk_bytes = pipeline_chunk(b.count * es, comm->nranks),
+        .in_place = b.in_place, .elem_size = es, .chunk_bytes = zccl__pipeline_chunk(b.count * es, comm->nranks),
         .rs_round_bytes = comm->rs_round_bytes,
         .algo = ZCCL_ALGO_RING,
         .ring = comm->ring,
@@ -161,10 +155,9 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         a.displs = b.vcounts + comm->nranks;
         a.count = b.vcounts[comm->rank];
     }
-    /* Small all-reduces are latency-bound: one direct exchange beats the ring's 2(n-1) steps. */
-    if (b.coll == ZCCL_COLL_ALLREDUCE && b.count * es * (size_t)(comm->nranks - 1) <= comm->direct_bytes)
-        a.algo = ZCCL_ALGO_DIRECT;
     pthread_mutex_lock(&comm->exec_mutex);
+    zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
+    if (a.counts) a.algo = ZCCL_ALGO_RING; /* uneven blocks: only the ring schedules take them */
     comm->seq++;
     comm->op_name = o->barrier ? "zccl_barrier" : coll_names[b.coll];
     zccl_schedule_t s;

@@ -23,6 +23,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "stream.h"
+#include "tuner.h"
 
 void zccl__shm_unlink_own(struct zccl_comm *comm);
 
@@ -122,6 +123,7 @@ static void comm_free(struct zccl_comm *comm) {
     free(comm->ring);
     free(comm->scratch);
     free(comm->chunk_tmp);
+    zccl__tuner_free(comm);
     pthread_mutex_destroy(&comm->in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);
     pthread_cond_destroy(&comm->shrink_cv);
@@ -334,8 +336,6 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_TIMEOUT_MS, 0, INT64_MAX / 1000000, &comm->timeout_ms), res, fail);
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &v), res, fail);
     comm->rs_round_bytes = (size_t)v;
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_DIRECT_BYTES, 0, 1ll << 40, &v), res, fail);
-    comm->direct_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, 0, 1, &v), res, fail);
     comm->check = v != 0;
     comm->op_name = "init";
@@ -392,6 +392,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_spin(comm), res, fail);
     ZCCL_CHECK_GOTO(check_fd_limit(comm), res, fail);
+    ZCCL_CHECK_GOTO(zccl__tuner_setup(comm), res, fail);
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         bool used = false;
         for (int r = 0; r < nranks; r++) used |= (comm->tp[r] == transports[t] && r != rank);
@@ -407,6 +408,13 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
         if (res != ZCCL_SUCCESS) goto fail;
     }
     zccl__shm_unlink_own(comm);
+    {   /* alpha, beta, gamma measured (or read) and agreed by every rank; bounded by the init deadline */
+        int64_t saved = comm->timeout_ms;
+        comm->timeout_ms = init_ms;
+        res = zccl__tuner_calibrate(comm);
+        comm->timeout_ms = saved;
+        if (res != ZCCL_SUCCESS) goto fail;
+    }
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d ready (communicator %016llx)", rank, nranks,
               (unsigned long long)comm->comm_id);
     *out = comm;

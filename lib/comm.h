@@ -73,7 +73,7 @@ struct zccl_comm {
     size_t chunk_bytes;
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
-    size_t direct_bytes;        /* ZCCL_ALLREDUCE_DIRECT_BYTES */
+    struct zccl_tuner *tuner;   /* algorithm choice: parameters, layout, ZCCL_ALGO (lib/tuner.h) */
     bool check;                 /* ZCCL_CHECK: verify that ranks call matching collectives */
     const char *op_name;        /* the collective running now, for error messages */
     int64_t timeout_ms;

@@ -10,7 +10,7 @@
 
 const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE"},
-    [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "", "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,ALL; ^ excludes"},
+    [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "", "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,ALL; ^ excludes"},
     [ZCCL_CFG_SOCKET_IFNAME] = {"ZCCL_SOCKET_IFNAME", "",
                                 "interfaces for sockets, NCCL grammar: prefixes a,b; ^ excludes; = exact"},
     [ZCCL_CFG_TRANSPORT] = {"ZCCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
@@ -29,12 +29,18 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_CHUNK_BYTES] = {"ZCCL_CHUNK_BYTES", "128K", "bytes handled per progress step (cache-sized)"},
     [ZCCL_CFG_RS_ROUND_BYTES] = {"ZCCL_RS_ROUND_BYTES", "4M",
                                  "bytes per block and round of ring reduce-scatter (bounds scratch memory)"},
-    [ZCCL_CFG_DIRECT_BYTES] = {"ZCCL_ALLREDUCE_DIRECT_BYTES", "32K",
-                               "all-reduce sends its whole vector to every peer in one step (instead of the ring) "
-                               "while count*typesize*(nranks-1) is at most this; 0 disables"},
     [ZCCL_CFG_CHECK] = {"ZCCL_CHECK", "0",
                         "1: before each collective, verify that every rank called the same one (sequence number, "
                         "operation, count, datatype, op, root); costs one small all-gather per collective"},
+    [ZCCL_CFG_ALGO] = {"ZCCL_ALGO", "",
+                       "algorithms the tuner may choose, NCCL_ALGO grammar: ring,direct; ^ excludes; per collective "
+                       "sections allreduce:ring;reducescatter:^ring (docs/tuning.md); unset: all"},
+    [ZCCL_CFG_TUNER_CALIBRATE] = {"ZCCL_TUNER_CALIBRATE", "1",
+                                  "1: measure alpha/beta per link class and gamma at init (a few ms); 0: built-in "
+                                  "defaults (or ZCCL_TUNER_CACHE)"},
+    [ZCCL_CFG_TUNER_CACHE] = {"ZCCL_TUNER_CACHE", "",
+                              "file of measured tuner parameters keyed by host and link; read at init when every "
+                              "rank finds its entries there, else written after calibration"},
     [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
                             "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",

@@ -59,7 +59,7 @@ const char *zccl__last_error(void);
 /* ---- logging ----------------------------------------------------------------------------------------------- */
 
 typedef enum { ZCCL_LOG_NONE = 0, ZCCL_LOG_WARN = 1, ZCCL_LOG_INFO = 2, ZCCL_LOG_TRACE = 3 } zccl_log_level_t;
-/** Subsystems, selectable with ZCCL_DEBUG_SUBSYS (comma list, ^ to exclude, ALL). */
+/** Subsystems, selectable with ZCCL_DEBUG_SUBSYS (comma list, ^ to exclude, ALL). TUNE: algorithm choices. */
 enum {
     ZCCL_LOG_INIT = 1u << 0,
     ZCCL_LOG_BOOT = 1u << 1,
@@ -68,6 +68,7 @@ enum {
     ZCCL_LOG_COLL = 1u << 4,
     ZCCL_LOG_ENV = 1u << 5,
     ZCCL_LOG_TOPO = 1u << 6,
+    ZCCL_LOG_TUNE = 1u << 7,
     ZCCL_LOG_ALL = 0xffffu
 };
 extern int zccl__log_level; /* resolved from ZCCL_DEBUG on first use */
@@ -108,7 +109,6 @@ typedef enum {
     ZCCL_CFG_SPIN_US,          /* ZCCL_SPIN_US */
     ZCCL_CFG_CHUNK_BYTES,      /* ZCCL_CHUNK_BYTES */
     ZCCL_CFG_RS_ROUND_BYTES,   /* ZCCL_RS_ROUND_BYTES */
-    ZCCL_CFG_DIRECT_BYTES,     /* ZCCL_ALLREDUCE_DIRECT_BYTES */
     ZCCL_CFG_TOPO_FILE,        /* ZCCL_TOPO_FILE */
     ZCCL_CFG_RING_ORDER,       /* ZCCL_RING_ORDER */
     ZCCL_CFG_CHECK,            /* ZCCL_CHECK */
@@ -116,6 +116,9 @@ typedef enum {
     ZCCL_CFG_BUCKET_CAP_BYTES,   /* ZCCL_BUCKET_CAP_BYTES */
     ZCCL_CFG_BUCKETS_IN_FLIGHT,  /* ZCCL_BUCKETS_IN_FLIGHT */
     ZCCL_CFG_ZERO3_LIVE_BYTES,   /* ZCCL_ZERO3_MAX_LIVE_BYTES */
+    ZCCL_CFG_ALGO,             /* ZCCL_ALGO */
+    ZCCL_CFG_TUNER_CALIBRATE,  /* ZCCL_TUNER_CALIBRATE */
+    ZCCL_CFG_TUNER_CACHE,      /* ZCCL_TUNER_CACHE */
     ZCCL_CFG_COUNT
 } zccl_cfg_id_t;
 

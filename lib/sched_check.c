@@ -2,11 +2,23 @@
  * sched_check.c — runs every rank's schedule together, symbolically, to prove an algorithm correct for a given
  * rank count without starting processes.
  *
- * Each element is modelled as (index tag, contribution count per rank, "finalised" flag). A rank's send buffer
- * starts with tag i and its own contribution for element i; receive and scratch buffers start uninitialised.
+ * Each element is modelled as (index tag, number of contributions, fingerprint of the contributions, "finalised"
+ * flag). Rank q's contribution carries a random 64-bit key k_q; the fingerprint of a multiset of contributions is
+ * the sum of their keys mod 2^64. An output element is accepted as "each rank exactly once" when it holds n
+ * contributions and its fingerprint equals sum(k_q); a different multiset of n contributions has the same sum only
+ * if sum((c_q - 1) * k_q) = 0 mod 2^64 for its counts c_q, which random keys make a 2^-60-or-less event for the
+ * small counts that occur (multiset hashing; the counts check rules out cancellations by size). This keeps 16
+ * bytes per element whatever n is, so n = 4096 ranks are checked in seconds (per-rank counters took n bytes).
+ * A rank's send buffer starts with tag i and its own contribution for element i; receive and scratch buffers
+ * start uninitialised. Each element also carries a hash of its expression tree (combining is hashed in operand
+ * order, not commutatively), and for all-reduce the checker requires every rank's output element to have the same
+ * expression: the same operations in the same order, so bitwise-identical results on every rank whatever the
+ * rounding of the operation.
  * Sends are posted when a phase starts and stay in the channel's FIFO until the receiver consumes them; a phase
  * ends only when its receives are matched and its sends consumed, which models the rendezvous (single-copy)
- * transport, the strictest one. A round in which no rank can move is a deadlock.
+ * transport, the strictest one. A round in which no rank can move is a deadlock. Local steps (COPY, REDUCE) of a
+ * phase run before its transfers start, as in the engine, so a send may read what a local step of its own phase
+ * wrote, but not what a receive of its phase writes.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,10 +27,15 @@
 #include "schedule.h"
 
 typedef struct {
-    int64_t tag; /* -1: uninitialised */
-    bool final;
-    uint8_t *cnt; /* n counters */
+    int32_t tag;    /* -1: uninitialised */
+    uint32_t cnt;   /* contributions; bit 31: finalised */
+    uint64_t hash;  /* sum of the contributing ranks' keys */
+    uint64_t expr;  /* hash of the expression tree (operand order and nesting): equal on two ranks means the same
+                       operations in the same order, hence bitwise-equal results */
 } sym_t;
+#define FINAL_BIT 0x80000000u
+#define CNT(e) ((e)->cnt & ~FINAL_BIT)
+#define IS_FINAL(e) (((e)->cnt & FINAL_BIT) != 0)
 
 typedef struct msg {
     struct msg *next;
@@ -38,18 +55,40 @@ typedef struct {
     bool *recv_done;
     msg_t **my_sends; /* messages posted in the current phase */
     size_t nsends;
+    uint64_t *stamp;  /* per peer: last pass of try_recvs in which a receive from it was left waiting */
+    uint64_t pass;
     zccl_schedule_t sched;
 } rank_t;
 
 typedef struct {
     int n;
     rank_t *ranks;
-    msg_t **head, **tail; /* per channel src*n+dst: messages not yet consumed */
-    msg_t *done;          /* consumed messages, freed at the end (senders still look at their flag) */
+    uint64_t *key;        /* per rank: random contribution key */
+    size_t *chan_base;    /* per rank r: channels r->peers[chan_base[r] .. chan_base[r+1]) in chan_peer, sorted */
+    int *chan_peer;
+    size_t nchan;
+    msg_t **head, **tail; /* per channel: messages not yet consumed */
+    uint64_t key_sum;
+    int *queue;           /* ranks that may be able to move (ring buffer of n entries) */
+    bool *queued;
+    size_t qhead, qlen;
+    struct iv { const sym_t *lo, *hi; } *wr; /* scratch for post_phase: receive ranges of one phase */
     char *err;
     size_t errlen;
     bool failed;
 } sim_t;
+
+/* Marks rank r as possibly able to move (a message arrived for it, or one it sent was consumed). */
+static void wake(sim_t *sim, int r) {
+    if (sim->queued[r]) return;
+    sim->queued[r] = true;
+    sim->queue[(sim->qhead + sim->qlen++) % (size_t)sim->n] = r;
+}
+
+static int cmp_iv(const void *a, const void *b) {
+    const struct iv *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
 
 static bool fail(sim_t *sim, const char *fmt, ...) {
     if (sim->failed) return false;
@@ -62,20 +101,76 @@ static bool fail(sim_t *sim, const char *fmt, ...) {
 }
 
 static sym_t *new_syms(int n, size_t count) {
-    sym_t *s = calloc(count ? count : 1, sizeof *s);
-    uint8_t *c = calloc((count ? count : 1) * (size_t)n, 1);
-    if (!s || !c) { free(s); free(c); return NULL; }
-    s[0].cnt = c; /* keeps the counters' allocation reachable even for count 0 */
-    s[0].tag = -1;
-    for (size_t i = 0; i < count; i++) s[i].tag = -1, s[i].cnt = c + i * (size_t)n;
+    (void)n;
+    sym_t *s = malloc((count ? count : 1) * sizeof *s);
+    if (!s) return NULL;
+    for (size_t i = 0; i < (count ? count : 1); i++) s[i] = (sym_t){.tag = -1};
     return s;
 }
-static void free_syms(sym_t *s) { if (s) { free(s[0].cnt); free(s); } }
+static void free_syms(sym_t *s) { free(s); }
 
 static void sym_copy(int n, sym_t *d, const sym_t *s) {
-    d->tag = s->tag;
-    d->final = s->final;
-    memcpy(d->cnt, s->cnt, (size_t)n);
+    (void)n;
+    *d = *s;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Channel src->dst, or SIZE_MAX when src never sends to dst. */
+static size_t chan_of(const sim_t *sim, int src, int dst) {
+    size_t lo = sim->chan_base[src], hi = sim->chan_base[src + 1];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sim->chan_peer[mid] < dst) lo = mid + 1;
+        else hi = mid;
+    }
+    return (lo < sim->chan_base[src + 1] && sim->chan_peer[lo] == dst) ? lo : SIZE_MAX;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Builds the channel table from the SEND steps of every rank's schedule. */
+static bool build_channels(sim_t *sim) {
+    const int n = sim->n;
+    size_t total = 0;
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < sim->ranks[r].sched.nsteps; i++)
+            if (sim->ranks[r].sched.steps[i].kind == ZCCL_STEP_SEND) total++;
+    sim->chan_base = calloc((size_t)n + 1, sizeof *sim->chan_base);
+    sim->chan_peer = malloc((total ? total : 1) * sizeof *sim->chan_peer);
+    if (!sim->chan_base || !sim->chan_peer) return fail(sim, "out of memory");
+    size_t w = 0;
+    for (int r = 0; r < n; r++) {
+        sim->chan_base[r] = w;
+        const zccl_schedule_t *s = &sim->ranks[r].sched;
+        size_t first = w;
+        for (size_t i = 0; i < s->nsteps; i++) {
+            const zccl_step_t *x = &s->steps[i];
+            if (x->kind != ZCCL_STEP_SEND) continue;
+            if (x->peer < 0 || x->peer >= n || x->peer == r)
+                return fail(sim, "rank %d sends to invalid peer %d", r, x->peer);
+            sim->chan_peer[w++] = x->peer;
+        }
+        qsort(sim->chan_peer + first, w - first, sizeof(int), cmp_int);
+        size_t u = first;
+        for (size_t i = first; i < w; i++)
+            if (u == first || sim->chan_peer[u - 1] != sim->chan_peer[i]) sim->chan_peer[u++] = sim->chan_peer[i];
+        w = u;
+    }
+    sim->chan_base[n] = w;
+    sim->nchan = w;
+    sim->head = calloc(w ? w : 1, sizeof *sim->head);
+    sim->tail = calloc(w ? w : 1, sizeof *sim->tail);
+    if (!sim->head || !sim->tail) return fail(sim, "out of memory");
+    return true;
 }
 
 static size_t send_size(const zccl_sched_args_t *a, int r) {
@@ -134,13 +229,12 @@ static bool setup_rank(sim_t *sim, const zccl_sched_args_t *args, int r, zccl_sc
     R->size[ZCCL_BUF_TMP] = R->sched.tmp_elems;
     R->arena[ZCCL_BUF_TMP] = new_syms(n, R->sched.tmp_elems);
     if (!R->arena[ZCCL_BUF_TMP]) return fail(sim, "out of memory");
-    for (size_t i = 0; i < ss; i++) {
-        sym_t *e = &R->arena[ZCCL_BUF_SEND][i];
-        e->tag = (int64_t)i;
-        memset(e->cnt, 0, (size_t)n);
-        e->cnt[r] = 1;
-    }
+    for (size_t i = 0; i < ss; i++)
+        R->arena[ZCCL_BUF_SEND][i] = (sym_t){.tag = (int32_t)i, .cnt = 1, .hash = sim->key[r],
+                                             .expr = sim->key[r] ^ 0x7f4a7c15u};
     R->recv_done = calloc(R->sched.nsteps + 1, sizeof(bool));
+    R->stamp = calloc((size_t)n, sizeof *R->stamp);
+    if (!R->stamp) return fail(sim, "out of memory");
     R->my_sends = calloc(R->sched.nsteps + 1, sizeof(msg_t *));
     if (!R->recv_done || !R->my_sends) return fail(sim, "out of memory");
     return true;
@@ -163,10 +257,19 @@ static bool combine(sim_t *sim, int r, sym_t *dst, const sym_t *p, const sym_t *
     if (p->tag < 0 || q->tag < 0) return fail(sim, "rank %d reduces with an uninitialised element", r);
     if (p->tag != q->tag)
         return fail(sim, "rank %d reduces element %lld with element %lld", r, (long long)p->tag, (long long)q->tag);
-    if (p->final || q->final) return fail(sim, "rank %d reduces a value that was already finalised (divided twice)", r);
-    for (int k = 0; k < sim->n; k++) dst->cnt[k] = (uint8_t)(p->cnt[k] + q->cnt[k]); /* dst may be p or q */
+    if (IS_FINAL(p) || IS_FINAL(q))
+        return fail(sim, "rank %d reduces a value that was already finalised (divided twice)", r);
+    const uint32_t c = CNT(p) + CNT(q);
+    if (c >= FINAL_BIT) return fail(sim, "rank %d: contribution count overflows", r);
+    const uint64_t h = p->hash + q->hash; /* dst may be p or q */
+    uint64_t x = p->expr * 0x9E3779B97F4A7C15ull + ((q->expr << 23) | (q->expr >> 41)) + (final ? 0x5bd1e995u : 1);
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    dst->expr = x;
     dst->tag = p->tag;
-    dst->final = final;
+    dst->cnt = c | (final ? FINAL_BIT : 0);
+    dst->hash = h;
     return true;
 }
 
@@ -175,20 +278,42 @@ static bool post_phase(sim_t *sim, int r) {
     rank_t *R = &sim->ranks[r];
     const zccl_schedule_t *s = &R->sched;
     size_t b = R->phase ? s->phase_end[R->phase - 1] : 0, e = s->phase_end[R->phase];
-    /* A send's source may not be written by a receive or copy of the same phase (the transport reads it while the
-     * phase runs). */
+    /* A send's source may not be written by a receive of the same phase (the transport reads it while the phase
+     * runs). Local steps finish before the transfers start, so they may write it. Receive ranges are sorted by
+     * address and merged, then each send is looked up: O((sends + receives) log receives) per phase. */
+    size_t nw = 0;
     for (size_t i = b; i < e; i++) {
-        const zccl_step_t *x = &s->steps[i];
-        if (x->kind != ZCCL_STEP_SEND) continue;
-        sym_t *src = range(sim, R, r, x->buf, x->off, x->count, "send");
-        if (!src) return false;
-        for (size_t j = b; j < e; j++) {
-            const zccl_step_t *y = &s->steps[j];
-            if (y->kind == ZCCL_STEP_SEND) continue;
-            sym_t *dst = range(sim, R, r, y->buf, y->off, y->count, "write");
-            if (!dst) return false;
-            if (overlap(src, x->count, dst, y->count))
-                return fail(sim, "rank %d phase %zu: a send reads memory that a step of the same phase writes", r,
+        const zccl_step_t *y = &s->steps[i];
+        if (y->kind != ZCCL_STEP_RECV) continue;
+        sym_t *dst = range(sim, R, r, y->buf, y->off, y->count, "receive");
+        if (!dst) return false;
+        sim->wr[nw].lo = dst;
+        sim->wr[nw].hi = dst + y->count;
+        nw++;
+    }
+    if (nw > 0) {
+        qsort(sim->wr, nw, sizeof *sim->wr, cmp_iv);
+        size_t u = 0;
+        for (size_t i = 0; i < nw; i++) {
+            if (u && sim->wr[i].lo <= sim->wr[u - 1].hi) {
+                if (sim->wr[i].hi > sim->wr[u - 1].hi) sim->wr[u - 1].hi = sim->wr[i].hi;
+            } else sim->wr[u++] = sim->wr[i];
+        }
+        nw = u;
+        for (size_t i = b; i < e; i++) {
+            const zccl_step_t *x = &s->steps[i];
+            if (x->kind != ZCCL_STEP_SEND) continue;
+            sym_t *src = range(sim, R, r, x->buf, x->off, x->count, "send");
+            if (!src) return false;
+            /* first merged range ending after src */
+            size_t lo = 0, hi = nw;
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (sim->wr[mid].hi <= src) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo < nw && sim->wr[lo].lo < src + x->count)
+                return fail(sim, "rank %d phase %zu: a send reads memory that a receive of the same phase writes", r,
                             R->phase);
         }
     }
@@ -224,6 +349,7 @@ static bool post_phase(sim_t *sim, int r) {
         if (x->peer < 0 || x->peer >= sim->n || x->peer == r)
             return fail(sim, "rank %d sends to invalid peer %d", r, x->peer);
         sym_t *src = range(sim, R, r, x->buf, x->off, x->count, "send");
+        if (!src) return false;
         msg_t *m = calloc(1, sizeof *m);
         if (!m || !(m->data = new_syms(sim->n, x->count))) { free(m); return fail(sim, "out of memory"); }
         for (size_t k = 0; k < x->count; k++) {
@@ -232,9 +358,11 @@ static bool post_phase(sim_t *sim, int r) {
         }
         m->count = x->count;
         m->src_rank = r;
-        size_t ch = (size_t)r * (size_t)sim->n + (size_t)x->peer;
+        size_t ch = chan_of(sim, r, x->peer);
+        if (ch == SIZE_MAX) return fail(sim, "rank %d: internal checker error (no channel to %d)", r, x->peer);
         if (sim->tail[ch]) sim->tail[ch]->next = m; else sim->head[ch] = m;
         sim->tail[ch] = m;
+        wake(sim, x->peer);
         R->my_sends[R->nsends++] = m;
     }
     R->posted = true;
@@ -247,19 +375,18 @@ static bool try_recvs(sim_t *sim, int r, const zccl_sched_args_t *args) {
     const zccl_schedule_t *s = &R->sched;
     size_t b = R->phase ? s->phase_end[R->phase - 1] : 0, e = s->phase_end[R->phase];
     bool moved = false;
+    /* In order per channel: an earlier receive from the same peer in this phase must be done first. A peer whose
+     * receive was left waiting in this pass is stamped, which blocks its later receives. */
+    const uint64_t pass = ++R->pass;
     for (size_t i = b; i < e; i++) {
         const zccl_step_t *x = &s->steps[i];
         if (R->recv_done[i]) continue;
-        /* In order per channel: an earlier receive from the same peer in this phase must be done first. */
-        bool blocked = false;
-        for (size_t j = b; j < i; j++)
-            if (!R->recv_done[j] && s->steps[j].peer == x->peer) blocked = true;
-        if (blocked) continue;
         if (x->peer < 0 || x->peer >= sim->n || x->peer == r)
             return fail(sim, "rank %d receives from invalid peer %d", r, x->peer);
-        size_t ch = (size_t)x->peer * (size_t)sim->n + (size_t)r;
-        msg_t *m = sim->head[ch];
-        if (!m) continue;
+        if (R->stamp[x->peer] == pass) continue;
+        size_t ch = chan_of(sim, x->peer, r);
+        msg_t *m = ch == SIZE_MAX ? NULL : sim->head[ch];
+        if (!m) { R->stamp[x->peer] = pass; continue; }
         if (m->count != x->count)
             return fail(sim, "rank %d expects %zu elements from rank %d, which sent %zu", r, x->count, x->peer,
                         m->count);
@@ -276,10 +403,10 @@ static bool try_recvs(sim_t *sim, int r, const zccl_sched_args_t *args) {
         }
         (void)args;
         m->consumed = true;
+        wake(sim, m->src_rank);
         sim->head[ch] = m->next; /* FIFO: the consumed message is always the channel's head */
         if (!sim->head[ch]) sim->tail[ch] = NULL;
-        m->next = sim->done;
-        sim->done = m;
+        m->next = NULL; /* freed by the sender when its phase ends */
         R->recv_done[i] = true;
         moved = true;
     }
@@ -298,13 +425,20 @@ static bool phase_complete(sim_t *sim, int r) {
 
 static bool expect(sim_t *sim, int r, const sym_t *e, int64_t tag, int only, bool reduced, size_t idx) {
     if (e->tag != tag) return fail(sim, "rank %d output[%zu]: holds element %lld, expected %lld", r, idx, (long long)e->tag, (long long)tag);
-    for (int q = 0; q < sim->n; q++) {
-        int want = (only < 0 || only == q) ? 1 : 0;
-        if (e->cnt[q] != want)
-            return fail(sim, "rank %d output[%zu]: rank %d's contribution counted %d times, expected %d", r, idx, q,
-                        e->cnt[q], want);
+    const uint32_t want_cnt = only < 0 ? (uint32_t)sim->n : 1;
+    const uint64_t want_hash = only < 0 ? sim->key_sum : sim->key[only];
+    if (CNT(e) != want_cnt)
+        return fail(sim, "rank %d output[%zu]: holds %u contributions, expected %u", r, idx, CNT(e), want_cnt);
+    if (e->hash != want_hash) {
+        if (only >= 0) {
+            for (int q = 0; q < sim->n; q++)
+                if (e->hash == sim->key[q])
+                    return fail(sim, "rank %d output[%zu]: holds rank %d's element, expected rank %d's", r, idx, q, only);
+        }
+        return fail(sim, "rank %d output[%zu]: the %u contributions are not each rank's exactly once", r, idx,
+                    CNT(e));
     }
-    if (reduced && sim->n > 1 && !e->final)
+    if (reduced && sim->n > 1 && !IS_FINAL(e))
         return fail(sim, "rank %d output[%zu]: the step producing it is not marked final (ZCCL_AVG would not divide)", r, idx);
     return true;
 }
@@ -317,7 +451,12 @@ static bool verify(sim_t *sim, const zccl_sched_args_t *a) {
         const sym_t *out = R->arena[ZCCL_BUF_RECV];
         switch (a->coll) {
         case ZCCL_COLL_ALLREDUCE:
-            for (size_t i = 0; i < c; i++) if (!expect(sim, r, &out[i], (int64_t)i, -1, true, i)) return false;
+            for (size_t i = 0; i < c; i++) {
+                if (!expect(sim, r, &out[i], (int64_t)i, -1, true, i)) return false;
+                if (r > 0 && out[i].expr != sim->ranks[0].arena[ZCCL_BUF_RECV][i].expr)
+                    return fail(sim, "rank %d output[%zu]: computed by a different expression than on rank 0 (results "
+                                "would not be bitwise identical)", r, i);
+            }
             break;
         case ZCCL_COLL_REDUCE_SCATTER: {
             size_t off, len;
@@ -364,45 +503,63 @@ bool zccl__sched_check_with(const zccl_sched_args_t *args, zccl_sched_mutator_t 
     if (errlen) err[0] = 0;
     const int n = sim.n;
     sim.ranks = calloc((size_t)n, sizeof *sim.ranks);
-    sim.head = calloc((size_t)n * (size_t)n, sizeof *sim.head);
-    sim.tail = calloc((size_t)n * (size_t)n, sizeof *sim.tail);
-    if (!sim.ranks || !sim.head || !sim.tail) { fail(&sim, "out of memory"); goto out; }
-    for (int r = 0; r < n; r++)
+    sim.key = malloc((size_t)n * sizeof *sim.key);
+    if (!sim.ranks || !sim.key) { fail(&sim, "out of memory"); goto out; }
+    uint64_t seed = 0x5eed0000u + (uint64_t)n;
+    for (int r = 0; r < n; r++) sim.key_sum += (sim.key[r] = splitmix64(&seed));
+    size_t maxsteps = 1;
+    for (int r = 0; r < n; r++) {
         if (!setup_rank(&sim, args, r, mutate)) goto out;
-    for (;;) {
-        bool moved = false, all_done = true;
-        for (int r = 0; r < n && !sim.failed; r++) {
-            rank_t *R = &sim.ranks[r];
-            while (R->phase < R->sched.nphases && !sim.failed) {
-                if (!R->posted) { if (!post_phase(&sim, r)) break; moved = true; }
-                if (try_recvs(&sim, r, args)) moved = true;
-                if (!phase_complete(&sim, r)) break;
-                R->phase++;
-                R->posted = false;
-                moved = true;
-            }
-            if (R->phase < R->sched.nphases) all_done = false;
-        }
-        if (sim.failed || all_done) break;
-        if (!moved) {
-            char buf[256];
-            size_t w = 0;
-            for (int r = 0; r < n && w < sizeof buf - 32; r++)
-                if (sim.ranks[r].phase < sim.ranks[r].sched.nphases)
-                    w += (size_t)snprintf(buf + w, sizeof buf - w, " rank %d@phase %zu", r, sim.ranks[r].phase);
-            fail(&sim, "deadlock: no rank can progress;%s", buf);
-            break;
+        if (sim.ranks[r].sched.nsteps > maxsteps) maxsteps = sim.ranks[r].sched.nsteps;
+    }
+    sim.wr = malloc(maxsteps * sizeof *sim.wr);
+    if (!sim.wr) { fail(&sim, "out of memory"); goto out; }
+    if (!build_channels(&sim)) goto out;
+    /* Event-driven: a rank is looked at again only when a message arrives for it or one it sent is consumed, so
+     * the work is proportional to the steps, not to (rounds x ranks). */
+    sim.queue = malloc((size_t)n * sizeof *sim.queue);
+    sim.queued = calloc((size_t)n, sizeof *sim.queued);
+    if (!sim.queue || !sim.queued) { fail(&sim, "out of memory"); goto out; }
+    for (int r = 0; r < n; r++) wake(&sim, r);
+    while (sim.qlen > 0 && !sim.failed) {
+        const int r = sim.queue[sim.qhead];
+        sim.qhead = (sim.qhead + 1) % (size_t)n;
+        sim.qlen--;
+        sim.queued[r] = false;
+        rank_t *R = &sim.ranks[r];
+        while (R->phase < R->sched.nphases && !sim.failed) {
+            if (!R->posted && !post_phase(&sim, r)) break;
+            try_recvs(&sim, r, args);
+            if (!phase_complete(&sim, r)) break;
+            /* the phase's messages were all consumed: free them */
+            for (size_t i = 0; i < R->nsends; i++) { free_syms(R->my_sends[i]->data); free(R->my_sends[i]); }
+            R->nsends = 0;
+            R->phase++;
+            R->posted = false;
         }
     }
     if (!sim.failed) {
-        for (size_t ch = 0; ch < (size_t)n * (size_t)n; ch++)
+        char buf[256];
+        size_t w = 0;
+        bool stuck = false;
+        for (int r = 0; r < n && w < sizeof buf - 32; r++)
+            if (sim.ranks[r].phase < sim.ranks[r].sched.nphases) {
+                stuck = true;
+                w += (size_t)snprintf(buf + w, sizeof buf - w, " rank %d@phase %zu", r, sim.ranks[r].phase);
+            }
+        if (stuck) fail(&sim, "deadlock: no rank can progress;%s", buf);
+    }
+    if (!sim.failed) {
+        for (size_t ch = 0; ch < sim.nchan; ch++)
             if (sim.head[ch]) { fail(&sim, "rank %d sent a message nobody received", sim.head[ch]->src_rank); break; }
     }
     if (!sim.failed) verify(&sim, args);
 out:
-    for (size_t ch = 0; sim.head && ch < (size_t)n * (size_t)n; ch++)
+    for (size_t ch = 0; sim.head && ch < sim.nchan; ch++)
         for (msg_t *m = sim.head[ch], *nx; m; m = nx) { nx = m->next; free_syms(m->data); free(m); }
-    for (msg_t *m = sim.done, *nx; m; m = nx) { nx = m->next; free_syms(m->data); free(m); }
+    for (int r = 0; sim.ranks && r < n; r++) /* consumed messages of unfinished phases (unconsumed: above) */
+        for (size_t i = 0; i < sim.ranks[r].nsends; i++)
+            if (sim.ranks[r].my_sends[i]->consumed) { free_syms(sim.ranks[r].my_sends[i]->data); free(sim.ranks[r].my_sends[i]); }
     for (int r = 0; sim.ranks && r < n; r++) {
         rank_t *R = &sim.ranks[r];
         free_syms(R->alloc[0]);
@@ -410,10 +567,17 @@ out:
         free_syms(R->arena[ZCCL_BUF_TMP]);
         free(R->recv_done);
         free(R->my_sends);
+        free(R->stamp);
         zccl__sched_free(&R->sched);
     }
     free(sim.ranks);
     free(sim.head);
     free(sim.tail);
+    free(sim.key);
+    free(sim.queue);
+    free(sim.queued);
+    free(sim.chan_base);
+    free(sim.chan_peer);
+    free(sim.wr);
     return !sim.failed;
 }

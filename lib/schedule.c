@@ -1,7 +1,41 @@
 /* schedule.c — schedule containers, dispatch to the algorithm builders, and printing. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "schedule.h"
+
+static const char *algo_names[ZCCL_ALGO_COUNT] = {"ring", "direct", "tree", "rabenseifner", "recdbl", "bruck",
+                                                  "hier"};
+static const char *coll_names[ZCCL_COLL_COUNT] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
+                                                  "reduce", "send", "recv"};
+
+const char *zccl__algo_name(int algo) {
+    return (algo >= 0 && algo < ZCCL_ALGO_COUNT) ? algo_names[algo] : "?";
+}
+
+int zccl__algo_from_name(const char *name) {
+    for (int i = 0; name && i < ZCCL_ALGO_COUNT; i++)
+        if (strcmp(name, algo_names[i]) == 0) return i;
+    return -1;
+}
+
+bool zccl__algo_supports(int algo, zccl_coll_t coll) {
+    if (algo < 0 || algo >= ZCCL_ALGO_COUNT) return false;
+    switch (coll) {
+    case ZCCL_COLL_ALLREDUCE: return algo != ZCCL_ALGO_BRUCK;
+    case ZCCL_COLL_REDUCE_SCATTER:
+        return algo == ZCCL_ALGO_RING || algo == ZCCL_ALGO_DIRECT || algo == ZCCL_ALGO_RABENSEIFNER ||
+               algo == ZCCL_ALGO_HIER;
+    case ZCCL_COLL_ALLGATHER:
+        return algo == ZCCL_ALGO_RING || algo == ZCCL_ALGO_DIRECT || algo == ZCCL_ALGO_RABENSEIFNER ||
+               algo == ZCCL_ALGO_BRUCK || algo == ZCCL_ALGO_HIER;
+    case ZCCL_COLL_BROADCAST:
+    case ZCCL_COLL_REDUCE:
+    case ZCCL_COLL_SEND:
+    case ZCCL_COLL_RECV: return true;
+    default: return false;
+    }
+}
 
 void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st) {
     if (st.count == 0 || s->oom) return;
@@ -34,15 +68,64 @@ void zccl__sched_free(zccl_schedule_t *s) {
     *s = (zccl_schedule_t){0};
 }
 
-zccl_result_t zccl__sched_build(const zccl_sched_args_t *a, zccl_schedule_t *s) {
+static int forced_algo = -1;
+static const int *forced_hosts;
+
+void zccl__sched_force_algo(int algo, const int *host_of) {
+    forced_algo = algo;
+    forced_hosts = host_of;
+}
+
+zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *s) {
     *s = (zccl_schedule_t){0};
+    zccl_sched_args_t forced;
+    const zccl_sched_args_t *a = args;
+    if (forced_algo >= 0 && zccl__algo_supports(forced_algo, args->coll) &&
+        (args->coll == ZCCL_COLL_ALLREDUCE || args->coll == ZCCL_COLL_REDUCE_SCATTER ||
+         args->coll == ZCCL_COLL_ALLGATHER)) {
+        forced = *args;
+        forced.algo = forced_algo;
+        if (forced_hosts) forced.host_of = forced_hosts;
+        a = &forced;
+    }
+    const int algo = a->algo;
+    if ((unsigned)a->coll < ZCCL_COLL_COUNT && !zccl__algo_supports(algo, a->coll))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "algorithm %d (%s) does not implement %s", algo,
+                           zccl__algo_name(algo), coll_names[a->coll]);
+    if (algo == ZCCL_ALGO_HIER && (a->coll == ZCCL_COLL_ALLREDUCE || a->coll == ZCCL_COLL_REDUCE_SCATTER ||
+                                   a->coll == ZCCL_COLL_ALLGATHER)) {
+        char why[160];
+        if (!zccl__sched_hier_layout_ok(a, why, sizeof why))
+            return zccl__error(ZCCL_INVALID_ARGUMENT, "hierarchical %s: %s", coll_names[a->coll], why);
+    }
     switch (a->coll) {
     case ZCCL_COLL_ALLREDUCE:
-        if (a->algo == ZCCL_ALGO_DIRECT) zccl__sched_direct_allreduce(a, s);
-        else zccl__sched_ring_allreduce(a, s);
+        switch (algo) {
+        case ZCCL_ALGO_DIRECT: zccl__sched_direct_allreduce(a, s); break;
+        case ZCCL_ALGO_TREE: zccl__sched_tree_allreduce(a, s); break;
+        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_allreduce(a, s); break;
+        case ZCCL_ALGO_RECDBL: zccl__sched_recdbl_allreduce(a, s); break;
+        case ZCCL_ALGO_HIER: zccl__sched_hier_allreduce(a, s); break;
+        default: zccl__sched_ring_allreduce(a, s); break;
+        }
         break;
-    case ZCCL_COLL_REDUCE_SCATTER: zccl__sched_ring_reduce_scatter(a, s); break;
-    case ZCCL_COLL_ALLGATHER: zccl__sched_ring_allgather(a, s); break;
+    case ZCCL_COLL_REDUCE_SCATTER:
+        switch (algo) {
+        case ZCCL_ALGO_DIRECT: zccl__sched_direct_reduce_scatter(a, s); break;
+        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_reduce_scatter(a, s); break;
+        case ZCCL_ALGO_HIER: zccl__sched_hier_reduce_scatter(a, s); break;
+        default: zccl__sched_ring_reduce_scatter(a, s); break;
+        }
+        break;
+    case ZCCL_COLL_ALLGATHER:
+        switch (algo) {
+        case ZCCL_ALGO_DIRECT: zccl__sched_direct_allgather(a, s); break;
+        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_allgather(a, s); break;
+        case ZCCL_ALGO_BRUCK: zccl__sched_bruck_allgather(a, s); break;
+        case ZCCL_ALGO_HIER: zccl__sched_hier_allgather(a, s); break;
+        default: zccl__sched_ring_allgather(a, s); break;
+        }
+        break;
     case ZCCL_COLL_BROADCAST: zccl__sched_chain_broadcast(a, s); break;
     case ZCCL_COLL_REDUCE: zccl__sched_chain_reduce(a, s); break;
     case ZCCL_COLL_SEND:

@@ -36,8 +36,30 @@ typedef struct {
     size_t src2_off;
 } zccl_step_t;
 
-/** Algorithms a collective may run with (the choice is the caller's: collectives.c picks by size). */
-enum { ZCCL_ALGO_RING = 0, ZCCL_ALGO_DIRECT = 1 };
+/**
+ * Algorithms a collective may run with (the choice is the caller's: collectives.c / the tuner). Which collectives
+ * each implements: zccl__algo_supports(). Broadcast and reduce always run the pipelined chain, send/recv are
+ * single steps; `algo` is ignored for them.
+ *  RING          ring reduce-scatter / all-gather / all-reduce (sched_ring.c; Patarasuk & Yuan 2009)
+ *  DIRECT        one-shot exchange: all-reduce, reduce-scatter, all-gather (sched_direct.c)
+ *  TREE          double binary tree all-reduce, pipelined (sched_tree.c; Sanders, Speck & Traeff 2009)
+ *  RABENSEIFNER  recursive halving reduce-scatter + recursive doubling all-gather, and their composition as
+ *                all-reduce; any rank count (sched_rabenseifner.c; Rabenseifner 2004, Thakur et al. 2005)
+ *  RECDBL        recursive doubling all-reduce of the whole vector, for tiny messages (sched_recdbl.c)
+ *  BRUCK         Bruck all-gather, ceil(log2 n) steps for any n (sched_bruck.c; Bruck et al. 1997)
+ *  HIER          hierarchical: intra-host reduce-scatter, inter-host collective among the ranks with the same
+ *                position on their host, intra-host all-gather (sched_hier.c); needs zccl_sched_args_t.host_of
+ */
+enum {
+    ZCCL_ALGO_RING = 0,
+    ZCCL_ALGO_DIRECT = 1,
+    ZCCL_ALGO_TREE = 2,
+    ZCCL_ALGO_RABENSEIFNER = 3,
+    ZCCL_ALGO_RECDBL = 4,
+    ZCCL_ALGO_BRUCK = 5,
+    ZCCL_ALGO_HIER = 6,
+    ZCCL_ALGO_COUNT
+};
 
 typedef enum {
     ZCCL_COLL_ALLREDUCE = 0,
@@ -67,6 +89,9 @@ typedef struct {
      * (displs = prefix sums of counts); count is then counts[rank]. NULL: every block has `count` elements. Only the
      * ring schedules read them. */
     const size_t *counts, *displs;
+    const int *host_of;      /* HIER only: host_of[r] is the host index (any int) of rank r, nranks entries; NULL
+                                = all ranks on one host. Every host must hold the same number of ranks; a rank's
+                                position on its host is its order among the host's ranks by rank number. */
 } zccl_sched_args_t;
 
 typedef struct {
@@ -78,7 +103,21 @@ typedef struct {
     bool oom;            /* an append failed: the schedule is unusable */
 } zccl_schedule_t;
 
-/** Builds the schedule of args->rank. Returns ZCCL_SYSTEM_ERROR on allocation failure. */
+/** Name of an algorithm ("ring", "direct", "tree", "rabenseifner", "recdbl", "bruck", "hier"); "?" if unknown. */
+const char *zccl__algo_name(int algo);
+/** The ZCCL_ALGO_* named `name` (exact, lower case), or -1. */
+int zccl__algo_from_name(const char *name);
+/** Whether `algo` implements collective `coll` (broadcast, reduce, send, recv: every algo, they ignore it). */
+bool zccl__algo_supports(int algo, zccl_coll_t coll);
+
+/** Test hook: from now on, all-reduce / reduce-scatter / all-gather schedules built in this process run `algo`
+ *  where it implements the collective (-1: the caller's choice again) and, if host_of is not NULL, use that host
+ *  layout (nranks entries, owned by the caller, which must outlive its use). Set it before any collective runs
+ *  (e.g. in a forked test rank before its first call); not thread-safe; meant for tests only. */
+void zccl__sched_force_algo(int algo, const int *host_of);
+
+/** Builds the schedule of args->rank. Returns ZCCL_SYSTEM_ERROR on allocation failure, ZCCL_INVALID_ARGUMENT when
+ *  args->algo does not implement args->coll or HIER's host layout is unusable (message names which). */
 zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *s);
 void zccl__sched_free(zccl_schedule_t *s);
 
@@ -89,6 +128,19 @@ void zccl__sched_ring_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_chain_broadcast(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_direct_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_tree_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_rabenseifner_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_rabenseifner_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_rabenseifner_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_recdbl_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_bruck_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
+/** Hierarchical builders; they return false (building nothing) when the host layout is unusable. */
+bool zccl__sched_hier_layout_ok(const zccl_sched_args_t *a, char *why, size_t len);
+void zccl__sched_hier_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_hier_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_hier_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
 
 /* Building blocks. */
 void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st); /* count 0 steps are dropped */
@@ -144,5 +196,36 @@ bool zccl__sched_check(const zccl_sched_args_t *args, char *err, size_t errlen);
 /** The same, letting a test alter each rank's schedule after it is built (to prove the checker catches faults). */
 typedef void (*zccl_sched_mutator_t)(int rank, zccl_schedule_t *s);
 bool zccl__sched_check_with(const zccl_sched_args_t *args, zccl_sched_mutator_t mutate, char *err, size_t errlen);
+
+/**
+ * alpha-beta-gamma cost model (Hockney; Thakur, Rabenseifner & Gropp, IJHPCA 2005): a message of b bytes takes
+ * alpha + beta*b seconds, reducing b bytes takes gamma*b seconds. Links between ranks on different hosts
+ * (host_of differs) use alpha_inter / beta_inter.
+ */
+typedef struct {
+    double alpha, beta, gamma;        /* seconds, seconds per byte, seconds per byte reduced */
+    double alpha_inter, beta_inter;   /* for links between hosts; used only when args->host_of is set */
+} zccl_cost_params_t;
+
+/**
+ * Predicted time in seconds of the collective described by `args` (every rank's schedule, args->rank ignored),
+ * by simulating all schedules together with rendezvous semantics: a phase starts when the previous one ended on
+ * that rank plus the gamma cost of its local reductions; a message starts when both its sender's and its
+ * receiver's phases have started and takes alpha + beta*bytes (+ gamma*bytes if it is reduced on arrival); a rank
+ * moves at most one message-time's worth of bytes at a time in each direction, so a phase lasts at least
+ * alpha + beta*max(bytes sent, bytes received) (+ gamma*bytes reduced on arrival). The result is the latest
+ * finish over all ranks (the critical path). Returns a negative value (and a reason in err) if a schedule cannot
+ * be built or does not complete (unmatched or deadlocked steps).
+ */
+double zccl__sched_cost(const zccl_sched_args_t *args, const zccl_cost_params_t *p, char *err, size_t errlen);
+
+/**
+ * Closed-form alpha-beta-gamma time of `algo` for `coll` on n ranks with `bytes` the size of the full vector
+ * (all-reduce count*elem, reduce-scatter and all-gather nranks*count*elem), one host (alpha, beta, gamma only),
+ * from Thakur, Rabenseifner & Gropp 2005 (recursive doubling / halving, Bruck, non-power-of-two fold) and
+ * Patarasuk & Yuan 2009 (ring); the tree uses the pipelined-tree bound with the schedule's chunk size. A cross
+ * check of zccl__sched_cost, not a replacement: returns a negative value where no formula is given (HIER).
+ */
+double zccl__sched_cost_formula(const zccl_sched_args_t *args, const zccl_cost_params_t *p);
 
 #endif

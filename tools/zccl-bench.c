@@ -2,7 +2,7 @@
  * zccl-bench — bandwidth benchmark for zccl collectives with nccl-tests' options and output layout.
  *
  *   zccl-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP] [-c CHECK] [-d TYPE] [-o REDOP]
- *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N]
+ *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N] [--algo NAME|all]
  *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce (nccl-tests names such as all_reduce_perf work)
  *
  * Runs as one rank of a job started by zcclrun/torchrun/mpirun (zccl_comm_init_env), as a single rank when no
@@ -11,6 +11,10 @@
  * Per size and placement (out-of-place, then in-place): one untimed run, a barrier, ITERS timed runs back to back
  * (CLOCK_MONOTONIC; the time per iteration is combined over ranks as -a says, max by default), then -c checked
  * runs on freshly generated data (bench_data.c), not timed. See docs/tools.md.
+ *
+ * --algo NAME forces one algorithm of the tuner's registry for the whole run (zccl_comm_set_algo with
+ * "OP:NAME"); --algo all runs the sizes once per algorithm that can run OP and ends with a table of every
+ * algorithm's out-of-place time per size, the fastest one, and the tuner's own choice (docs/tuning.md).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
@@ -88,6 +92,7 @@ struct cfg {
     int cputime;   /* -C */
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
+    const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
 };
 
 static void usage(FILE *f)
@@ -118,6 +123,8 @@ static void usage(FILE *f)
         "  -C, --report_cputime 0|1 report the time to issue the operations instead of completing them\n"
         "  -J, --json FILE          also write the results as JSON to FILE (rank 0)\n"
         "  -np, --np N              start N local ranks (fork) instead of running as one rank\n"
+        "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
+        "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
         "  (-t/--nthreads and -g/--ngpus accept 1 only; -p, -T, -G 0 are accepted for compatibility)\n"
         "\n"
@@ -199,7 +206,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"},
+        {'N', "np"}, {'A', "algo"},
     };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -294,6 +301,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
                 if (c->op == -2) return bad("-o: unknown reduction '%s' (sum prod max min avg all)%s", val, "");
             }
             break;
+        case 'A':
+            if (!*val || strpbrk(val, ";:,^ "))
+                return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
+            c->algo = val;
+            break;
         case 'J':
             if (!*val) return bad("-J: empty file name%s%s", "", "");
             c->json = val;
@@ -334,6 +346,9 @@ struct bench {
     int bw_count;
     FILE *json;
     int json_rows;
+    double *rec;          /* --algo all: out-of-place time (us) per size, for the summary; NULL otherwise */
+    int rec_i;            /* size index being timed */
+    const char *algo_name; /* algorithm forced for this table (--algo), for the JSON rows; NULL: tuner's choice */
 };
 
 static double now_s(void)
@@ -545,6 +560,7 @@ static void bench_time(struct bench *b, const struct sizes *sz, zccl_datatype_t 
     b->bw_sum += busbw;
     b->bw_count++;
 
+    if (b->rec && !in_place) b->rec[b->rec_i] = sec * 1e6;
     if (b->rank == 0) {
         double us = sec * 1e6;
         char tbuf[32];
@@ -585,7 +601,8 @@ static void time_test(struct bench *b, int ti, int op, int root)
     warmup(b, c->maxbytes, dt, esize, op, root);
     warmup(b, c->minbytes, dt, esize, op, root);
 
-    for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size)) {
+    b->rec_i = 0;
+    for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size), b->rec_i++) {
         struct sizes sz = get_sizes(c->coll, size, esize, b->nranks);
         if (b->rank == 0) {
             printf("%12zu  %12zu  %8s  %6s  %6i", sz.bytes, sz.param, types[ti].name, opname, shown_root);
@@ -594,6 +611,7 @@ static void time_test(struct bench *b, int ti, int op, int root)
                 fprintf(b->json, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
                                  "\"root\": %d",
                         b->json_rows++ ? "," : "", sz.bytes, sz.param, types[ti].name, opname, shown_root);
+                if (b->algo_name) fprintf(b->json, ", \"algo\": \"%s\"", b->algo_name);
             }
         }
         bench_time(b, &sz, dt, esize, op, root, 0);
@@ -604,6 +622,126 @@ static void time_test(struct bench *b, int ti, int op, int root)
         }
         if (size == SIZE_MAX) break;
     }
+}
+
+/* ZCCL_ALGO's names of the collectives, in enum coll order. */
+static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce"};
+
+/* --algo NAME: every rank restricts the tuner to NAME for OP. Returns 0, or 2 after rank 0 explains. */
+static int force_algo(struct bench *b, const char *name)
+{
+    char spec[160];
+    snprintf(spec, sizeof spec, "%s:%s", tune_names[b->c->coll], name);
+    zccl_result_t r = zccl_comm_set_algo(b->comm, spec);
+    if (r == ZCCL_SUCCESS) {
+        b->algo_name = name;
+        return 0;
+    }
+    if (r != ZCCL_INVALID_ARGUMENT) die_zccl(b, "zccl_comm_set_algo", r);
+    if (b->rank == 0) {
+        char valid[512] = "";
+        zccl_comm_algorithms(b->comm, tune_names[b->c->coll], valid, sizeof valid);
+        fprintf(stderr, NAME ": --algo %s: %s\n" NAME ": algorithms for %s on this communicator: %s (or 'all')\n",
+                name, zccl_get_last_error(b->comm), colls[b->c->coll].name, valid);
+    }
+    return 2;
+}
+
+static int count_sizes(const struct cfg *c)
+{
+    int k = 0;
+    for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size)) {
+        k++;
+        if (size == SIZE_MAX) break;
+    }
+    return k;
+}
+
+/* --algo all: one table per algorithm, then the summary (rank 0 prints it). */
+static void run_all_algos(struct bench *b, int ti, int op, int root)
+{
+    const struct cfg *c = b->c;
+    char list[512], *names[64];
+    int na = 0;
+    ZC(b, zccl_comm_algorithms(b->comm, tune_names[c->coll], list, sizeof list));
+    for (char *save = NULL, *t = strtok_r(list, ",", &save); t && na < 64; t = strtok_r(NULL, ",", &save))
+        names[na++] = t;
+    const int ns = count_sizes(c);
+    double *times = calloc((size_t)na * (size_t)ns, sizeof *times);
+    if (!times) {
+        fprintf(stderr, NAME ": rank %d: out of memory\n", b->rank);
+        zccl_comm_abort(b->comm);
+        exit(1);
+    }
+    /* Sizes outer, algorithms inner, starting with a different algorithm at each size: slow drifts of a shared
+     * machine and first-run effects spread over all algorithms instead of favouring or penalising one. */
+    const zccl_datatype_t dt0 = types[ti].dt;
+    const size_t esize = zccl_type_size(dt0);
+    const char *opname = colls[c->coll].has_op ? opnames[op] : "none";
+    const int shown_root = colls[c->coll].has_root ? root : -1;
+    ZC(b, zccl_barrier(b->comm, NULL));
+    if (b->rank == 0) printf("# --algo all: every size runs every algorithm (named at the end of the row)\n");
+    int i = 0;
+    for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size), i++) {
+        struct sizes sz = get_sizes(c->coll, size, esize, b->nranks);
+        for (int k = 0; k < na; k++) {
+            const int a = (k + i) % na;
+            if (force_algo(b, names[a]) != 0) die_zccl(b, "zccl_comm_set_algo", ZCCL_INTERNAL_ERROR);
+            warmup(b, size, dt0, esize, op, root);
+            if (b->rank == 0) {
+                printf("%12zu  %12zu  %8s  %6s  %6i", sz.bytes, sz.param, types[ti].name, opname, shown_root);
+                fflush(stdout);
+                if (b->json)
+                    fprintf(b->json, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+                                     "\"root\": %d, \"algo\": \"%s\"",
+                            b->json_rows++ ? "," : "", sz.bytes, sz.param, types[ti].name, opname, shown_root,
+                            names[a]);
+            }
+            b->rec = times + (size_t)a * (size_t)ns;
+            b->rec_i = i;
+            bench_time(b, &sz, dt0, esize, op, root, 0);
+            bench_time(b, &sz, dt0, esize, op, root, 1);
+            if (b->rank == 0) {
+                printf("  %s\n", names[a]);
+                if (b->json) fprintf(b->json, "}");
+            }
+        }
+        if (size == SIZE_MAX) break;
+    }
+    b->rec = NULL;
+    b->algo_name = NULL;
+    ZC(b, zccl_comm_set_algo(b->comm, NULL)); /* back to the tuner's own choice */
+    if (b->rank == 0) {
+        const zccl_datatype_t dt = types[ti].dt;
+        printf("#\n# Per-algorithm summary: %s %s %s, %d ranks; out-of-place time (us), %s over ranks\n",
+               colls[c->coll].name, types[ti].name, colls[c->coll].has_op ? opnames[op] : "", b->nranks,
+               (const char *[]){"rank 0", "average", "min", "max"}[c->average]);
+        printf("# %10s", "size");
+        for (int a = 0; a < na; a++) printf("  %12s", names[a]);
+        printf("  %12s  %12s  %10s  %9s\n", "best", "tuner", "tuner/best", "pred(us)");
+        int within = 0;
+        i = 0;
+        for (size_t size = c->minbytes; size <= c->maxbytes; size = next_size(c, size), i++) {
+            struct sizes sz = get_sizes(c->coll, size, zccl_type_size(dt), b->nranks);
+            int best = 0, chosen = -1;
+            for (int a = 1; a < na; a++)
+                if (times[(size_t)a * ns + i] < times[(size_t)best * ns + i]) best = a;
+            char choice[64] = "?";
+            double pred = 0;
+            ZC(b, zccl_comm_algo_choice(b->comm, tune_names[c->coll], sz.bytes, choice, sizeof choice, &pred));
+            for (int a = 0; a < na; a++)
+                if (!strcmp(names[a], choice)) chosen = a;
+            printf("  %10zu", sz.bytes);
+            for (int a = 0; a < na; a++) printf("  %12.2f", times[(size_t)a * ns + i]);
+            double ratio = chosen >= 0 ? times[(size_t)chosen * ns + i] / times[(size_t)best * ns + i] : NAN;
+            within += ratio <= 1.10;
+            printf("  %12s  %12s  %10.3f  %9.2f\n", names[best], choice, ratio, pred);
+            if (size == SIZE_MAX) break;
+        }
+        printf("# tuner within 10%% of the best measured algorithm at %d of %d sizes\n#\n", within, i);
+        fflush(stdout);
+    }
+    free(times);
 }
 
 static int env_set(const char *name)
@@ -715,6 +853,15 @@ static int run_rank(int launched_rank, void *arg)
     }
     if (!c->blocking && !c->stream_null) ZC(&b, zccl_stream_create(&b.stream));
 
+    if (c->algo && strcmp(c->algo, "all")) {
+        int frc = force_algo(&b, c->algo);
+        if (frc) {
+            if (b.json) fclose(b.json);
+            if (b.stream) zccl_stream_destroy(b.stream);
+            zccl_comm_destroy(b.comm);
+            return frc;
+        }
+    }
     print_header(&b);
     if (b.json) {
         fprintf(b.json, "{\n  \"op\": \"%s\", \"nranks\": %d, \"datatype\": \"%s\", \"redop\": \"%s\", \"root\": %d,\n"
@@ -738,7 +885,10 @@ static int run_rank(int launched_rank, void *arg)
     }
     for (int ti = t_first; ti <= t_last; ti++)
         for (int op = o_first; op <= o_last; op++)
-            for (int root = r_first; root <= r_last; root++) time_test(&b, ti, op, root);
+            for (int root = r_first; root <= r_last; root++) {
+                if (c->algo && !strcmp(c->algo, "all")) run_all_algos(&b, ti, op, root);
+                else time_test(&b, ti, op, root);
+            }
 
     double avg_bw = b.bw_count ? b.bw_sum / b.bw_count : 0.0;
     if (b.rank == 0) {

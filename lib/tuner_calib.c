@@ -1,0 +1,395 @@
+/*
+ * tuner_calib.c — the tuner's parameters for a communicator: defaults, measurement at init, the cache file, the
+ * agreement between ranks, and zccl_comm_set_algo.
+ *
+ * Measurement (ZCCL_TUNER_CALIBRATE=1, the default), run by every rank together right after the init barrier:
+ *   intra-host link: ranks of each host form a ring in rank order. alpha is the median time of ALPHA_ITERS small
+ *     ring all-reduces (8 bytes per block) divided by their 2(k-1) dependent steps; beta = (median time of
+ *     BETA_ITERS shifts of BETA_BYTES (send to the next, receive from the previous, one phase) - alpha) / BETA_BYTES.
+ *   inter-host link (several hosts): the same between the first ranks of each host.
+ *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
+ * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
+ * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
+ * same way (all-reduce MAX of its hash h and of ~h: equal on every rank only if every rank has the same filter).
+ *
+ * Cache (ZCCL_TUNER_CACHE=FILE): lines "HOST LINK ALPHA_US BETA_NS_PER_BYTE"; LINK is intra-shm, intra-tcp,
+ * inter-tcp, gamma or copy ('#' starts a comment). When every rank finds the entries it needs for its host, nobody
+ * measures; otherwise all measure and the first rank of each host rewrites its host's lines (write to a temporary
+ * file, then rename).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "comm.h"
+#include "engine.h"
+#include "kernels.h"
+#include "stream.h"
+#include "tuner.h"
+
+#define ALPHA_ITERS 9
+#define BETA_ITERS 5
+/* 64 KiB: the sizes where latency- and bandwidth-optimised algorithms trade places (and messages stay in cache, as
+ * the pipelined chunks of large collectives do); a 256 KiB probe measured 2-4x more per byte under
+ * oversubscription and made the model pick bandwidth algorithms too early (docs/tuning.md). */
+#define BETA_BYTES (64u << 10)
+#define BUF_BYTES (256u << 10)
+#define GAMMA_BYTES (64u << 10)
+
+enum { P_INTRA_A, P_INTRA_B, P_INTER_A, P_INTER_B, P_GAMMA, P_COPY, P_N };
+
+static void params_to(const zccl_tune_params_t *p, double v[P_N]) {
+    v[P_INTRA_A] = p->intra.alpha, v[P_INTRA_B] = p->intra.beta;
+    v[P_INTER_A] = p->inter.alpha, v[P_INTER_B] = p->inter.beta;
+    v[P_GAMMA] = p->gamma, v[P_COPY] = p->copy;
+}
+static void params_from(const double v[P_N], zccl_tune_params_t *p) {
+    p->intra.alpha = v[P_INTRA_A], p->intra.beta = v[P_INTRA_B];
+    p->inter.alpha = v[P_INTER_A], p->inter.beta = v[P_INTER_B];
+    p->gamma = v[P_GAMMA], p->copy = v[P_COPY];
+}
+
+zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
+    zccl_tuner_t *t = zccl__calloc(1, sizeof *t);
+    if (!t) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner");
+    comm->tuner = t;
+    zccl__tune_defaults(&t->p);
+    snprintf(t->source, sizeof t->source, "defaults");
+    uint64_t *hosts = malloc((size_t)comm->nranks * sizeof *hosts);
+    t->host_of = malloc((size_t)comm->nranks * sizeof *t->host_of);
+    if (!hosts || !t->host_of) {
+        free(hosts);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's host table of %d ranks", comm->nranks);
+    }
+    for (int r = 0; r < comm->nranks; r++) {
+        hosts[r] = comm->peers[r].host_hash;
+        t->host_of[r] = r; /* host index: the lowest rank on the same host */
+        for (int q = 0; q < r; q++)
+            if (hosts[q] == hosts[r]) {
+                t->host_of[r] = t->host_of[q];
+                break;
+            }
+    }
+    zccl__tune_layout(hosts, comm->nranks, &t->L);
+    free(hosts);
+    ZCCL_CHECK(zccl__algo_filter_parse(zccl__cfg_str(ZCCL_CFG_ALGO), "ZCCL_ALGO", &t->filter));
+    return zccl__tune_usable(t, "ZCCL_ALGO");
+}
+
+void zccl__tuner_free(struct zccl_comm *comm) {
+    if (comm->tuner) free(comm->tuner->host_of);
+    free(comm->tuner);
+    comm->tuner = NULL;
+}
+
+zccl_result_t zccl__tuner_agree(struct zccl_comm *comm, zccl_tune_params_t *p, uint64_t filter_hash,
+                                const char *what) {
+    double v[P_N], out[P_N];
+    params_to(p, v);
+    ZCCL_CHECK(zccl_allreduce(v, out, P_N, ZCCL_FLOAT64, ZCCL_MAX, comm, NULL));
+    params_from(out, p);
+    uint64_t h[2] = {filter_hash, ~filter_hash}, hmax[2];
+    ZCCL_CHECK(zccl_allreduce(h, hmax, 2, ZCCL_UINT64, ZCCL_MAX, comm, NULL));
+    if (hmax[0] != filter_hash || hmax[1] != ~filter_hash)
+        return zccl__error(ZCCL_INVALID_USAGE, "%s differs between ranks (rank %d: \"%s\"); every rank must allow the "
+                           "same algorithms so that all choose alike", what, comm->rank,
+                           !strcmp(what, "ZCCL_ALGO") ? zccl__cfg_str(ZCCL_CFG_ALGO) : "see zccl_comm_set_algo");
+    return ZCCL_SUCCESS;
+}
+
+/* ---- measurement -------------------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median seconds of `iters` runs of schedule s (one untimed run first lines the ranks up). */
+static zccl_result_t time_sched(struct zccl_comm *comm, zccl_schedule_t *s, int iters, void *sbuf, void *rbuf,
+                                double *out) {
+    double t[ALPHA_ITERS > BETA_ITERS ? ALPHA_ITERS : BETA_ITERS];
+    if (s->oom) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    zccl_result_t res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+    for (int i = 0; i < iters && res == ZCCL_SUCCESS; i++) {
+        const uint64_t t0 = zccl__now_ns();
+        res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+        t[i] = (double)(zccl__now_ns() - t0) * 1e-9;
+    }
+    if (res == ZCCL_SUCCESS) *out = median(t, iters);
+    return res;
+}
+
+/* Median seconds of `iters` shifts of `bytes` (send to `to`, receive from `from`); 0 when this rank has no part. */
+static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t bytes, int iters, void *sbuf,
+                                void *rbuf, double *out) {
+    *out = 0;
+    if (to < 0) return ZCCL_SUCCESS;
+    zccl_schedule_t s = {0};
+    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE, .peer = to,
+                                       .count = bytes});
+    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                       .peer = from, .count = bytes});
+    zccl__sched_end_phase(&s);
+    zccl_result_t res = time_sched(comm, &s, iters, sbuf, rbuf, out);
+    zccl__sched_free(&s);
+    return res;
+}
+
+/* alpha as collectives see it: the median time of a small ring all-reduce among `members` (k ranks, rank order)
+ * divided by its 2(k-1) dependent steps — each step waits for the previous one's data, as in every algorithm, which
+ * back-to-back independent shifts do not show (they overlap their wake-ups). 0 when this rank has no part. */
+static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int k, void *sbuf, void *rbuf,
+                                 double *out) {
+    *out = 0;
+    int idx = -1;
+    for (int i = 0; i < k; i++)
+        if (members[i] == comm->rank) idx = i;
+    if (idx < 0 || k < 2) return ZCCL_SUCCESS;
+    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = 8 * (size_t)k,
+                           .elem_size = 1, .chunk_bytes = 64u << 10, .rs_round_bytes = 4u << 20,
+                           .algo = ZCCL_ALGO_RING};
+    zccl_schedule_t s = {0};
+    zccl__sched_ring_allreduce(&a, &s);
+    for (size_t i = 0; i < s.nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
+        if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
+    double t = 0;
+    zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, &t);
+    zccl__sched_free(&s);
+    *out = t / (2.0 * (k - 1));
+    return res;
+}
+
+/* Next/previous rank of `members` (rank order) around this rank; -1 when it is not a member or alone. */
+static void ring_peers(const int *members, int k, int me, int *to, int *from) {
+    *to = *from = -1;
+    for (int i = 0; i < k; i++)
+        if (members[i] == me && k > 1) {
+            *to = members[(i + 1) % k];
+            *from = members[(i + k - 1) % k];
+        }
+}
+
+static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
+    const int n = comm->nranks, me = comm->rank;
+    int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
+    uint8_t *sbuf = malloc(BUF_BYTES), *rbuf = malloc(BUF_BYTES);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (!local || !heads || !sbuf || !rbuf) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for calibration buffers");
+        goto out;
+    }
+    memset(sbuf, 0x5a, BUF_BYTES);
+    int nl = 0, nh = 0;
+    const uint64_t myhost = comm->peers[me].host_hash;
+    for (int r = 0; r < n; r++) {
+        if (comm->peers[r].host_hash == myhost) local[nl++] = r;
+        bool first = true;
+        for (int q = 0; q < r && first; q++) first = comm->peers[q].host_hash != comm->peers[r].host_hash;
+        if (first) heads[nh++] = r;
+    }
+    double v[P_N] = {0};
+    int to, from;
+    double a = 0, b = 0;
+    /* Every rank runs every measurement in the same order; a rank without a part returns at once. */
+    ring_peers(local, nl, me, &to, &from);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, &a), res, out);
+    ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
+    if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
+    ring_peers(heads, nh, me, &to, &from);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, &a), res, out);
+    ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
+    if (to >= 0) v[P_INTER_A] = a, v[P_INTER_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
+    /* gamma and copy, in cache */
+    double tg[5], tc[5];
+    for (int i = 0; i < 5; i++) {
+        uint64_t t0 = zccl__now_ns();
+        zccl_kernel_reduce(rbuf, sbuf, sbuf + GAMMA_BYTES, GAMMA_BYTES / 4, ZCCL_FLOAT32, ZCCL_SUM, 1);
+        uint64_t t1 = zccl__now_ns();
+        memcpy(rbuf, sbuf, BUF_BYTES);
+        __asm__ __volatile__("" ::"r"(rbuf) : "memory");
+        uint64_t t2 = zccl__now_ns();
+        tg[i] = (double)(t1 - t0) * 1e-9 / GAMMA_BYTES;
+        tc[i] = (double)(t2 - t1) * 1e-9 / BUF_BYTES;
+    }
+    v[P_GAMMA] = median(tg, 5);
+    v[P_COPY] = median(tc, 5);
+    if (nl <= 1) v[P_INTRA_A] = v[P_INTRA_B] = 0; /* alone on its host: other hosts measure, MAX takes theirs */
+    if (nh <= 1) v[P_INTER_A] = v[P_INTER_B] = 0;
+    params_from(v, p);
+out:
+    free(local);
+    free(heads);
+    free(sbuf);
+    free(rbuf);
+    return res;
+}
+
+/* ---- cache file -------------------------------------------------------------------------------------------- */
+
+static const char *intra_link_name(struct zccl_comm *comm) {
+    for (int r = 0; r < comm->nranks; r++)
+        if (r != comm->rank && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash)
+            return comm->tp[r] == &zccl_transport_shm ? "intra-shm" : "intra-tcp";
+    return NULL;
+}
+
+/* Reads this host's entries; *have is true when every link this rank needs is there. */
+static void cache_read(struct zccl_comm *comm, const char *path, const char *host, zccl_tune_params_t *p, bool *have) {
+    *have = false;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    const char *intra = intra_link_name(comm);
+    const bool need_inter = comm->tuner->L.nhosts > 1;
+    bool got_intra = !intra, got_inter = !need_inter, got_g = false, got_c = false;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char h[256], link[32];
+        double a, b;
+        if (line[0] == '#' || sscanf(line, "%255s %31s %lf %lf", h, link, &a, &b) != 4) continue;
+        if (strcmp(h, host) || !(a >= 0) || !(b > 0) || !isfinite(a) || !isfinite(b)) continue;
+        const zccl_link_cost_t l = {a * 1e-6, b * 1e-9};
+        if (intra && !strcmp(link, intra)) p->intra = l, got_intra = true;
+        else if (!strcmp(link, "inter-tcp") && need_inter) p->inter = l, got_inter = true;
+        else if (!strcmp(link, "gamma")) p->gamma = l.beta, got_g = true;
+        else if (!strcmp(link, "copy")) p->copy = l.beta, got_c = true;
+    }
+    fclose(f);
+    *have = got_intra && got_inter && got_g && got_c;
+}
+
+static void cache_write(struct zccl_comm *comm, const char *path, const char *host, const zccl_tune_params_t *p) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        ZCCL_WARN(ZCCL_LOG_TUNE, "ZCCL_TUNER_CACHE=%s: cannot write %s: %s (calibration not cached)", path, tmp,
+                  strerror(errno));
+        return;
+    }
+    const char *intra = intra_link_name(comm);
+    fprintf(out, "# zccl tuner cache: HOST LINK ALPHA_US BETA_NS_PER_BYTE (see docs/tuning.md)\n");
+    FILE *in = fopen(path, "r");
+    if (in) { /* keep other hosts' lines, and ours for links this communicator did not measure */
+        char line[512];
+        while (fgets(line, sizeof line, in)) {
+            char h[256], link[32];
+            if (line[0] == '#' || sscanf(line, "%255s %31s", h, link) != 2) continue;
+            if (!strcmp(h, host) && ((intra && !strcmp(link, intra)) || !strcmp(link, "gamma") ||
+                                     !strcmp(link, "copy") || (comm->tuner->L.nhosts > 1 && !strcmp(link, "inter-tcp"))))
+                continue;
+            fputs(line, out);
+        }
+        fclose(in);
+    }
+    if (intra) fprintf(out, "%s %s %.4f %.6f\n", host, intra, p->intra.alpha * 1e6, p->intra.beta * 1e9);
+    if (comm->tuner->L.nhosts > 1)
+        fprintf(out, "%s inter-tcp %.4f %.6f\n", host, p->inter.alpha * 1e6, p->inter.beta * 1e9);
+    fprintf(out, "%s gamma 0 %.6f\n", host, p->gamma * 1e9);
+    fprintf(out, "%s copy 0 %.6f\n", host, p->copy * 1e9);
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        ZCCL_WARN(ZCCL_LOG_TUNE, "ZCCL_TUNER_CACHE=%s: cannot replace it: %s (calibration not cached)", path,
+                  strerror(errno));
+        unlink(tmp);
+    }
+}
+
+zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
+    zccl_tuner_t *t = comm->tuner;
+    if (comm->nranks <= 1) {
+        t->agreed = true;
+        return ZCCL_SUCCESS;
+    }
+    const uint64_t t0 = zccl__now_ns();
+    int64_t calibrate = 1;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_TUNER_CALIBRATE, 0, 1, &calibrate));
+    const char *cache = zccl__cfg_str(ZCCL_CFG_TUNER_CACHE);
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_';
+    zccl_tune_params_t p = t->p;
+    int64_t have = 0, all_have = 0;
+    if (*cache) {
+        bool h;
+        cache_read(comm, cache, host, &p, &h);
+        have = h;
+    }
+    /* Agree on whether anyone must measure: measuring is collective. */
+    ZCCL_CHECK(zccl_allreduce(&have, &all_have, 1, ZCCL_INT64, ZCCL_MIN, comm, NULL));
+    if (*cache && all_have) {
+        snprintf(t->source, sizeof t->source, "cache");
+    } else if (calibrate) {
+        ZCCL_CHECK(measure(comm, &p));
+        snprintf(t->source, sizeof t->source, "calibrated");
+    } else {
+        zccl__tune_defaults(&p);
+    }
+    ZCCL_CHECK(zccl__tuner_agree(comm, &p, zccl__algo_filter_hash(&t->filter), "ZCCL_ALGO"));
+    /* A link class nobody measured (no host with two ranks; a single host) keeps its default: same on every rank. */
+    zccl_tune_params_t d;
+    zccl__tune_defaults(&d);
+    if (!(p.intra.alpha > 0) || !(p.intra.beta > 0)) p.intra = d.intra;
+    if (!(p.inter.alpha > 0) || !(p.inter.beta > 0)) p.inter = d.inter;
+    if (!(p.gamma > 0)) p.gamma = d.gamma;
+    if (!(p.copy > 0)) p.copy = d.copy;
+    pthread_mutex_lock(&comm->exec_mutex);
+    t->p = p;
+    t->agreed = true;
+    pthread_mutex_unlock(&comm->exec_mutex);
+    if (*cache && !all_have && calibrate) {
+        bool first_local = true;
+        for (int r = 0; r < comm->rank && first_local; r++)
+            first_local = comm->peers[r].host_hash != comm->peers[comm->rank].host_hash;
+        if (first_local) cache_write(comm, cache, host, &p);
+    }
+    t->calib_ms = (double)(zccl__now_ns() - t0) * 1e-6;
+    if (comm->rank == 0)
+        ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: %s parameters (%.1f ms): intra-host alpha %.2f us beta %.4f ns/B (%.2f GB/s); "
+                  "inter-host alpha %.2f us beta %.4f ns/B (%.2f GB/s); gamma %.4f ns/B; copy %.4f ns/B; %d ranks on %d "
+                  "hosts", t->source, t->calib_ms, p.intra.alpha * 1e6, p.intra.beta * 1e9, 1e-9 / p.intra.beta,
+                  p.inter.alpha * 1e6, p.inter.beta * 1e9, 1e-9 / p.inter.beta, p.gamma * 1e9, p.copy * 1e9,
+                  t->L.nranks, t->L.nhosts);
+    return ZCCL_SUCCESS;
+}
+
+/* ---- zccl_comm_set_algo ------------------------------------------------------------------------------------- */
+
+ZCCL_API zccl_result_t zccl_comm_set_algo(zccl_comm_t comm, const char *spec) {
+    const char *fn = "zccl_comm_set_algo";
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    if (zccl__stream_busy_with(comm))
+        return zccl__error(ZCCL_INVALID_USAGE, "%s: a stream still holds unfinished operations of this communicator; "
+                           "synchronize it first (the operations already queued must keep their algorithms)", fn);
+    const bool from_env = !spec || !*spec;
+    const char *what = from_env ? "ZCCL_ALGO" : "zccl_comm_set_algo";
+    zccl_tuner_t t = *comm->tuner;
+    zccl_result_t perr = zccl__algo_filter_parse(from_env ? zccl__cfg_str(ZCCL_CFG_ALGO) : spec, what, &t.filter);
+    if (perr == ZCCL_SUCCESS) perr = zccl__tune_usable(&t, what);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", zccl__last_error());
+    /* Collective: every rank learns whether all ranks hold the same filter before anyone switches. A rank whose
+     * spec did not parse contributes a hash of its (failed) spec text, so it mismatches any rank that parsed. */
+    uint64_t h = zccl__algo_filter_hash(&t.filter);
+    if (perr != ZCCL_SUCCESS) {
+        h = 0x9e3779b97f4a7c15ull;
+        for (const char *c = spec ? spec : ""; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    }
+    zccl_tune_params_t p = comm->tuner->p;
+    zccl_result_t res = zccl__tuner_agree(comm, &p, h, what);
+    if (perr != ZCCL_SUCCESS) return zccl__error(perr, "%s", msg);
+    if (res != ZCCL_SUCCESS) return res;
+    pthread_mutex_lock(&comm->exec_mutex);
+    comm->tuner->filter = t.filter;
+    memcpy(comm->tuner->usable, t.usable, sizeof t.usable);
+    memset(comm->tuner->logged, 0, sizeof comm->tuner->logged);
+    pthread_mutex_unlock(&comm->exec_mutex);
+    ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: algorithms now restricted by %s=\"%s\"", what,
+              from_env ? zccl__cfg_str(ZCCL_CFG_ALGO) : spec);
+    return ZCCL_SUCCESS;
+}
