@@ -57,6 +57,7 @@ typedef struct zccl_transport_ops {
 
 extern const zccl_transport_ops_t zccl_transport_shm;
 extern const zccl_transport_ops_t zccl_transport_tcp;
+extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c; never reaches a peer when built without verbs */
 
 /**
  * Hands `len` received bytes (a whole number of elements) to x at offset x->done: copies them to dst, or reduces
