@@ -165,7 +165,8 @@ int zccl__ib_poll_cq(struct zccl_comm *comm, int max) {
                                    ibv_wc_status_str(w->status), (int)w->status, w->vendor_err,
                                    w->status == IBV_WC_RETRY_EXC_ERR ? ": the peer stopped acknowledging (exited, "
                                    "link down, or ZCCL_IB_TIMEOUT too short)" :
-                                   w->status == IBV_WC_WR_FLUSH_ERR ? ": the connection was closed" : "");
+                                   w->status == IBV_WC_WR_FLUSH_ERR ? ": the connection was closed" :
+                                   w->status == IBV_WC_LOC_QP_OP_ERR ? ": the local port may be down" : "");
                 continue;
             }
             switch (kind) {
@@ -295,6 +296,7 @@ static bool ib_can_reach(const struct zccl_comm *comm, int peer) {
 
 static zccl_result_t peer_error(struct zccl_comm *comm, int p) {
     struct zccl_ib_comm *ib = comm->ib;
+    if (ib->peer[p].err != ZCCL_SUCCESS) zccl__ib_poll_events(comm); /* a port error explains a failed write best */
     if (ib->dev_err != ZCCL_SUCCESS)
         return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
     ib_peer_t *pe = &ib->peer[p];

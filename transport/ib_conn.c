@@ -254,6 +254,7 @@ zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *m
     if (ib->addr.sa.ss_family == AF_INET) ((struct sockaddr_in *)&ib->addr.sa)->sin_port = rdma_get_src_port(ib->listen);
     else ((struct sockaddr_in6 *)&ib->addr.sa)->sin6_port = rdma_get_src_port(ib->listen);
     if (ib->listen->verbs) ib->ctx = ib->listen->verbs; /* the context rdma_cm will give every connection */
+    zccl__sockaddr_str(&ib->addr, as, sizeof as);
     if (!(ib->pd = ibv_alloc_pd(ib->ctx))) {
         res = zccl__syserror(errno, "rank %d: ibv_alloc_pd on %s", comm->rank, ib->dev);
         goto fail;
