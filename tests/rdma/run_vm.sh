@@ -51,7 +51,7 @@ for t in busybox cpio gzip ldd rdma ibv_rc_pingpong rping ib_write_bw ip; do
   command -v "$t" >/dev/null || skip "'$t' not found (tools/deps.sh installs the soft-RoCE VM's packages)"
 done
 busybox=$(command -v busybox)
-"$busybox" --list | grep -qx insmod || skip "$busybox has no insmod applet (apt-get install busybox-static)"
+"$busybox" --list | grep -x insmod >/dev/null || skip "$busybox has no insmod applet (apt-get install busybox-static)"
 if ldd "$busybox" >/dev/null 2>&1; then skip "$busybox is dynamically linked (apt-get install busybox-static)"; fi
 rxe_provider=$(ls -1 /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null | head -1 || true)
 [[ -n "$rxe_provider" && -r /etc/libibverbs.d/rxe.driver ]] ||
