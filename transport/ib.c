@@ -475,6 +475,11 @@ static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
     zccl__ib_poll_cq(comm, 64);
     const ib_peer_t *pe = &ib->peer[peer];
     if (!pe->tx.active && !pe->rx.active) return ZCCL_SUCCESS; /* nothing of ours depends on it now */
+    /* A peer on this host that died is seen at once; across hosts its rdma_cm disconnect or a failed write tells. */
+    if (pe->err == ZCCL_SUCCESS && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&
+        zccl__local_pid_exited(comm->peers[peer].pid))
+        zccl__ib_fail_peer(comm, peer, ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited", peer,
+                           (int)comm->peers[peer].pid);
     return peer_error(comm, peer);
 }
 

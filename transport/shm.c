@@ -449,8 +449,7 @@ static zccl_result_t shm_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *
 
 static int shm_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
 
-static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
-    pid_t pid = comm->peers[peer].pid;
+bool zccl__local_pid_exited(int pid) {
     bool dead = (kill(pid, 0) != 0 && errno == ESRCH);
     if (!dead) { /* a killed child that its parent has not reaped yet still answers kill(0): read its state */
         char path[64], buf[256];
@@ -464,7 +463,12 @@ static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
             if (rp && (rp[2] == 'Z' || rp[2] == 'X')) dead = true;
         }
     }
-    if (dead)
+    return dead;
+}
+
+static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
+    pid_t pid = comm->peers[peer].pid;
+    if (zccl__local_pid_exited(pid))
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited; rank %d cannot complete the "
                            "collective", peer, (int)pid, comm->rank);
     return ZCCL_SUCCESS;

@@ -72,6 +72,9 @@ void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len);
  */
 bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail);
 
+/** Whether process pid of this host has exited (gone, or a zombie not yet reaped). Defined in shm.c. */
+bool zccl__local_pid_exited(int pid);
+
 /** Wakes the given local rank's engine if it sleeps (shm doorbell; no-op for ranks without shm). */
 void zccl__doorbell_ring(struct zccl_comm *comm, int peer);
 

@@ -12,6 +12,8 @@ b=$1
 fail=0
 suites=${ZCCL_IB_SUITES:-"IB/*/ib_2ranks IB/*/ib_3ranks IB/*/ib_qp2_2ranks IB/*/ib_zcopy_2ranks IB/*/ib_4ranks IbFaults.*"}
 ops=${ZCCL_IB_BENCH_OPS:-"allreduce reduce_scatter allgather broadcast reduce"}
+[ "$suites" = "-" ] && suites=""   # "-": run none
+[ "$ops" = "-" ] && ops=""
 for op in $ops; do
   if ZCCL_TRANSPORT=ib "$b/tools/zcclrun" -n 3 --timeout 300 "$b/tools/zccl-bench" $op -b 8 -e 4M -f 64 -c 1 -n 1 \
       -w 0 > /tmp/bench_$op.out 2>&1; then
