@@ -387,7 +387,7 @@ TEST(IbBuild, ForcedIbWithoutDeviceFailsInitWithTheReason) {
     EXPECT_TRUE(r.all_ok()) << r.report();
 }
 
-/* Unforced, the same machine runs over TCP between "hosts" (shm off): IB's absence is not an error. */
+/* Unforced, the same machine just uses its other transports (shared memory here): IB's absence is not an error. */
 TEST(IbBuild, UnforcedWithoutDeviceFallsBackToOtherTransports) {
     if (have_rdma_device()) GTEST_SKIP() << "this machine has an RDMA device";
     Options o;

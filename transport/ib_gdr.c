@@ -48,27 +48,30 @@ zccl_gdr_mode_t zccl__ib_gdr_detect(void) {
 }
 
 struct ibv_mr *zccl__ib_reg(struct ibv_pd *pd, zccl_gdr_mode_t gdr, void *addr, size_t len) {
-    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    const int flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 #ifdef ZCCL_HAVE_CUDA
     if (gdr != ZCCL_GDR_NONE && cu_get_attr) {
         unsigned int type = 0;
         if (cu_get_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) == CUDA_SUCCESS &&
             type == CU_MEMORYTYPE_DEVICE) {
-            if (gdr == ZCCL_GDR_PEERMEM) return ibv_reg_mr(pd, addr, len, access);
+            if (gdr == ZCCL_GDR_PEERMEM) return ibv_reg_mr(pd, addr, len, flags);
             int fd = -1;
-            if (cu_get_handle(&fd, (CUdeviceptr)(uintptr_t)addr, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) !=
+            struct ibv_mr *mr = NULL;
+            errno = 0;
+            if (cu_get_handle(&fd, (CUdeviceptr)(uintptr_t)addr, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) ==
                 CUDA_SUCCESS) {
-                errno = ENOTSUP;
-                return NULL;
+                /* The range is page-aligned by the cache, so the dma-buf starts at addr: offset 0, iova = addr. */
+                mr = ibv_reg_dmabuf_mr(pd, 0, len, (uint64_t)(uintptr_t)addr, fd, flags);
+                close(fd);
             }
-            /* The range is page-aligned by the cache, so the dma-buf starts at addr: offset 0, iova = addr. */
-            struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, len, (uint64_t)(uintptr_t)addr, fd, access);
-            close(fd);
-            return mr;
+            /* A driver or kernel without dma-buf support: the peer-memory module, if loaded, still works. */
+            if (!mr && access("/sys/module/nvidia_peermem", F_OK) == 0) mr = ibv_reg_mr(pd, addr, len, flags);
+            if (!mr && !errno) errno = ENOTSUP;
+            return mr; /* NULL: the caller stages through host memory */
         }
     }
 #endif
     (void)gdr;
-    return ibv_reg_mr(pd, addr, len, access);
+    return ibv_reg_mr(pd, addr, len, flags);
 }
 #endif /* ZCCL_HAVE_IB */
