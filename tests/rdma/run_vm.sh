@@ -43,7 +43,7 @@ qemu=$(command -v qemu-system-x86_64 || true)
 [[ -n "$qemu" ]] || skip "qemu-system-x86_64 not found (apt-get install qemu-system-x86, or tools/deps.sh)"
 kernel=$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 [[ -n "$kernel" ]] || skip "no kernel image /boot/vmlinuz-* (apt-get install linux-image-amd64)"
-[[ -r "$kernel" ]] || skip "$kernel is not readable (run as root: Debian installs kernel images mode 0600)"
+[[ -r "$kernel" ]] || skip "$kernel is not readable (run as root, or make it readable: some distributions install it mode 0600)"
 kver=${kernel#/boot/vmlinuz-}
 moddir=/lib/modules/$kver
 [[ -r "$moddir/modules.dep" ]] || skip "$moddir/modules.dep missing (modules of $kver not installed)"
