@@ -485,4 +485,38 @@ TEST(IbFaults, DownedLinkGivesAnErrorNotAHang) {
     for (int r = 0; r < n; r++) printf("[   INFO   ] downed link, rank %d: %s\n", r, res.procs[r].output.c_str());
 }
 
+/* NCCL issue #426's failure mode: the path MTU rdma_cm negotiates is larger than one link can carry, so full-size
+ * packets are dropped silently. The connect-time probe must turn that into an init error that says so. */
+TEST(IbFaults, MtuMismatchFailsInitAtTheProbe) {
+    if (!in_vm()) GTEST_SKIP() << "needs the soft-RoCE VM (tests/rdma/ib_conformance.sh)";
+    ASSERT_EQ(system("netip link set v1 mtu 1000"), 0); /* RoCE MTU 512 on v1; v0 stays at 1500 (RoCE 1024) */
+    zccl_unique_id_t id;
+    ASSERT_EQ(zccl_get_unique_id(&id), ZCCL_SUCCESS);
+    Options o = vm_options(120);
+    o.init_comm = false;
+    o.env.push_back({"ZCCL_INIT_TIMEOUT_MS", std::string("30000")});
+    GroupResult r = run_ranks(2, [id](zccl_comm_t, int rank, int nranks) -> int {
+        zccl_comm_t c = nullptr;
+        zccl_result_t res = zccl_comm_init_rank(&c, nranks, id, rank);
+        if (res == ZCCL_SUCCESS) {
+            fprintf(stderr, "rank %d: init succeeded across a path MTU mismatch\n", rank);
+            zccl_comm_destroy(c);
+            return 10;
+        }
+        const std::string e = zccl_get_last_error(nullptr);
+        fprintf(stderr, "rank %d: init failed (%d): %s\n", rank, (int)res, e.c_str());
+        return e.find("probe") != std::string::npos || e.find("rank") != std::string::npos ? 0 : 11;
+    }, o);
+    EXPECT_EQ(system("netip link set v1 mtu 1500"), 0);
+    EXPECT_FALSE(r.deadline_exceeded) << r.report();
+    bool probe_named = false;
+    for (int i = 0; i < 2; i++) {
+        EXPECT_TRUE(r.procs[i].ok()) << r.report();
+        probe_named |= r.procs[i].output.find("probe") != std::string::npos &&
+                       r.procs[i].output.find("MTU") != std::string::npos;
+        printf("[   INFO   ] MTU mismatch, rank %d: %s\n", i, r.procs[i].output.c_str());
+    }
+    EXPECT_TRUE(probe_named) << "no rank named the probe and the MTU: " << r.report();
+}
+
 }  // namespace

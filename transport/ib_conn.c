@@ -432,6 +432,13 @@ static int path_mtu(struct ibv_qp *qp) {
     return 128 << a.path_mtu;
 }
 
+/* Path MTU of the first connected QP, for messages. */
+static int mtu_any(struct zccl_ib_comm *ib, int nranks) {
+    for (int p = 0; p < nranks; p++)
+        if (ib->peer[p].used && ib->peer[p].id[0] && ib->peer[p].id[0]->qp) return path_mtu(ib->peer[p].id[0]->qp);
+    return -1;
+}
+
 zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns) {
     struct zccl_ib_comm *ib = comm->ib;
     int want = 0, probes_want = 0;
@@ -486,6 +493,13 @@ zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns)
     /* Probe: one IB_PROBE_BYTES write each way on every QP, acknowledged, before the connection counts as up. */
     for (int p = 0; p < comm->nranks; p++)
         for (int q = 0; ib->peer[p].used && q < ib->nqp; q++) ZCCL_CHECK(post_probe(comm, p, q));
+    /* The probe gets the time the transport's own retries take (4 x the ACK timeout x tries) plus 5 s, within the
+     * init deadline: a write whose packets are dropped may not even fail with "retry exceeded" (seen on rxe). */
+    const double ack_s = 4.096e-6 * (double)(1ull << ib->k.timeout);
+    const uint64_t probe_ns = (uint64_t)((4.0 * ack_s * (ib->k.retry_cnt + 1) + 5.0) * 1e9);
+    const uint64_t probe_start = zccl__now_ns();
+    const uint64_t probe_deadline = ZCCL_MIN(deadline_ns, probe_start + probe_ns);
+    const double probe_s = (double)(probe_deadline > probe_start ? probe_deadline - probe_start : 0) / 1e9;
     int done = 0;
     while (done < probes_want || ib->probes_in < probes_want) {
         zccl__ib_poll_cq(comm, 64);
@@ -504,12 +518,13 @@ zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns)
             }
             done += pe->probes_done;
         }
-        if (zccl__now_ns() > deadline_ns)
-            return zccl__error(ZCCL_TIMEOUT, "rank %d: the connect-time IB probe did not complete within "
-                               "ZCCL_INIT_TIMEOUT_MS (%d of %d writes acknowledged, %d of %d peer writes seen) on %s "
-                               "port %d GID index %d: a path MTU or GID type mismatch drops packets silently",
-                               comm->rank, done, probes_want, ib->probes_in, probes_want, ib->dev, ib->port,
-                               ib->gid_index);
+        if (zccl__now_ns() > probe_deadline)
+            return zccl__error(ZCCL_TIMEOUT, "rank %d: the connect-time IB probe (one %d-byte RDMA write each way) "
+                               "did not complete within %.1f s (%d of %d writes acknowledged, %d of %d peer writes "
+                               "seen) on %s port %d GID index %d, path MTU %d: a path MTU larger than some hop's or a "
+                               "GID type mismatch (RoCE v1/v2, ZCCL_IB_GID_INDEX) drops packets silently",
+                               comm->rank, IB_PROBE_BYTES, probe_s, done, probes_want, ib->probes_in, probes_want, ib->dev,
+                               ib->port, ib->gid_index, mtu_any(ib, comm->nranks));
         if (done < probes_want || ib->probes_in < probes_want) {
             struct pollfd pfd = {ib->cch->fd, POLLIN, 0};
             ibv_req_notify_cq(ib->cq, 0);
