@@ -18,7 +18,8 @@ t0=$(cut -d' ' -f1 /proc/uptime 2>/dev/null)
 
 mount -t proc proc /proc && mount -t sysfs sysfs /sys && mount -t devtmpfs devtmpfs /dev || die "mounting proc/sys/dev"
 mkdir -p /dev/pts /dev/shm
-mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /tmp
+# /tmp stays on the initramfs root (already in RAM): a tmpfs there would hide files packed under /tmp
+mount -t devpts devpts /dev/pts; mount -t tmpfs tmpfs /dev/shm; mount -t tmpfs tmpfs /run; chmod 1777 /tmp
 t0=$(cut -d' ' -f1 /proc/uptime)
 for m in $(cat /etc/zccl-vm/modules); do
   insmod "$m" || die "insmod $m"
