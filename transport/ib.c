@@ -448,6 +448,9 @@ static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *p
         return ZCCL_SUCCESS;
     }
     if (zccl__ib_poll_cq(comm, 64) > 0) *progressed = true;
+    /* Events are also read by check_peer() when the rank stalls; reading them here too (one poll(2) in 256 calls)
+     * bounds the time to notice a port error while completions of other peers keep the rank busy. */
+    if ((++ib->progress_calls & 255) == 0) zccl__ib_poll_events(comm);
     ZCCL_CHECK(peer_error(comm, x->peer));
     if (ib->dev_err != ZCCL_SUCCESS) return peer_error(comm, x->peer);
     return x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);

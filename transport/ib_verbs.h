@@ -102,6 +102,7 @@ struct zccl_ib_comm {
     zccl_ib_mr_cache_t cache;
     bool cache_on;
     zccl_gdr_mode_t gdr;
+    unsigned progress_calls;  /* every 256th progress() also reads the async and rdma_cm events */
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
     char dev_errmsg[400];
 };
