@@ -178,6 +178,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     if (res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT || res == ZCCL_INTERNAL_ERROR) {
         snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
         __atomic_store_n(&comm->async_error, res, __ATOMIC_RELEASE);
+        zccl__comm_poison(comm); /* peers still waiting on this rank fail too instead of hanging */
     }
     pthread_mutex_unlock(&comm->exec_mutex);
     return res;

@@ -27,7 +27,8 @@
 
 void zccl__shm_unlink_own(struct zccl_comm *comm);
 
-static const zccl_transport_ops_t *const transports[] = {&zccl_transport_shm, &zccl_transport_tcp};
+/* In order of preference: shared memory on one host, IB verbs where a device reaches the peer, TCP. */
+static const zccl_transport_ops_t *const transports[] = {&zccl_transport_shm, &zccl_transport_ib, &zccl_transport_tcp};
 #define NTRANSPORTS (sizeof transports / sizeof transports[0])
 
 uint64_t zccl__host_hash(void) {
@@ -104,6 +105,11 @@ static void *service_main(void *arg) {
 
 /* ---- teardown ----------------------------------------------------------------------------------------------- */
 
+void zccl__comm_poison(struct zccl_comm *comm) {
+    for (size_t t = 0; t < NTRANSPORTS; t++)
+        if (transports[t]->poison) transports[t]->poison(comm);
+}
+
 static void comm_free(struct zccl_comm *comm) {
     if (!comm) return;
     if (comm->service_running) {
@@ -138,9 +144,9 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
     if (*forced) {
         for (size_t t = 0; t < NTRANSPORTS; t++)
             if (!strcasecmp(forced, transports[t]->name)) force = transports[t];
-        if (!force) return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s is not one of: shm, tcp", forced);
+        if (!force) return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s is not one of: shm, ib, tcp", forced);
     }
-    int nshm = 0, ntcp = 0;
+    int nshm = 0, ntcp = 0, nib = 0;
     for (int r = 0; r < comm->nranks; r++) {
         if (r == comm->rank) { comm->tp[r] = force ? force : &zccl_transport_shm; continue; }
         const zccl_transport_ops_t *pick = NULL;
@@ -152,16 +158,27 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
                     return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_TRANSPORT=shm: /dev/shm has %zu bytes free but the "
                                        "ranks of this host need %zu; enlarge it (docker: --shm-size), lower "
                                        "ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES, or allow TCP", avail, need);
+                if (force == &zccl_transport_ib)
+                    return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=ib cannot reach rank %d: %s", r,
+                                       !comm->peers[r].ib.addr.sa.ss_family ? "it has no usable RDMA device (see its "
+                                       "INFO log)" : "its device is on another link layer, IB subnet or address "
+                                       "family than this rank's");
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d (another host)",
                                    force->name, r);
             }
             pick = force;
         } else {
-            for (size_t t = 0; t < NTRANSPORTS && !pick; t++) /* ordered by preference: shm, then tcp */
+            for (size_t t = 0; t < NTRANSPORTS && !pick; t++) /* ordered by preference: shm, ib, tcp */
                 if (transports[t]->can_reach(comm, r)) pick = transports[t];
         }
         comm->tp[r] = pick;
-        if (pick == &zccl_transport_shm) nshm++; else ntcp++;
+        if (pick == &zccl_transport_shm) nshm++;
+        else if (pick == &zccl_transport_ib) nib++;
+        else ntcp++;
+        if (pick == &zccl_transport_ib || (pick == &zccl_transport_tcp && !force))
+            ZCCL_INFO(ZCCL_LOG_INIT, "rank %d -> rank %d: %s%s", comm->rank, r, pick->name,
+                      pick == &zccl_transport_ib ? "" : comm->peers[comm->rank].ib.addr.sa.ss_family
+                      ? " (its host has no RDMA device this rank's reaches)" : " (no usable RDMA device on this rank)");
     }
     size_t need, avail;
     int first_local = comm->rank; /* the lowest rank of this host speaks for it */
@@ -171,7 +188,8 @@ static zccl_result_t choose_transports(struct zccl_comm *comm) {
         ZCCL_WARN(ZCCL_LOG_SHM, "/dev/shm has %zu bytes free but the ranks of this host need %zu for shared memory: "
                   "using TCP between them (slower; enlarge /dev/shm, e.g. docker --shm-size, or lower "
                   "ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES)", avail, need);
-    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d: %d peers over shm, %d over tcp", comm->rank, comm->nranks, nshm, ntcp);
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d: %d peers over shm, %d over ib, %d over tcp", comm->rank, comm->nranks,
+              nshm, nib, ntcp);
     return ZCCL_SUCCESS;
 }
 
@@ -387,6 +405,7 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     me.shm_free = statvfs("/dev/shm", &vfs) == 0 ? (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize : 0;
     me.cma_probe_value = cma_probe_word;
     ZCCL_CHECK_GOTO(locality_self(&me.loc, me.host_hash), res, fail);
+    ZCCL_CHECK_GOTO(zccl__ib_local_info(comm, &me.ib), res, fail);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
     ZCCL_CHECK_GOTO(choose_ring(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);

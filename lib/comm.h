@@ -10,6 +10,18 @@
 #include "topo.h"
 #include "transport.h"
 
+/** How a rank can be reached over the IB verbs transport (transport/ib*.c); addr family 0 = no usable device. */
+typedef struct {
+    zccl_sockaddr_t addr;  /* rdma_cm listening address: the IP of the chosen port's interface (IPoIB or RoCE) */
+    uint64_t probe_addr;   /* registered buffer peers write the connect-time probe into */
+    uint32_t probe_rkey;
+    int32_t port;          /* port number on the device */
+    int32_t link;          /* 1 = InfiniBand, 2 = Ethernet (RoCE) */
+    int32_t gid_index;
+    uint64_t subnet;       /* InfiniBand: the GID's subnet prefix (ranks on different subnets do not use IB) */
+    char dev[32];          /* device name, for messages */
+} zccl_ib_peer_info_t;
+
 /** What every rank tells every other at init (fixed size, exchanged through the bootstrap root). */
 typedef struct {
     int32_t rank;
@@ -21,6 +33,7 @@ typedef struct {
     uint64_t cma_probe_value;
     uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
     zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
+    zccl_ib_peer_info_t ib; /* IB verbs transport endpoint */
 } zccl_peer_info_t;
 
 /** Header a rank sends after the handshake on a rank-to-rank connection. */
@@ -39,6 +52,7 @@ typedef struct {
 
 struct zccl_shm_comm;
 struct zccl_tcp_comm;
+struct zccl_ib_comm;
 
 struct zccl_comm {
     int rank, nranks;
@@ -58,6 +72,7 @@ struct zccl_comm {
 
     struct zccl_shm_comm *shm;
     struct zccl_tcp_comm *tcp;
+    struct zccl_ib_comm *ib;
 
     /* Doorbell: a futex word this rank sleeps on; peers and the service thread bump it (see engine.c). */
     uint32_t *doorbell;
@@ -87,6 +102,18 @@ struct zccl_comm {
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */
     char async_msg[512];
 };
+
+/**
+ * IB transport, before the bootstrap: reads the ZCCL_IB_* knobs, opens the chosen device and starts this rank's
+ * rdma_cm listener, and fills *me (family 0 when IB is disabled, absent from the build, or no device is usable:
+ * peers then use another transport; the reason is logged at INFO). Errors only for invalid knobs, or when
+ * ZCCL_TRANSPORT=ib demands a device and none can be used.
+ */
+zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *me);
+
+/** After this rank gave up a collective (lost peer, timeout): makes the peers that may still wait on it fail too
+ *  (every transport's poison op), so an error reaches every survivor instead of leaving some hanging. */
+void zccl__comm_poison(struct zccl_comm *comm);
 
 /** Host identity: hash of hostname and /proc boot_id. */
 uint64_t zccl__host_hash(void);

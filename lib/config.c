@@ -8,12 +8,16 @@
 #include <string.h>
 #include "core.h"
 
+bool zccl__ib_built(void); /* transport/ib.c */
+
 const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE"},
-    [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "", "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,ALL; ^ excludes"},
+    [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "",
+                               "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,IB,ALL; ^ excludes"},
     [ZCCL_CFG_SOCKET_IFNAME] = {"ZCCL_SOCKET_IFNAME", "",
                                 "interfaces for sockets, NCCL grammar: prefixes a,b; ^ excludes; = exact"},
-    [ZCCL_CFG_TRANSPORT] = {"ZCCL_TRANSPORT", "", "force one transport for every peer: shm or tcp"},
+    [ZCCL_CFG_TRANSPORT] = {"ZCCL_TRANSPORT", "",
+                            "force one transport for every peer: shm, ib (also between ranks of one host) or tcp"},
     [ZCCL_CFG_SECRET] = {"ZCCL_SECRET", "", "job secret, 32 hex digits (set by zcclrun) for zccl_comm_init_env"},
     [ZCCL_CFG_INIT_TIMEOUT_MS] = {"ZCCL_INIT_TIMEOUT_MS", "120000",
                                   "deadline for communicator creation (bootstrap and connections), ms"},
@@ -41,6 +45,22 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_TUNER_CACHE] = {"ZCCL_TUNER_CACHE", "",
                               "file of measured tuner parameters keyed by host and link; read at init when every "
                               "rank finds its entries there, else written after calibration"},
+    [ZCCL_CFG_IB_DISABLE] = {"ZCCL_IB_DISABLE", "0", "1: never use the InfiniBand/RoCE verbs transport (TCP between "
+                             "hosts)"},
+    [ZCCL_CFG_IB_HCA] = {"ZCCL_IB_HCA", "",
+                         "RDMA devices to use, NCCL grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; "
+                         "unset = first active port of any device"},
+    [ZCCL_CFG_IB_GID_INDEX] = {"ZCCL_IB_GID_INDEX", "-1",
+                               "GID table index (RoCE); -1 = the first RoCE v2 IPv4-mapped GID, else the first GID"},
+    [ZCCL_CFG_IB_TIMEOUT] = {"ZCCL_IB_TIMEOUT", "18",
+                             "IB local ACK timeout exponent: 4.096 us * 2^value per try, 1..31"},
+    [ZCCL_CFG_IB_RETRY_CNT] = {"ZCCL_IB_RETRY_CNT", "7", "IB transport retries before a send fails, 0..7"},
+    [ZCCL_CFG_IB_QPS_PER_CONN] = {"ZCCL_IB_QPS_PER_CONN", "1",
+                                  "queue pairs per IB connection (chunks striped over them), 1..16"},
+    [ZCCL_CFG_IB_ZCOPY_BYTES] = {"ZCCL_IB_ZCOPY_BYTES", "0",
+                                 "IB transfers of at least this many bytes use the user's buffer directly through "
+                                 "the registration cache (no staging copy); 0 = always stage. The cache cannot see "
+                                 "free(): set it only when communication buffers stay allocated"},
     [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
                             "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",
@@ -94,5 +114,10 @@ ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
                          d->help);
         if (n > 0) need += (size_t)n;
     }
+    /* Not a setting, but what decides whether the ZCCL_IB_* settings mean anything. */
+    int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0, "%s\n",
+                     zccl__ib_built() ? "IB transport: built (libibverbs, librdmacm)"
+                                      : "IB transport: absent (built without libibverbs/librdmacm)");
+    if (n > 0) need += (size_t)n;
     return need;
 }

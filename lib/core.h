@@ -69,6 +69,7 @@ enum {
     ZCCL_LOG_ENV = 1u << 5,
     ZCCL_LOG_TOPO = 1u << 6,
     ZCCL_LOG_TUNE = 1u << 7,
+    ZCCL_LOG_IB = 1u << 8,
     ZCCL_LOG_ALL = 0xffffu
 };
 extern int zccl__log_level; /* resolved from ZCCL_DEBUG on first use */
@@ -119,6 +120,13 @@ typedef enum {
     ZCCL_CFG_ALGO,             /* ZCCL_ALGO */
     ZCCL_CFG_TUNER_CALIBRATE,  /* ZCCL_TUNER_CALIBRATE */
     ZCCL_CFG_TUNER_CACHE,      /* ZCCL_TUNER_CACHE */
+    ZCCL_CFG_IB_DISABLE,       /* ZCCL_IB_DISABLE */
+    ZCCL_CFG_IB_HCA,           /* ZCCL_IB_HCA */
+    ZCCL_CFG_IB_GID_INDEX,     /* ZCCL_IB_GID_INDEX */
+    ZCCL_CFG_IB_TIMEOUT,       /* ZCCL_IB_TIMEOUT */
+    ZCCL_CFG_IB_RETRY_CNT,     /* ZCCL_IB_RETRY_CNT */
+    ZCCL_CFG_IB_QPS_PER_CONN,  /* ZCCL_IB_QPS_PER_CONN */
+    ZCCL_CFG_IB_ZCOPY_BYTES,   /* ZCCL_IB_ZCOPY_BYTES */
     ZCCL_CFG_COUNT
 } zccl_cfg_id_t;
 

@@ -32,7 +32,7 @@ static void log_init_once(void) {
         static const struct { const char *name; unsigned bit; } names[] = {
             {"INIT", ZCCL_LOG_INIT}, {"BOOT", ZCCL_LOG_BOOT}, {"SHM", ZCCL_LOG_SHM}, {"TCP", ZCCL_LOG_TCP},
             {"COLL", ZCCL_LOG_COLL}, {"ENV", ZCCL_LOG_ENV}, {"TOPO", ZCCL_LOG_TOPO}, {"TUNE", ZCCL_LOG_TUNE},
-            {"ALL", ZCCL_LOG_ALL}};
+            {"IB", ZCCL_LOG_IB}, {"ALL", ZCCL_LOG_ALL}};
         int exclude = (*s == '^');
         unsigned mask = 0;
         char buf[256];

@@ -4,6 +4,11 @@
 set -euo pipefail
 pkgs=(cmake make gcc g++ pkg-config libssl-dev googletest libgtest-dev iproute2 libhwloc-dev libxml2-dev
       libjansson-dev graphviz clang libclang-rt-14-dev zlib1g-dev)
+# The soft-RoCE VM test (tests/rdma/, ctest RDMA.soft_roce_*): QEMU, Debian's kernel with its rdma_rxe modules,
+# busybox as the guest's shell, rdma-core's verbs/rdma_cm libraries with the rxe provider, their reference tools
+# (ibv_rc_pingpong, rping, ib_write_bw) and cpio for the initramfs. libibverbs-dev/librdmacm-dev build the IB transport.
+pkgs+=(libibverbs-dev librdmacm-dev rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86
+       linux-image-amd64 busybox-static cpio)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev iperf3)
 fi

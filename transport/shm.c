@@ -63,6 +63,8 @@ typedef struct {
     uint64_t slot_bytes, chan_stride, data_offset;
     _Alignas(64) uint32_t doorbell;
     _Alignas(64) uint32_t sleeping;
+    uint32_t failed;   /* set when the owner gave up a collective after a lost peer or a timeout: it will not take
+                          part in this communicator's collectives again (its peers fail instead of waiting) */
     uint32_t departed; /* set (release) when the owner destroyed its communicator cleanly: every message it sent is
                           already in its peers' inboxes, so its exit is not a loss */
 } seg_hdr_t;
@@ -451,8 +453,7 @@ static zccl_result_t shm_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *
 
 static int shm_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
 
-static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
-    pid_t pid = comm->peers[peer].pid;
+bool zccl__local_pid_exited(int pid) {
     bool dead = (kill(pid, 0) != 0 && errno == ESRCH);
     if (!dead) { /* a killed child that its parent has not reaped yet still answers kill(0): read its state */
         char path[64], buf[256];
@@ -466,10 +467,28 @@ static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
             if (rp && (rp[2] == 'Z' || rp[2] == 'X')) dead = true;
         }
     }
-    if (dead)
+    return dead;
+}
+
+static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
+    pid_t pid = comm->peers[peer].pid;
+    if (zccl__local_pid_exited(pid))
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited; rank %d cannot complete the "
                            "collective", peer, (int)pid, comm->rank);
+    const shm_comm_t *s = comm->shm;
+    if (s && s->seg && s->local_index[peer] >= 0 && s->seg[s->local_index[peer]] &&
+        __atomic_load_n(&((seg_hdr_t *)s->seg[s->local_index[peer]])->failed, __ATOMIC_ACQUIRE))
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d gave up on this communicator after an error of its own (a lost "
+                           "peer or a timeout); rank %d cannot complete the collective", peer, comm->rank);
     return ZCCL_SUCCESS;
+}
+
+static void shm_poison(struct zccl_comm *comm) {
+    shm_comm_t *s = comm->shm;
+    if (!s || !s->seg || !s->local_index || !s->seg[s->local_index[comm->rank]]) return;
+    __atomic_store_n(&((seg_hdr_t *)s->seg[s->local_index[comm->rank]])->failed, 1, __ATOMIC_RELEASE);
+    for (int r = 0; r < comm->nranks; r++)
+        if (r != comm->rank && s->local_index[r] >= 0) zccl__doorbell_ring(comm, r);
 }
 
 /* Whether peer destroyed its communicator cleanly (zccl_comm_destroy after its last operation). */
@@ -517,4 +536,5 @@ const zccl_transport_ops_t zccl_transport_shm = {
     .check_peer = shm_check_peer,
     .comm_teardown = shm_teardown,
     .departed = shm_departed,
+    .poison = shm_poison,
 };

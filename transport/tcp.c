@@ -124,6 +124,20 @@ static int tcp_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *even
 
 static zccl_result_t tcp_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
 
+/* Shut every data connection down: a peer blocked receiving from us sees EOF, one sending to us an error. */
+static void tcp_poison(struct zccl_comm *comm) {
+    tcp_comm_t *t = comm->tcp;
+    if (!t) return;
+    for (int i = 0; i < comm->nranks; i++) {
+        if (t->send_fd[i] >= 0) shutdown(t->send_fd[i], SHUT_RDWR);
+        if (t->recv_fd[i] >= 0) shutdown(t->recv_fd[i], SHUT_RDWR);
+    }
+    pthread_mutex_lock(&comm->in_mutex);
+    for (int i = 0; i < comm->nranks; i++)
+        if (comm->in_fd[i] >= 0) shutdown(comm->in_fd[i], SHUT_RDWR);
+    pthread_mutex_unlock(&comm->in_mutex);
+}
+
 static void tcp_teardown(struct zccl_comm *comm) {
     tcp_comm_t *t = comm->tcp;
     if (!t) return;
@@ -148,4 +162,5 @@ const zccl_transport_ops_t zccl_transport_tcp = {
     .wait_fd = tcp_wait_fd,
     .check_peer = tcp_check_peer,
     .comm_teardown = tcp_teardown,
+    .poison = tcp_poison,
 };

@@ -57,10 +57,15 @@ typedef struct zccl_transport_ops {
      *  all it sent was delivered). The engine then does not count that peer's exit as a loss unless it still waits
      *  on a transfer with it. */
     bool (*departed)(const struct zccl_comm *comm, int peer);
+    /** Optional (NULL = nothing to do): this rank gave up a collective after a lost peer or a timeout; make every
+     *  peer that may still wait on it fail too instead of hanging (TCP: shut the connections down; shm: mark the
+     *  inbox failed and wake the host's ranks). The listening socket stays, so zccl_comm_shrink still works. */
+    void (*poison)(struct zccl_comm *comm);
 } zccl_transport_ops_t;
 
 extern const zccl_transport_ops_t zccl_transport_shm;
 extern const zccl_transport_ops_t zccl_transport_tcp;
+extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c; never reaches a peer when built without verbs */
 
 /**
  * Hands `len` received bytes (a whole number of elements) to x at offset x->done: copies them to dst, or reduces
@@ -74,6 +79,9 @@ void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len);
  * free space any of them saw at start). Without room, ranks of one host talk over TCP instead.
  */
 bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail);
+
+/** Whether process pid of this host has exited (gone, or a zombie not yet reaped). Defined in shm.c. */
+bool zccl__local_pid_exited(int pid);
 
 /** Wakes the given local rank's engine if it sleeps (shm doorbell; no-op for ranks without shm). */
 void zccl__doorbell_ring(struct zccl_comm *comm, int peer);

@@ -1,0 +1,529 @@
+/*
+ * ib.c — InfiniBand / RoCE verbs transport: the ops table, the data path and failure handling.
+ *
+ * Data moves by RDMA WRITE WITH IMMEDIATE into memory the receiver granted with a clear-to-send message
+ * (ib_verbs.h describes the protocol); connections are made in ib_conn.c. Nothing here blocks: progress() polls
+ * the one completion queue of the communicator (bounded), then advances its transfer by at most IB_SLOTS chunks.
+ * wait_fd() arms the completion channel and returns its descriptor, so a rank with nothing to do sleeps in poll().
+ *
+ * Failures: a work completion with an error status, an asynchronous event (port down, device fatal, QP fatal) or
+ * an rdma_cm disconnection is recorded with the peer, the device and ibv_wc_status_str, and returned as
+ * ZCCL_REMOTE_ERROR (the peer or the path failed: retries exhausted, remote access error, disconnect) or
+ * ZCCL_SYSTEM_ERROR (local device failure) from the next progress() or check_peer() that involves that peer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+#include "comm.h"
+#include "ib.h"
+#include "transport.h"
+
+#ifndef ZCCL_HAVE_IB
+/* Built without libibverbs/librdmacm: the transport exists so ZCCL_TRANSPORT=ib can say why it is not there. */
+bool zccl__ib_built(void) { return false; }
+
+zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *me) {
+    memset(me, 0, sizeof *me);
+    if (!strcasecmp(zccl__cfg_str(ZCCL_CFG_TRANSPORT), "ib"))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=ib: the IB transport is absent (zccl was built "
+                           "without libibverbs/librdmacm; install rdma-core's libibverbs-dev and librdmacm-dev and "
+                           "rebuild)");
+    ZCCL_INFO(ZCCL_LOG_IB, "IB transport absent (built without libibverbs/librdmacm)");
+    return ZCCL_SUCCESS;
+}
+static zccl_result_t ib_setup(struct zccl_comm *comm) {
+    return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport absent from this build");
+}
+static bool ib_can_reach(const struct zccl_comm *comm, int peer) { return false; }
+static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport absent from this build");
+}
+static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
+static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
+static void ib_teardown(struct zccl_comm *comm) {}
+#else
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include "ib_verbs.h"
+
+bool zccl__ib_built(void) { return true; }
+
+/* ---- buffers of a peer -------------------------------------------------------------------------------------- */
+
+size_t zccl__ib_peer_buf_bytes(const struct zccl_ib_comm *ib) {
+    return 2 * IB_SLOTS * ib->chunk + IB_SLOTS * sizeof(ib_cts_t) + (size_t)ib->nqp * IB_RQ_DEPTH * IB_MSG_BYTES;
+}
+uint8_t *zccl__ib_send_slot(struct zccl_ib_comm *ib, int p, uint32_t seq) {
+    return ib->peer[p].buf + (size_t)(seq % IB_SLOTS) * ib->chunk;
+}
+uint8_t *zccl__ib_recv_slot(struct zccl_ib_comm *ib, int p, uint32_t seq) {
+    return ib->peer[p].buf + (size_t)(IB_SLOTS + seq % IB_SLOTS) * ib->chunk;
+}
+ib_cts_t *zccl__ib_cts_out(struct zccl_ib_comm *ib, int p, uint32_t seq) {
+    return (ib_cts_t *)(ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk) + seq % IB_SLOTS;
+}
+uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
+    return ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk + IB_SLOTS * sizeof(ib_cts_t) +
+           ((size_t)q * IB_RQ_DEPTH + idx) * IB_MSG_BYTES;
+}
+
+int zccl__ib_post_recv(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)zccl__ib_msg_buf(ib, p, q, idx), IB_MSG_BYTES, ib->peer[p].mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = ib_wrid(p, IB_K_RECV, q, idx), .sg_list = &sge, .num_sge = 1}, *bad;
+    return ibv_post_recv(ib->peer[p].id[q]->qp, &wr, &bad);
+}
+
+void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const char *fmt, ...) {
+    ib_peer_t *pe = &comm->ib->peer[p];
+    if (pe->err != ZCCL_SUCCESS) return;
+    pe->err = res;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pe->errmsg, sizeof pe->errmsg, fmt, ap);
+    va_end(ap);
+    ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB connection to rank %d failed: %s", comm->rank, p, pe->errmsg);
+}
+
+static bool ib_remote_status(enum ibv_wc_status s) {
+    return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ACCESS_ERR ||
+           s == IBV_WC_REM_INV_REQ_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_ABORT_ERR ||
+           s == IBV_WC_WR_FLUSH_ERR || s == IBV_WC_RESP_TIMEOUT_ERR;
+}
+
+static const char *kind_name(int k) {
+    return k == IB_K_RECV ? "receive" : k == IB_K_DATA ? "data write" : k == IB_K_CTS ? "clear-to-send" : "probe write";
+}
+
+/* ---- completions -------------------------------------------------------------------------------------------- */
+
+static void on_recv(struct zccl_comm *comm, const struct ibv_wc *wc, int p, int q, uint32_t idx) {
+    struct zccl_ib_comm *ib = comm->ib;
+    ib_peer_t *pe = &ib->peer[p];
+    if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        const uint32_t imm = ntohl(wc->imm_data);
+        if (imm == IB_PROBE_IMM) {
+            ib->probes_in++;
+        } else {
+            ib_rx_t *rx = &pe->rx;
+            const uint32_t s = imm % IB_SLOTS;
+            if (imm - rx->delivered >= rx->next - rx->delivered || rx->arrived[s] || wc->byte_len != rx->len[s])
+                zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d wrote grant %u (%u bytes) which rank %d did "
+                                   "not expect (grants %u..%u outstanding): protocol violation", p, imm, wc->byte_len,
+                                   comm->rank, rx->delivered, rx->next);
+            else rx->arrived[s] = true;
+        }
+    } else if (wc->opcode == IBV_WC_RECV) {
+        ib_cts_t m;
+        memcpy(&m, zccl__ib_msg_buf(ib, p, q, idx), sizeof m);
+        ib_tx_t *tx = &pe->tx;
+        const uint32_t s = m.seq % IB_SLOTS;
+        if (wc->byte_len != sizeof m || m.magic != IB_CTS_MAGIC || m.seq - tx->next >= IB_SLOTS || tx->have[s] ||
+            m.len == 0 || m.len > ib->chunk * 64)
+            zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d sent a malformed clear-to-send (%u bytes, grant "
+                               "%u, expected %u..%u)", p, wc->byte_len, m.seq, tx->next, tx->next + IB_SLOTS - 1);
+        else {
+            tx->grant[s] = m;
+            tx->have[s] = true;
+        }
+    }
+    if (pe->err == ZCCL_SUCCESS && zccl__ib_post_recv(ib, p, q, idx) != 0)
+        zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_recv on %s: %s", ib->dev, strerror(errno));
+}
+
+int zccl__ib_poll_cq(struct zccl_comm *comm, int max) {
+    struct zccl_ib_comm *ib = comm->ib;
+    struct ibv_wc wc[16];
+    int total = 0;
+    while (total < max) {
+        const int n = ibv_poll_cq(ib->cq, 16, wc);
+        if (n <= 0) {
+            if (n < 0 && ib->dev_err == ZCCL_SUCCESS) {
+                ib->dev_err = ZCCL_SYSTEM_ERROR;
+                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "ibv_poll_cq on %s failed (%d)", ib->dev, n);
+            }
+            break;
+        }
+        total += n;
+        for (int i = 0; i < n; i++) {
+            const struct ibv_wc *w = &wc[i];
+            const int p = (int)(w->wr_id >> 40), kind = (int)((w->wr_id >> 36) & 0xf), q = (int)((w->wr_id >> 28) & 0xff);
+            const uint32_t idx = (uint32_t)(w->wr_id & 0xfffffff);
+            if (p < 0 || p >= comm->nranks || !ib->peer[p].used) continue;
+            ib_peer_t *pe = &ib->peer[p];
+            if (kind != IB_K_RECV) pe->sq_out[q]--;
+            if (w->status != IBV_WC_SUCCESS) {
+                if (kind == IB_K_DATA) pe->tx.busy[idx % IB_SLOTS] = false;
+                zccl__ib_fail_peer(comm, p, ib_remote_status(w->status) ? ZCCL_REMOTE_ERROR : ZCCL_SYSTEM_ERROR,
+                                   "%s on %s port %d to rank %d (its %s) completed with \"%s\" (status %d, vendor "
+                                   "error 0x%x)%s", kind_name(kind), ib->dev, ib->port, p, comm->peers[p].ib.dev,
+                                   ibv_wc_status_str(w->status), (int)w->status, w->vendor_err,
+                                   w->status == IBV_WC_RETRY_EXC_ERR ? ": the peer stopped acknowledging (exited, "
+                                   "link down, or ZCCL_IB_TIMEOUT too short)" :
+                                   w->status == IBV_WC_WR_FLUSH_ERR ? ": the connection was closed" :
+                                   w->status == IBV_WC_LOC_QP_OP_ERR ? ": the local port may be down" : "");
+                continue;
+            }
+            switch (kind) {
+            case IB_K_RECV: on_recv(comm, w, p, q, idx); break;
+            case IB_K_DATA: {
+                const uint32_t s = idx % IB_SLOTS;
+                pe->tx.acked += pe->tx.len[s];
+                pe->tx.busy[s] = false;
+                if (pe->tx.pin[s]) zccl__ib_mr_unpin(&ib->cache, pe->tx.pin[s]), pe->tx.pin[s] = NULL;
+                break;
+            }
+            case IB_K_PROBE: pe->probes_done++; break;
+            default: break;
+            }
+        }
+    }
+    return total;
+}
+
+void zccl__ib_poll_events(struct zccl_comm *comm) {
+    struct zccl_ib_comm *ib = comm->ib;
+    struct pollfd pfd = {ib->ctx->async_fd, POLLIN, 0};
+    while (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)) {
+        struct ibv_async_event ev;
+        if (ibv_get_async_event(ib->ctx, &ev) != 0) break;
+        const enum ibv_event_type t = ev.event_type;
+        if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) {
+            if (ib->dev_err == ZCCL_SUCCESS) {
+                ib->dev_err = ZCCL_SYSTEM_ERROR;
+                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "%s port %d: asynchronous event \"%s\"%s", ib->dev,
+                         ib->port, ibv_event_type_str(t),
+                         t == IBV_EVENT_PORT_ERR ? " (the link went down)" : "");
+            }
+        } else if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
+            for (int p = 0; p < comm->nranks; p++)
+                for (int q = 0; ib->peer[p].used && q < ib->nqp; q++)
+                    if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp == ev.element.qp)
+                        zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "QP %d to rank %d on %s: asynchronous event "
+                                           "\"%s\"", q, p, ib->dev, ibv_event_type_str(t));
+        }
+        ibv_ack_async_event(&ev);
+    }
+    struct rdma_cm_event *ev;
+    while (rdma_get_cm_event(ib->ech, &ev) == 0) {
+        const int p = ev->id && ev->id != ib->listen ? (int)((uintptr_t)ev->id->context >> 8) - 1 : -1;
+        const enum rdma_cm_event_type t = ev->event;
+        const int st = ev->status;
+        if (t == RDMA_CM_EVENT_CONNECT_REQUEST) rdma_reject(ev->id, NULL, 0);
+        const bool req = t == RDMA_CM_EVENT_CONNECT_REQUEST;
+        struct rdma_cm_id *rid = ev->id;
+        rdma_ack_cm_event(ev);
+        if (req) { rdma_destroy_id(rid); continue; }
+        if (p >= 0 && p < comm->nranks && ib->peer[p].used &&
+            (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT || t == RDMA_CM_EVENT_DEVICE_REMOVAL))
+            zccl__ib_fail_peer(comm, p, t == RDMA_CM_EVENT_DEVICE_REMOVAL ? ZCCL_SYSTEM_ERROR : ZCCL_REMOTE_ERROR,
+                               "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
+                               "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->dev);
+    }
+}
+
+static int reg_entry(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkey, uint32_t *rkey) {
+    struct zccl_ib_comm *ib = ctx;
+    struct ibv_mr *mr = zccl__ib_reg(ib->pd, ib->gdr, addr, len);
+    if (!mr) return -1;
+    *handle = mr;
+    *lkey = mr->lkey;
+    *rkey = mr->rkey;
+    return 0;
+}
+static void dereg_entry(void *ctx, void *handle) { ibv_dereg_mr(handle); }
+
+/* ---- setup -------------------------------------------------------------------------------------------------- */
+
+static zccl_result_t ib_setup(struct zccl_comm *comm) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (!ib || !ib->pd) return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport chosen without a device");
+    ib->chunk = comm->chunk_bytes;
+    ib->nqp = ib->k.qps_per_conn;
+    int64_t init_ms;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms));
+    const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
+    if (!(ib->peer = calloc((size_t)comm->nranks, sizeof *ib->peer)))
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    int npeers = 0;
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank && comm->tp[p] == &zccl_transport_ib) ib->peer[p].used = true, npeers++;
+    if ((ib->ready_fd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        return zccl__syserror(errno, "eventfd");
+    if (!(ib->cch = ibv_create_comp_channel(ib->ctx)))
+        return zccl__syserror(errno, "rank %d: ibv_create_comp_channel on %s", comm->rank, ib->dev);
+    int fl = fcntl(ib->cch->fd, F_GETFL);
+    if (fl < 0 || fcntl(ib->cch->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return zccl__syserror(errno, "completion channel non-blocking");
+    struct ibv_device_attr da;
+    if (ibv_query_device(ib->ctx, &da) != 0) return zccl__syserror(errno, "ibv_query_device on %s", ib->dev);
+    const long cqe = (long)npeers * ib->nqp * (IB_RQ_DEPTH + IB_SQ_DEPTH) + 16;
+    if (cqe > da.max_cqe)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: %d IB peers x %d QPs need a completion queue of %ld entries; "
+                           "%s allows %d (lower ZCCL_IB_QPS_PER_CONN)", comm->rank, npeers, ib->nqp, cqe, ib->dev,
+                           da.max_cqe);
+    if (!(ib->cq = ibv_create_cq(ib->ctx, (int)cqe, NULL, ib->cch, 0)))
+        return zccl__syserror(errno, "rank %d: ibv_create_cq of %ld entries on %s", comm->rank, cqe, ib->dev);
+    const size_t pb = zccl__ib_peer_buf_bytes(ib);
+    for (int p = 0; p < comm->nranks; p++) {
+        ib_peer_t *pe = &ib->peer[p];
+        if (!pe->used) continue;
+        if (!(pe->buf = aligned_alloc(4096, (pb + 4095) & ~(size_t)4095)))
+            return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu bytes of IB buffers", pb);
+        if (!(pe->mr = ibv_reg_mr(ib->pd, pe->buf, pb, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
+            return zccl__syserror(errno, "rank %d: ibv_reg_mr of %zu bytes for rank %d on %s (RLIMIT_MEMLOCK?)",
+                                  comm->rank, pb, p, ib->dev);
+    }
+    ib->cache_on = ib->k.zcopy_bytes > 0;
+    ZCCL_CHECK(zccl__ib_mr_cache_init(&ib->cache, 256, (size_t)4 << 30, reg_entry, dereg_entry, ib));
+    ZCCL_CHECK(zccl__ib_connect_all(comm, deadline));
+    return ZCCL_SUCCESS;
+}
+
+static bool ib_can_reach(const struct zccl_comm *comm, int peer) {
+    const zccl_ib_peer_info_t *a = &comm->peers[comm->rank].ib, *b = &comm->peers[peer].ib;
+    if (!a->addr.sa.ss_family || !b->addr.sa.ss_family || a->link != b->link) return false;
+    if (a->link == 1 && a->subnet != b->subnet) return false; /* InfiniBand: another subnet needs a router */
+    return a->addr.sa.ss_family == b->addr.sa.ss_family;
+}
+
+/* ---- data path ---------------------------------------------------------------------------------------------- */
+
+static zccl_result_t peer_error(struct zccl_comm *comm, int p) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (ib->peer[p].err != ZCCL_SUCCESS) zccl__ib_poll_events(comm); /* a port error explains a failed write best */
+    if (ib->dev_err != ZCCL_SUCCESS)
+        return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
+    ib_peer_t *pe = &ib->peer[p];
+    if (pe->err != ZCCL_SUCCESS)
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s) failed: %s", comm->rank, p, ib->dev,
+                           comm->peers[p].ib.dev, pe->errmsg);
+    return ZCCL_SUCCESS;
+}
+
+static zccl_ib_mr_entry_t *zcopy(struct zccl_ib_comm *ib, const void *addr, size_t bytes, size_t whole) {
+    if (!ib->cache_on || whole < ib->k.zcopy_bytes) return NULL;
+    return zccl__ib_mr_get(&ib->cache, addr, bytes);
+}
+
+static zccl_result_t ib_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = comm->ib;
+    const int p = x->peer;
+    ib_peer_t *pe = &ib->peer[p];
+    ib_tx_t *tx = &pe->tx;
+    if (!x->started) {
+        x->started = true;
+        x->t[0] = tx->posted; /* the channel's byte count when this send began */
+        tx->active = true;
+    }
+    for (int n = 0; n < IB_SLOTS && x->done < x->bytes; n++) {
+        const uint32_t seq = tx->next, s = seq % IB_SLOTS;
+        const int q = (int)(seq % (uint32_t)ib->nqp);
+        if (!tx->have[s] || tx->busy[s] || pe->sq_out[q] >= IB_SQ_DEPTH) break;
+        const ib_cts_t *g = &tx->grant[s];
+        if (g->xfer_bytes != x->bytes || g->len > x->bytes - x->done)
+            return zccl__error(ZCCL_INVALID_USAGE, "rank %d expects %llu bytes from rank %d but rank %d sends %zu "
+                               "(the ranks called different collectives or counts?)", p,
+                               (unsigned long long)g->xfer_bytes, comm->rank, comm->rank, x->bytes);
+        struct ibv_sge sge;
+        zccl_ib_mr_entry_t *e = zcopy(ib, x->src + x->done, g->len, x->bytes);
+        if (e) {
+            sge = (struct ibv_sge){(uint64_t)(uintptr_t)(x->src + x->done), g->len, e->lkey};
+        } else {
+            uint8_t *slot = zccl__ib_send_slot(ib, p, seq);
+            memcpy(slot, x->src + x->done, g->len);
+            sge = (struct ibv_sge){(uint64_t)(uintptr_t)slot, g->len, pe->mr->lkey};
+        }
+        struct ibv_send_wr wr, *bad;
+        memset(&wr, 0, sizeof wr);
+        wr.wr_id = ib_wrid(p, IB_K_DATA, q, seq);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.imm_data = htonl(seq);
+        wr.wr.rdma.remote_addr = g->addr;
+        wr.wr.rdma.rkey = g->rkey;
+        if (ibv_post_send(pe->id[q]->qp, &wr, &bad) != 0) {
+            if (e) zccl__ib_mr_unpin(&ib->cache, e);
+            return zccl__syserror(errno, "rank %d: ibv_post_send of %u bytes to rank %d on %s", comm->rank, g->len, p,
+                                  ib->dev);
+        }
+        pe->sq_out[q]++;
+        tx->len[s] = g->len;
+        tx->busy[s] = true;
+        tx->pin[s] = e;
+        tx->have[s] = false;
+        tx->next++;
+        tx->posted += g->len;
+        x->done += g->len;
+        *progressed = true;
+    }
+    if (x->done == x->bytes && tx->acked >= x->t[0] + x->bytes) { /* the source may be reused */
+        x->complete = true;
+        tx->active = false;
+        *progressed = true;
+    }
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t ib_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = comm->ib;
+    const int p = x->peer;
+    ib_peer_t *pe = &ib->peer[p];
+    ib_rx_t *rx = &pe->rx;
+    if (!x->started) {
+        x->started = true;
+        rx->granted = 0;
+        rx->active = true;
+    }
+    /* Deliver what arrived, in grant order. */
+    while (rx->delivered != rx->next && rx->arrived[rx->delivered % IB_SLOTS]) {
+        const uint32_t s = rx->delivered % IB_SLOTS;
+        if (rx->staged[s]) zccl__xfer_deliver(x, zccl__ib_recv_slot(ib, p, rx->delivered), rx->len[s]);
+        else x->done += rx->len[s]; /* written straight into the destination */
+        if (rx->pin[s]) zccl__ib_mr_unpin(&ib->cache, rx->pin[s]), rx->pin[s] = NULL;
+        rx->arrived[s] = false;
+        rx->delivered++;
+        *progressed = true;
+    }
+    /* Grant more: at most IB_SLOTS outstanding. */
+    while (rx->granted < x->bytes && rx->next - rx->delivered < IB_SLOTS) {
+        const uint32_t seq = rx->next, s = seq % IB_SLOTS;
+        const int q = (int)(seq % (uint32_t)ib->nqp);
+        if (pe->sq_out[q] >= IB_SQ_DEPTH) break;
+        const uint32_t len = (uint32_t)ZCCL_MIN(ib->chunk, x->bytes - rx->granted);
+        ib_cts_t *m = zccl__ib_cts_out(ib, p, seq);
+        zccl_ib_mr_entry_t *e = x->op2 ? NULL : zcopy(ib, x->dst + rx->granted, len, x->bytes);
+        m->magic = IB_CTS_MAGIC;
+        m->seq = seq;
+        m->len = len;
+        m->xfer_bytes = x->bytes;
+        if (e) {
+            m->addr = (uint64_t)(uintptr_t)(x->dst + rx->granted);
+            m->rkey = e->rkey;
+        } else {
+            m->addr = (uint64_t)(uintptr_t)zccl__ib_recv_slot(ib, p, seq);
+            m->rkey = pe->mr->rkey;
+        }
+        struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr->lkey};
+        struct ibv_send_wr wr, *bad;
+        memset(&wr, 0, sizeof wr);
+        wr.wr_id = ib_wrid(p, IB_K_CTS, q, seq);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        if (ibv_post_send(pe->id[q]->qp, &wr, &bad) != 0) {
+            if (e) zccl__ib_mr_unpin(&ib->cache, e);
+            return zccl__syserror(errno, "rank %d: ibv_post_send of a clear-to-send to rank %d on %s", comm->rank, p,
+                                  ib->dev);
+        }
+        pe->sq_out[q]++;
+        rx->len[s] = len;
+        rx->staged[s] = (e == NULL);
+        rx->pin[s] = e;
+        rx->arrived[s] = false;
+        rx->next++;
+        rx->granted += len;
+        *progressed = true;
+    }
+    if (x->done == x->bytes) {
+        x->complete = true;
+        rx->active = false;
+    }
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (x->bytes == 0) { /* both sides skip empty transfers alike */
+        x->complete = true;
+        *progressed = true;
+        return ZCCL_SUCCESS;
+    }
+    if (zccl__ib_poll_cq(comm, 64) > 0) *progressed = true;
+    /* Events are also read by check_peer() when the rank stalls; reading them here too (one poll(2) in 256 calls)
+     * bounds the time to notice a port error while completions of other peers keep the rank busy. */
+    if ((++ib->progress_calls & 255) == 0) zccl__ib_poll_events(comm);
+    ZCCL_CHECK(peer_error(comm, x->peer));
+    if (ib->dev_err != ZCCL_SUCCESS) return peer_error(comm, x->peer);
+    return x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+}
+
+static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) {
+    struct zccl_ib_comm *ib = comm->ib;
+    struct ibv_cq *c;
+    void *cx;
+    while (ibv_get_cq_event(ib->cch, &c, &cx) == 0) {
+        ibv_ack_cq_events(c, 1);
+        ib->armed = false;
+    }
+    if (!ib->armed && ibv_req_notify_cq(ib->cq, 0) == 0) ib->armed = true;
+    *events = POLLIN;
+    /* A completion that arrived before the CQ was armed raises no event: look once more. */
+    if (zccl__ib_poll_cq(comm, 64) > 0) return ib->ready_fd;
+    return ib->cch->fd;
+}
+
+static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (!ib || !ib->peer || !ib->peer[peer].used) return ZCCL_SUCCESS;
+    zccl__ib_poll_events(comm);
+    zccl__ib_poll_cq(comm, 64);
+    const ib_peer_t *pe = &ib->peer[peer];
+    if (!pe->tx.active && !pe->rx.active) return ZCCL_SUCCESS; /* nothing of ours depends on it now */
+    /* A peer on this host that died is seen at once; across hosts its rdma_cm disconnect or a failed write tells. */
+    if (pe->err == ZCCL_SUCCESS && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&
+        zccl__local_pid_exited(comm->peers[peer].pid))
+        zccl__ib_fail_peer(comm, peer, ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited", peer,
+                           (int)comm->peers[peer].pid);
+    return peer_error(comm, peer);
+}
+
+static void ib_teardown(struct zccl_comm *comm) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (!ib) return;
+    if (ib->peer) {
+        for (int p = 0; p < comm->nranks; p++) {
+            ib_peer_t *pe = &ib->peer[p];
+            for (int q = 0; q < IB_MAX_QPS; q++) {
+                if (!pe->id[q]) continue;
+                if (pe->id[q]->qp) rdma_destroy_qp(pe->id[q]);
+                rdma_destroy_id(pe->id[q]);
+            }
+            if (pe->mr) ibv_dereg_mr(pe->mr);
+            free(pe->buf);
+        }
+        zccl__ib_mr_cache_fini(&ib->cache);
+    }
+    if (ib->cq) ibv_destroy_cq(ib->cq);
+    if (ib->cch) ibv_destroy_comp_channel(ib->cch);
+    if (ib->probe_src_mr) ibv_dereg_mr(ib->probe_src_mr);
+    if (ib->probe_dst_mr) ibv_dereg_mr(ib->probe_dst_mr);
+    if (ib->pd) ibv_dealloc_pd(ib->pd);
+    if (ib->listen) rdma_destroy_id(ib->listen);
+    if (ib->ech) rdma_destroy_event_channel(ib->ech);
+    if (ib->ready_fd >= 0) close(ib->ready_fd);
+    free(ib->probe_src);
+    free(ib->probe_dst);
+    free(ib->peer);
+    free(ib);
+    comm->ib = NULL;
+}
+#endif /* ZCCL_HAVE_IB */
+
+const zccl_transport_ops_t zccl_transport_ib = {
+    .name = "ib",
+    .comm_setup = ib_setup,
+    .can_reach = ib_can_reach,
+    .progress = ib_progress,
+    .wait_fd = ib_wait_fd,
+    .check_peer = ib_check_peer,
+    .comm_teardown = ib_teardown,
+};

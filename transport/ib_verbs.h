@@ -1,0 +1,136 @@
+/*
+ * ib_verbs.h — the verbs state of one communicator for the IB transport (built only with libibverbs/librdmacm).
+ *
+ * Protocol of one directed channel (sender S -> receiver R), see transport/ib.c:
+ *   R grants a buffer with a clear-to-send message (CTS, an RDMA SEND): grant number, address, rkey, length and
+ *   the byte count of R's whole receive. At most IB_SLOTS grants are outstanding per channel.
+ *   S writes exactly that many bytes there with RDMA WRITE WITH IMMEDIATE (immediate = grant number), from the
+ *   user's buffer (registration cache) or from a registered staging slot; it never writes ungranted memory.
+ *   R's receive completion carries the grant number; R delivers grants in order (copy or reduce from a staging
+ *   slot, or nothing for a grant that pointed into the user's buffer) and grants again.
+ * Chunks and CTS messages of grant g travel on QP g % nqp; every QP keeps enough receives posted for every
+ * message that can be in flight to it (2 * IB_SLOTS + 2), so receiver-not-ready never happens in normal operation.
+ */
+#ifndef ZCCL_IB_VERBS_H
+#define ZCCL_IB_VERBS_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include "comm.h"
+#include "ib.h"
+
+#define IB_SLOTS 8                 /* grants in flight per channel */
+#define IB_MAX_QPS 16
+#define IB_RQ_DEPTH (2 * IB_SLOTS + 2)
+#define IB_SQ_DEPTH (2 * IB_SLOTS + 2)
+#define IB_PROBE_BYTES 8192        /* connect-time probe: larger than any MTU, so it is segmented */
+#define IB_PROBE_IMM 0xfffffff0u
+#define IB_CTS_MAGIC 0x7a435453u   /* "zCTS" */
+#define IB_MSG_BYTES 32            /* receive buffer per posted receive (a CTS message) */
+
+/* wr_id: peer (24 bits) | kind (4) | qp (8) | index (28) */
+enum { IB_K_RECV = 1, IB_K_DATA = 2, IB_K_CTS = 3, IB_K_PROBE = 4 };
+static inline uint64_t ib_wrid(int peer, int kind, int qp, uint32_t idx) {
+    return ((uint64_t)peer << 40) | ((uint64_t)kind << 36) | ((uint64_t)qp << 28) | (idx & 0xfffffffu);
+}
+
+typedef struct {
+    uint32_t magic;
+    uint32_t seq;        /* grant number in this channel */
+    uint64_t addr;       /* where the sender writes */
+    uint32_t rkey;
+    uint32_t len;        /* bytes to write there */
+    uint64_t xfer_bytes; /* the receiver's whole transfer, checked against the sender's */
+} ib_cts_t;
+_Static_assert(sizeof(ib_cts_t) == IB_MSG_BYTES, "CTS message size");
+
+typedef struct {
+    ib_cts_t grant[IB_SLOTS]; /* received grants, by seq % IB_SLOTS */
+    bool have[IB_SLOTS];
+    uint32_t next;            /* next grant to fill */
+    uint64_t posted, acked;   /* bytes posted / completed in this channel since the connection started */
+    uint32_t len[IB_SLOTS];
+    bool busy[IB_SLOTS];      /* write of that grant in flight (its staging slot in use) */
+    zccl_ib_mr_entry_t *pin[IB_SLOTS];
+    bool active;              /* a send to this peer is in progress */
+} ib_tx_t;
+
+typedef struct {
+    uint32_t next, delivered; /* grants issued / delivered */
+    uint32_t len[IB_SLOTS];
+    bool arrived[IB_SLOTS];
+    bool staged[IB_SLOTS];    /* false: the grant pointed into the user's buffer */
+    zccl_ib_mr_entry_t *pin[IB_SLOTS];
+    uint64_t granted;         /* bytes of the current receive granted so far */
+    bool active;
+} ib_rx_t;
+
+typedef struct {
+    struct rdma_cm_id *id[IB_MAX_QPS];
+    bool up[IB_MAX_QPS];      /* ESTABLISHED seen (and, active side, the peer's proof checked) */
+    int sq_out[IB_MAX_QPS];   /* send WRs in flight per QP */
+    uint8_t nonce_c[IB_MAX_QPS][ZCCL_NONCE_BYTES];
+    bool used;                /* this peer is reached over IB */
+    uint8_t *buf;             /* send staging | receive staging | CTS out | receive buffers */
+    struct ibv_mr *mr;
+    ib_tx_t tx;
+    ib_rx_t rx;
+    int probes_done;          /* our probe writes completed */
+    zccl_result_t err;        /* first failure seen on this connection */
+    char errmsg[400];
+} ib_peer_t;
+
+struct zccl_ib_comm {
+    zccl_ib_knobs_t k;
+    struct rdma_event_channel *ech;
+    struct rdma_cm_id *listen;
+    struct ibv_context *ctx;
+    char dev[32];
+    int port, link, gid_index;
+    zccl_sockaddr_t addr;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *cch;
+    struct ibv_cq *cq;
+    bool armed;
+    int ready_fd;             /* an eventfd that is always readable: wait_fd's answer when work is pending */
+    uint8_t *probe_src, *probe_dst;
+    struct ibv_mr *probe_src_mr, *probe_dst_mr;
+    int probes_in;            /* probes peers wrote into us */
+    ib_peer_t *peer;
+    size_t chunk;
+    int nqp;
+    zccl_ib_mr_cache_t cache;
+    bool cache_on;
+    zccl_gdr_mode_t gdr;
+    unsigned progress_calls;  /* every 256th progress() also reads the async and rdma_cm events */
+    zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
+    char dev_errmsg[400];
+};
+
+/* ib.c */
+/** Polls up to `max` completions and records their effect in the channels; failures go to the peer's err. */
+int zccl__ib_poll_cq(struct zccl_comm *comm, int max);
+/** Posts receive `idx` of QP q of peer p. */
+int zccl__ib_post_recv(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
+/** Records the first failure of peer p (later ones are dropped). */
+void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/** Reads pending async and rdma_cm events without blocking (device errors, disconnections). */
+void zccl__ib_poll_events(struct zccl_comm *comm);
+/** Offsets into a peer's buffer. */
+size_t zccl__ib_peer_buf_bytes(const struct zccl_ib_comm *ib);
+uint8_t *zccl__ib_send_slot(struct zccl_ib_comm *ib, int p, uint32_t seq);
+uint8_t *zccl__ib_recv_slot(struct zccl_ib_comm *ib, int p, uint32_t seq);
+ib_cts_t *zccl__ib_cts_out(struct zccl_ib_comm *ib, int p, uint32_t seq);
+uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
+
+/* ib_conn.c */
+zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns);
+
+/* ib_gdr.c */
+zccl_gdr_mode_t zccl__ib_gdr_detect(void);
+/** Registers [addr, addr+len) for local and remote write: GPU memory through dma-buf or peer memory when the
+ *  build and machine allow it, host memory with ibv_reg_mr. NULL (errno set) when it cannot be registered. */
+struct ibv_mr *zccl__ib_reg(struct ibv_pd *pd, zccl_gdr_mode_t gdr, void *addr, size_t len);
+
+#endif
