@@ -53,9 +53,7 @@ void zccl__sched_chain_reduce(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank, root = a->root;
     const size_t count = a->count;
     if (n == 1) {
-        if (!a->in_place)
-            step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, ZCCL_BUF_SEND, 0, -1, 0, 0, count);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     /* chain: the ranks after the root in ring order, then the root last (position n-1) */

@@ -13,9 +13,7 @@ void zccl__sched_direct_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s
     const int n = a->nranks, r = a->rank;
     const size_t c = a->count;
     if (n == 1) {
-        if (!a->in_place) zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_COPY, .buf = ZCCL_BUF_RECV,
-                                                             .src = ZCCL_BUF_SEND, .peer = -1, .count = c});
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     /* TMP holds one vector per rank at slot q. This rank's own vector is read from SEND, or, in place, from a copy
@@ -58,9 +56,7 @@ void zccl__sched_direct_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule
     const int n = a->nranks, r = a->rank;
     const size_t c = a->count;
     if (n == 1) {
-        if (!a->in_place) zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_COPY, .buf = ZCCL_BUF_RECV,
-                                                             .src = ZCCL_BUF_SEND, .peer = -1, .count = c});
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     /* TMP slot q holds rank q's contribution; the own one stays in SEND (out of place) or is copied to slot r (in

@@ -54,8 +54,7 @@ void zccl__sched_rabenseifner_allreduce(const zccl_sched_args_t *a, zccl_schedul
     const int n = a->nranks, r = a->rank;
     const size_t count = a->count;
     if (n == 1) {
-        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, 0, count, -1, false);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     const fold_t f = fold_of(n, r);
@@ -121,8 +120,7 @@ void zccl__sched_rabenseifner_reduce_scatter(const zccl_sched_args_t *a, zccl_sc
     const int n = a->nranks, r = a->rank;
     const size_t rc = a->count;
     if (n == 1) {
-        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, 0, rc, -1, false);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     const fold_t f = fold_of(n, r);

@@ -22,10 +22,7 @@ void zccl__sched_recdbl_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s
     const int n = a->nranks, r = a->rank;
     const size_t c = a->count;
     if (n == 1) {
-        if (!a->in_place)
-            step(s, (zccl_step_t){.kind = ZCCL_STEP_COPY, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_SEND, .peer = -1,
-                                  .count = c});
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     int p = 1;

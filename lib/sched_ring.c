@@ -30,12 +30,10 @@ static void step(zccl_schedule_t *s, int kind, int buf, size_t off, int src, siz
 
 void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank;
-    const size_t rc = a->count; /* this rank's output block */
     size_t my_off, my_len;
     zccl__vblock(a, r, &my_off, &my_len);
     if (n == 1) {
-        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, my_off, rc, -1, false);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, my_off);
         return;
     }
     const int p = zccl__ring_pos(a, r), next = zccl__ring_at(a, p + 1), prev = zccl__ring_at(a, p - 1);
@@ -93,8 +91,7 @@ void zccl__sched_ring_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s) 
     const int n = a->nranks, r = a->rank;
     const size_t count = a->count;
     if (n == 1) {
-        if (!a->in_place) step(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, 0, count, -1, false);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     const int p = zccl__ring_pos(a, r), next = zccl__ring_at(a, p + 1), prev = zccl__ring_at(a, p - 1);

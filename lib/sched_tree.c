@@ -67,8 +67,7 @@ void zccl__sched_tree_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s) 
     const int n = a->nranks, r = a->rank;
     const size_t count = a->count;
     if (n == 1) {
-        if (!a->in_place) st(s, ZCCL_STEP_COPY, ZCCL_BUF_RECV, 0, ZCCL_BUF_SEND, 0, count, -1, false);
-        zccl__sched_end_phase(s);
+        zccl__sched_one_rank(a, s, 0);
         return;
     }
     node_t *nodes = malloc(((size_t)n + 1) * sizeof *nodes);

@@ -62,6 +62,13 @@ void zccl__sched_end_phase(zccl_schedule_t *s) {
     s->phase_end[s->nphases++] = (uint32_t)s->nsteps;
 }
 
+void zccl__sched_one_rank(const zccl_sched_args_t *a, zccl_schedule_t *s, size_t src_off) {
+    if (!a->in_place)
+        zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_COPY, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_SEND,
+                                          .src_off = src_off, .peer = -1, .count = a->count});
+    zccl__sched_end_phase(s);
+}
+
 void zccl__sched_free(zccl_schedule_t *s) {
     free(s->steps);
     free(s->phase_end);

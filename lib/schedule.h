@@ -145,6 +145,9 @@ void zccl__sched_hier_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
 /* Building blocks. */
 void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st); /* count 0 steps are dropped */
 void zccl__sched_end_phase(zccl_schedule_t *s);          /* empty phases are dropped */
+/** The whole schedule of a 1-rank communicator: copy a->count elements from SEND[src_off] to RECV[0] unless in
+ *  place, in one phase. Every builder starts with it for n == 1. */
+void zccl__sched_one_rank(const zccl_sched_args_t *a, zccl_schedule_t *s, size_t src_off);
 /** Offset and length of block b when n blocks share count elements as evenly as possible (first ones larger). */
 static inline void zccl__block(size_t count, int n, int b, size_t *off, size_t *len) {
     size_t q = count / (size_t)n, rem = count % (size_t)n, ub = (size_t)b;
