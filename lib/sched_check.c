@@ -353,7 +353,11 @@ static bool post_phase(sim_t *sim, int r) {
         msg_t *m = calloc(1, sizeof *m);
         if (!m || !(m->data = new_syms(sim->n, x->count))) { free(m); return fail(sim, "out of memory"); }
         for (size_t k = 0; k < x->count; k++) {
-            if (src[k].tag < 0) return fail(sim, "rank %d phase %zu sends an uninitialised element", r, R->phase);
+            if (src[k].tag < 0) {
+                free_syms(m->data);
+                free(m);
+                return fail(sim, "rank %d phase %zu sends an uninitialised element", r, R->phase);
+            }
             sym_copy(sim->n, &m->data[k], &src[k]);
         }
         m->count = x->count;
@@ -555,11 +559,13 @@ bool zccl__sched_check_with(const zccl_sched_args_t *args, zccl_sched_mutator_t 
     }
     if (!sim.failed) verify(&sim, args);
 out:
-    for (size_t ch = 0; sim.head && ch < sim.nchan; ch++)
-        for (msg_t *m = sim.head[ch], *nx; m; m = nx) { nx = m->next; free_syms(m->data); free(m); }
-    for (int r = 0; sim.ranks && r < n; r++) /* consumed messages of unfinished phases (unconsumed: above) */
+    /* Consumed messages of unfinished phases first (they are in no channel any more), then the unconsumed ones,
+     * which are still queued in their channels: the other order reads freed messages' `consumed` flags. */
+    for (int r = 0; sim.ranks && r < n; r++)
         for (size_t i = 0; i < sim.ranks[r].nsends; i++)
             if (sim.ranks[r].my_sends[i]->consumed) { free_syms(sim.ranks[r].my_sends[i]->data); free(sim.ranks[r].my_sends[i]); }
+    for (size_t ch = 0; sim.head && ch < sim.nchan; ch++)
+        for (msg_t *m = sim.head[ch], *nx; m; m = nx) { nx = m->next; free_syms(m->data); free(m); }
     for (int r = 0; sim.ranks && r < n; r++) {
         rank_t *R = &sim.ranks[r];
         free_syms(R->alloc[0]);
