@@ -8,7 +8,9 @@
 #include <string.h>
 #include "core.h"
 
-bool zccl__ib_built(void); /* transport/ib.c */
+/* transport/ib.c; weak so that programs linking only the configuration code (tests/fuzz) need not link the
+ * transports: there it is absent (NULL) and the line below says so. */
+bool zccl__ib_built(void) __attribute__((weak));
 
 const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
     [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE"},
@@ -116,7 +118,7 @@ ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
     }
     /* Not a setting, but what decides whether the ZCCL_IB_* settings mean anything. */
     int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0, "%s\n",
-                     zccl__ib_built() ? "IB transport: built (libibverbs, librdmacm)"
+                     zccl__ib_built && zccl__ib_built() ? "IB transport: built (libibverbs, librdmacm)"
                                       : "IB transport: absent (built without libibverbs/librdmacm)");
     if (n > 0) need += (size_t)n;
     return need;
