@@ -238,7 +238,8 @@ zccl_result_t zccl_stream_synchronize(zccl_stream_t stream);
 
 /**
  * Returns ZCCL_SUCCESS if every queued operation has completed successfully, ZCCL_IN_PROGRESS if some have not
- * completed yet, or the first error of a completed one. Never blocks.
+ * completed yet, or the first error of a completed one (then cleared, as by zccl_stream_synchronize). Never blocks.
+ * Errors: ZCCL_INVALID_ARGUMENT if stream is NULL; otherwise the first failed operation's error.
  */
 zccl_result_t zccl_stream_query(zccl_stream_t stream);
 
@@ -262,8 +263,9 @@ zccl_result_t zccl_stream_destroy(zccl_stream_t stream);
 
 /**
  * All-reduce: recvbuf[i] = op over ranks r of sendbuf_r[i], for 0 <= i < count, on every rank.
- * Algorithm: ring reduce-scatter followed by ring all-gather (Patarasuk & Yuan, "Bandwidth optimal all-reduce
- * algorithms for clusters of workstations", JPDC 2009). All ranks receive bitwise-identical results.
+ * Algorithm: chosen per call by the tuner (docs/tuning.md; ZCCL_ALGO restricts it): ring reduce-scatter + ring
+ * all-gather (Patarasuk & Yuan, JPDC 2009), Rabenseifner halving/doubling, recursive doubling, double binary tree,
+ * direct or hierarchical. All ranks receive bitwise-identical results whichever runs.
  * @param sendbuf  count elements. In place when sendbuf == recvbuf.
  * @param recvbuf  count elements.
  */

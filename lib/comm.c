@@ -110,6 +110,37 @@ void zccl__comm_poison(struct zccl_comm *comm) {
         if (transports[t]->poison) transports[t]->poison(comm);
 }
 
+/* Settings that shape the protocol or the schedules: ranks that disagree on one would stall at init or fail in the
+ * middle of a collective with a confusing message, so every rank publishes a hash of each and init compares them. */
+static const zccl_cfg_id_t must_match[] = {
+    ZCCL_CFG_TRANSPORT,      ZCCL_CFG_SHM_SLOT_BYTES, ZCCL_CFG_SHM_SLOTS,       ZCCL_CFG_SHM_CMA,
+    ZCCL_CFG_RS_ROUND_BYTES, ZCCL_CFG_CHECK,          ZCCL_CFG_RING_ORDER,      ZCCL_CFG_ALGO,
+    ZCCL_CFG_TUNER_CALIBRATE, ZCCL_CFG_IB_DISABLE,    ZCCL_CFG_IB_QPS_PER_CONN, ZCCL_CFG_CMA_THRESHOLD,
+};
+_Static_assert(sizeof must_match / sizeof must_match[0] <= 16, "zccl_peer_info_t.cfg_hash holds 16 settings");
+
+static void cfg_hashes(uint32_t out[16]) {
+    memset(out, 0, 16 * sizeof *out);
+    for (size_t i = 0; i < sizeof must_match / sizeof must_match[0]; i++) {
+        uint32_t h = 2166136261u; /* FNV-1a of the value as the rank sees it (its default when unset) */
+        for (const char *p = zccl__cfg_str(must_match[i]); *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
+        out[i] = h | 1u;
+    }
+}
+
+/* Every rank holds the same table, so every rank fails alike, before any transport is set up. */
+static zccl_result_t check_settings_match(struct zccl_comm *comm) {
+    for (int r = 1; r < comm->nranks; r++)
+        for (size_t i = 0; i < sizeof must_match / sizeof must_match[0]; i++)
+            if (comm->peers[r].cfg_hash[i] != comm->peers[0].cfg_hash[i]) {
+                const char *name = zccl__cfg_table[must_match[i]].name;
+                return zccl__error(ZCCL_INVALID_USAGE, "%s differs between rank 0 and rank %d (this is rank %d, where "
+                                   "it is \"%s\"): it must be the same on every rank", name, r, comm->rank,
+                                   zccl__cfg_str(must_match[i]));
+            }
+    return ZCCL_SUCCESS;
+}
+
 static void comm_free(struct zccl_comm *comm) {
     if (!comm) return;
     if (comm->service_running) {
@@ -406,7 +437,9 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     me.cma_probe_value = cma_probe_word;
     ZCCL_CHECK_GOTO(locality_self(&me.loc, me.host_hash), res, fail);
     ZCCL_CHECK_GOTO(zccl__ib_local_info(comm, &me.ib), res, fail);
+    cfg_hashes(me.cfg_hash);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
+    ZCCL_CHECK_GOTO(check_settings_match(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_ring(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_transports(comm), res, fail);
     ZCCL_CHECK_GOTO(choose_spin(comm), res, fail);

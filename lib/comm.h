@@ -34,6 +34,7 @@ typedef struct {
     uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
     zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
     zccl_ib_peer_info_t ib; /* IB verbs transport endpoint */
+    uint32_t cfg_hash[16];  /* hash of each setting every rank must share (comm.c: must_match), compared at init */
 } zccl_peer_info_t;
 
 /** Header a rank sends after the handshake on a rank-to-rank connection. */

@@ -21,6 +21,7 @@
 #endif
 #include "launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -41,6 +42,29 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A rank stopped while it creates its communicator (after another rank failed, or at the timeout) cannot unlink its
+ * shared-memory inbox; the library names it /dev/shm/zccl-<comm id>-r<rank>-p<pid> (transport/shm.c) and sweeps old
+ * ones itself, but the launcher knows the pids and that they have all exited, so it removes them at once. */
+static void remove_shm_leftovers(const pid_t *pids, int n) {
+    DIR *d = opendir("/dev/shm");
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *p = strrchr(e->d_name, '-');
+        if (strncmp(e->d_name, "zccl-", 5) != 0 || !p || p[1] != 'p') continue;
+        char *end;
+        const long pid = strtol(p + 2, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        for (int r = 0; r < n; r++)
+            if (pids[r] == (pid_t)pid) {
+                char name[300];
+                snprintf(name, sizeof name, "/dev/shm/%s", e->d_name);
+                unlink(name);
+                break;
+            }
+    }
+    closedir(d);
+}
 
 #define ZL_GRACE_S 3.0          /* SIGTERM -> SIGKILL grace period */
 #define ZL_DRAIN_S 1.0          /* how long to keep reading tagged output after the last rank exited */
@@ -368,9 +392,10 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
 
     struct zl_state st = {.name = name, .n = n, .first_fail = -1, .kill_at = INFINITY};
     st.pids = calloc((size_t)n, sizeof(pid_t));
+    pid_t *started = calloc((size_t)n, sizeof(pid_t)); /* pids as launched (st.pids clears them when reaped) */
     struct zl_stream *streams = NULL;
     struct pollfd *pfds = calloc((size_t)(1 + (o->tag_output ? 2 * n : 0)), sizeof(struct pollfd));
-    if (!st.pids || !pfds) {
+    if (!st.pids || !pfds || !started) {
         fprintf(stderr, "%s: out of memory\n", name);
         return 1;
     }
@@ -428,6 +453,7 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
             exit(rc);
         }
         st.pids[r] = pid;
+        started[r] = pid;
         st.alive++;
     }
     if (streams) {
@@ -507,6 +533,8 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
     }
     free(streams);
     free(pfds);
+    remove_shm_leftovers(started, n);
+    free(started);
     free(st.pids);
     close(sfd);
     /* The signal mask stays as it is: unblocking now would deliver a pending SIGPIPE and kill the caller before
