@@ -15,6 +15,11 @@
  *    watched: the ranks inherit the ignored disposition, as they would from a shell.
  *  - Every rank has PR_SET_PDEATHSIG = SIGKILL, so `kill -9` of the launcher does not leave ranks behind.
  *  - Only rank 0 keeps the launcher's stdin; the other ranks read /dev/null (as mpirun does).
+ *  - The launcher is a child subreaper (PR_SET_CHILD_SUBREAPER) while ranks run: a process a rank started (a rank
+ *    that is a shell script running the real program, say) becomes the launcher's child when that rank dies. When
+ *    the job is stopped (a rank failed, the timeout, a signal), those orphans are stopped too — SIGTERM, then
+ *    SIGKILL after the grace period — before the launcher removes the ranks' shared-memory names and returns, so
+ *    nothing of a stopped job keeps running or writing. After a job that succeeded, orphans are left alone.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
@@ -239,11 +244,13 @@ struct zl_state {
     int launch_failed;
     int got_sig;
     int nsig;
+    int stopped;       /* a signal was sent to the ranks: orphans they leave are stopped at the end */
     double kill_at;    /* when to send SIGKILL to survivors; INFINITY if not armed */
 };
 
 static void zl_signal_all(struct zl_state *st, int sig)
 {
+    st->stopped = 1;
     for (int r = 0; r < st->n; r++)
         if (st->pids[r] > 0) kill(st->pids[r], sig);
 }
@@ -286,6 +293,58 @@ static void zl_reap(struct zl_state *st)
         } else {
             fprintf(stderr, "%s: rank %d (pid %d) %s\n", st->name, r, (int)pid, how);
         }
+    }
+}
+
+/* Sends sig to every direct child of this process that is not a rank still tracked in st (when this runs, every
+ * rank has been reaped, so every child is an orphan a rank left behind); returns how many were signalled. */
+static int zl_signal_orphans(int sig)
+{
+    const pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char *end;
+        const long pid = strtol(e->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        const size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        /* "pid (comm) state ppid ...": comm may hold spaces and parentheses, so parse after the last ')' */
+        const char *close_paren = strrchr(buf, ')');
+        char state;
+        long ppid;
+        if (!close_paren || sscanf(close_paren + 1, " %c %ld", &state, &ppid) != 2 || ppid != (long)self) continue;
+        if (kill((pid_t)pid, sig) == 0) count++;
+    }
+    closedir(d);
+    return count;
+}
+
+/* After a stopped job: stop and reap what its ranks left running (SIGTERM, SIGKILL after the grace period). */
+static void zl_stop_orphans(void)
+{
+    const double kill_at = zl_now() + ZL_GRACE_S, give_up = kill_at + 2.0;
+    int sig = SIGTERM;
+    for (;;) {
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        if (zl_signal_orphans(sig) == 0) {
+            while (waitpid(-1, NULL, WNOHANG) > 0) {
+            }
+            return;
+        }
+        const double now = zl_now();
+        if (now >= give_up) return;
+        if (now >= kill_at) sig = SIGKILL;
+        else sig = 0; /* SIGTERM sent once; afterwards only check whether they are gone */
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
 }
 
@@ -437,6 +496,7 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
     fflush(stdout);
     fflush(stderr);
     pid_t self = getpid();
+    prctl(PR_SET_CHILD_SUBREAPER, 1); /* see the design notes */
     for (int r = 0; r < n; r++) {
         pid_t pid = fork();
         if (pid < 0) {
@@ -533,6 +593,8 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
     }
     free(streams);
     free(pfds);
+    if (st.stopped) zl_stop_orphans();
+    prctl(PR_SET_CHILD_SUBREAPER, 0);
     remove_shm_leftovers(started, n);
     free(started);
     free(st.pids);
