@@ -122,7 +122,7 @@ static void usage(FILE *f)
         "  -a, --average 0..3       time reported: 0 rank 0's, 1 average, 2 min, 3 max over ranks (default 3)\n"
         "  -C, --report_cputime 0|1 report the time to issue the operations instead of completing them\n"
         "  -J, --json FILE          also write the results as JSON to FILE (rank 0)\n"
-        "  -np, --np N              start N local ranks (fork) instead of running as one rank\n"
+        "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
@@ -923,6 +923,15 @@ int main(int argc, char **argv)
     if (rc == -1) return 0;
     if (rc != 0) return rc;
     if (c.np > 0) {
+        for (const char *const *v = (const char *const[]){"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL}; *v; v++)
+            if (env_set(*v)) {
+                /* under zcclrun/torchrun/mpirun every rank would start a job of its own */
+                fprintf(stderr,
+                        NAME ": -np %d: this process is already rank %s of a job a launcher started (%s is set); "
+                             "drop -np to run as that rank, or run " NAME " -np %d without a launcher\n",
+                        c.np, getenv(*v), *v, c.np);
+                return 2;
+            }
         if (colls[c.coll].has_root && c.root >= c.np) {
             fprintf(stderr, NAME ": -r %d: root must be below the number of ranks (-np %d)\n", c.root, c.np);
             return 2;
