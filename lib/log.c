@@ -37,10 +37,20 @@ static void log_init_once(void) {
         unsigned mask = 0;
         char buf[256];
         snprintf(buf, sizeof buf, "%s", s + exclude);
-        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-                if (!strcasecmp(tok, names[i].name)) mask |= names[i].bit;
-        log_subsys = exclude ? (ZCCL_LOG_ALL & ~mask) : mask;
+        int known = 0;
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            size_t i = 0;
+            while (i < sizeof names / sizeof names[0] && strcasecmp(tok, names[i].name)) i++;
+            if (i < sizeof names / sizeof names[0]) {
+                mask |= names[i].bit;
+                known++;
+            } else {
+                fprintf(stderr, "zccl: ZCCL_DEBUG_SUBSYS=%s: '%s' is not a subsystem (INIT, BOOT, SHM, TCP, COLL, "
+                                "ENV, TOPO, TUNE, IB, ALL); ignored\n", s, tok);
+            }
+        }
+        /* nothing recognised: keep every subsystem rather than silence the log the user asked for */
+        if (known) log_subsys = exclude ? (ZCCL_LOG_ALL & ~mask) : mask;
     }
     gethostname(log_host, sizeof log_host - 1);
     char *dot = strchr(log_host, '.');
