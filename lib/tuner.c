@@ -367,6 +367,7 @@ void zccl__tune_layout(const uint64_t *host_hash, int n, zccl_tune_layout_t *L) 
 }
 
 zccl_result_t zccl__tune_usable(zccl_tuner_t *t, const char *what) {
+    t->fallback[0] = '\0';
     for (int c = 0; c < ZCCL_COLL_COUNT; c++) {
         uint32_t avail = 0, allowed = t->filter.allow[c];
         const char *why = NULL, *why_name = NULL;
@@ -382,6 +383,14 @@ zccl_result_t zccl__tune_usable(zccl_tuner_t *t, const char *what) {
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: %s cannot run with %s on this communicator (%d ranks on "
                                    "%d hosts): %s", what, coll_tune_names[c], why_name ? why_name : "?", t->L.nranks,
                                    t->L.nhosts, why ? why : "not available");
+            /* Not an error: one setting serves every communicator of the job (a sub-communicator inside one host
+             * cannot run hier), but say so instead of ignoring it silently. */
+            const size_t used = strlen(t->fallback);
+            snprintf(t->fallback + used, sizeof t->fallback - used, "%s%s", used ? ", " : "", coll_tune_names[c]);
+            if (why && !strstr(t->fallback, why)) {
+                const size_t u2 = strlen(t->fallback);
+                snprintf(t->fallback + u2, sizeof t->fallback - u2, " (%s %s)", why_name, why);
+            }
             t->usable[c] = avail;
         }
     }

@@ -102,6 +102,8 @@ typedef struct zccl_tuner {
     int *host_of;                     /* host index of every rank (for hierarchical schedules) */
     char source[64];                  /* where p came from: "defaults", "calibrated", "cache FILE" */
     double calib_ms;                  /* time init spent on calibration */
+    char fallback[320];               /* set by zccl__tune_usable when ZCCL_ALGO's default section named nothing
+                                         a collective can run here, so the tuner chooses freely (printed at init) */
     bool agreed;                      /* parameters and filter agreed by all ranks; until then every collective
                                          runs the ring, which needs no agreement (init's own all-reduces) */
 } zccl_tuner_t;

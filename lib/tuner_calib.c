@@ -349,6 +349,11 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
         if (first_local) cache_write(comm, cache, host, &p);
     }
     t->calib_ms = (double)(zccl__now_ns() - t0) * 1e-6;
+    if (comm->rank == 0 && t->fallback[0]) /* printed whatever ZCCL_DEBUG says: the user's setting is not obeyed */
+        fprintf(stderr, "zccl: ZCCL_ALGO=%s names no algorithm that can run on this communicator (%d ranks on %d "
+                "host%s) for %s; the tuner chooses among all algorithms for %s\n", zccl__cfg_str(ZCCL_CFG_ALGO),
+                t->L.nranks, t->L.nhosts, t->L.nhosts == 1 ? "" : "s", t->fallback,
+                strchr(t->fallback, ',') ? "them" : "it");
     if (comm->rank == 0)
         ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: %s parameters (%.1f ms): intra-host alpha %.2f us beta %.4f ns/B (%.2f GB/s); "
                   "inter-host alpha %.2f us beta %.4f ns/B (%.2f GB/s); gamma %.4f ns/B; copy %.4f ns/B; %d ranks on %d "
