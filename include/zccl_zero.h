@@ -296,7 +296,8 @@ typedef struct zccl_zero3 *zccl_zero3_t;
 typedef struct {
     /** Upper bound in BYTES on gathered (full) layer parameters alive at once on a rank: gathered or being
      *  gathered and not released. Prefetching stops at this bound; a layer the caller fetches is always gathered,
-     *  so the bound holds when it is at least the largest layer plus what the caller keeps unreleased.
+     *  so the bound holds when it is at least the largest layer plus what the caller keeps unreleased. Below the
+     *  largest layer's gathered bytes (padded to a multiple of nranks elements) it is rejected at creation.
      *  0: ZCCL_ZERO3_MAX_LIVE_BYTES (default 1 GiB). */
     size_t max_live_bytes;
 } zccl_zero3_options_t;
@@ -314,7 +315,9 @@ typedef struct {
  * @param opts         options or NULL.
  * @param[out] z       the new store; NULL on failure.
  * Errors: ZCCL_INVALID_ARGUMENT (NULL arguments, nlayers < 1, a layer_numel[l] of 0 named by index, datatype out
- * of range, overflow); ZCCL_INVALID_USAGE (ranks disagree on the layers); ZCCL_SYSTEM_ERROR; communication errors.
+ * of range, overflow, max_live_bytes below the largest layer's gathered bytes — on the rank that passed it);
+ * ZCCL_INVALID_USAGE (ranks disagree on the layers, or another rank's max_live_bytes is too small: every rank
+ * fails, none is left waiting); ZCCL_SYSTEM_ERROR; communication errors.
  */
 zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const size_t *layer_numel, zccl_datatype_t datatype,
                                 const zccl_zero3_options_t *opts, zccl_zero3_t *z);

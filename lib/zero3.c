@@ -214,14 +214,26 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
             goto fail;
         }
     }
+    /* A fetched layer is always gathered, so a bound below the largest gathered layer could never hold. The
+     * verdict enters the cross-rank hash: a rank may not fail alone while the others wait in the check. */
+    int largest = 0;
+    for (int l = 1; l < nlayers; l++)
+        if (z->padded[l] > z->padded[largest]) largest = l;
+    const int limit_ok = limit >= layer_bytes(z, largest);
     uint64_t h = zccl__zero_hash(1469598103934665603ull, &nlayers, sizeof nlayers);
     h = zccl__zero_hash(h, layer_numel, (size_t)nlayers * sizeof *layer_numel);
     h = zccl__zero_hash(h, &datatype, sizeof datatype);
+    h = zccl__zero_hash(h, &limit_ok, sizeof limit_ok);
     bool same = false;
     res = zccl__zero_same_on_all(comm, h, &same);
-    if (res == ZCCL_SUCCESS && !same)
-        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists or datatypes (rank %d: %d "
-                          "layers)", fn, z->rank, nlayers);
+    if (res == ZCCL_SUCCESS && !limit_ok)
+        res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: max_live_bytes = %zu (%s) is below the largest gathered layer "
+                          "(layer %d: %zu bytes with padding): the bound could never hold", fn, limit,
+                          opts && opts->max_live_bytes ? "opts->max_live_bytes" : "ZCCL_ZERO3_MAX_LIVE_BYTES", largest,
+                          layer_bytes(z, largest));
+    else if (res == ZCCL_SUCCESS && !same)
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists or datatypes, or another rank's "
+                          "max_live_bytes is below the largest layer (rank %d: %d layers)", fn, z->rank, nlayers);
     if (res == ZCCL_SUCCESS) res = zccl_stream_create(&z->stream);
     if (res != ZCCL_SUCCESS) goto fail;
     zccl__stream_set_notify(z->stream, on_complete, z);

@@ -568,6 +568,35 @@ TEST(Zero3, FetchGathersShardsAndPrefetchStaysWithinLiveBytes) {
     }, opts(90));
 }
 
+TEST(Zero3, MaxLiveBelowTheLargestLayerFailsOnEveryRank) {
+    run_ranks(3, [](zccl_comm_t comm, int rank, int nranks) -> int {
+        /* largest layer: kLayers[1] = 5003 elements, padded to 5004 float64 = 40032 bytes on 3 ranks */
+        const size_t largest = (5003 + (size_t)nranks - 1) / (size_t)nranks * (size_t)nranks * 8;
+        zccl_zero3_options_t o = {};
+        o.max_live_bytes = rank == 1 ? largest - 1 : largest; /* only rank 1's bound is too small */
+        zccl_zero3_t z = nullptr;
+        zccl_result_t r = zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, &o, &z);
+        std::string msg = zccl_get_last_error(nullptr);
+        CHILD_CHECK(z == nullptr, "create succeeded on rank %d", rank);
+        if (rank == 1) {
+            CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "create returned %d: %s", (int)r, msg.c_str());
+            const std::string want = "max_live_bytes = " + std::to_string(largest - 1) +
+                                     " (opts->max_live_bytes) is below the largest gathered layer (layer 1: " +
+                                     std::to_string(largest) + " bytes";
+            CHILD_CHECK(msg.find(want) != std::string::npos, "message: %s", msg.c_str());
+        } else {
+            CHILD_CHECK(r == ZCCL_INVALID_USAGE, "create returned %d: %s", (int)r, msg.c_str());
+            CHILD_CHECK(msg.find("max_live_bytes is below the largest layer") != std::string::npos, "message: %s",
+                        msg.c_str());
+        }
+        /* exactly the largest layer is accepted on every rank */
+        o.max_live_bytes = largest;
+        CHILD_OK(zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, &o, &z));
+        zccl_zero3_destroy(z);
+        return 0;
+    }, opts(60));
+}
+
 TEST(Zero3, DivergentOrderInStepOneIsAnErrorOnEveryRank) {
     run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
         zccl_zero3_t z = nullptr;
