@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "bytes.h"
 #include "core.h"
 
 /* transport/ib.c; weak so that programs linking only the configuration code (tests/fuzz) need not link the
@@ -89,21 +90,16 @@ const char *zccl__cfg_str(zccl_cfg_id_t id) {
 zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t lo, int64_t hi, int64_t *out) {
     const char *v = zccl__cfg_str(id);
     const char *name = zccl__cfg_table[id].name;
-    errno = 0;
-    char *end = NULL;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || errno) goto bad;
-    int64_t mult = 1;
-    if (*end == 'K' || *end == 'k') mult = 1ll << 10, end++;
-    else if (*end == 'M' || *end == 'm') mult = 1ll << 20, end++;
-    else if (*end == 'G' || *end == 'g') mult = 1ll << 30, end++;
-    if (*end) goto bad;
-    if (__builtin_mul_overflow((int64_t)x, mult, out)) goto bad;
+    /* a leading '-' for settings that allow negative values; the rest is bytes.c's grammar (K, M, G, T; KiB; KB) */
+    const bool neg = v[0] == '-';
+    uint64_t u;
+    if (zccl__parse_bytes(v + neg, &u) != 0) goto bad;
+    *out = neg ? -(int64_t)u : (int64_t)u;
     if (*out < lo || *out > hi) goto bad;
     return ZCCL_SUCCESS;
 bad:
     return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld] (suffixes K, "
-                       "M, G allowed)", name, v, (long long)lo, (long long)hi);
+                       "M, G, T allowed, also as KiB or KB: powers of 1024)", name, v, (long long)lo, (long long)hi);
 }
 
 ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {

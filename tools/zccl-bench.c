@@ -20,6 +20,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "bench_data.h"
+#include "bytes.h"
 #include "launch.h"
 #include "zccl.h"
 
@@ -142,27 +143,12 @@ static int bad(const char *fmt, const char *a, const char *b)
 }
 
 /* "8", "1K", "128M", "1.5G", "64KB", "4KiB". Returns 0 or -1. */
+/* A byte size in lib/bytes.c's grammar (4M, 4MiB, 1.5G): the same as zccl-zero-plan and the ZCCL_* settings. */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '\0') return -1;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    double unit = 1;
-    switch (*end) {
-    case 'k': case 'K': unit = 1024.0; end++; break;
-    case 'm': case 'M': unit = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 't': case 'T': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (unit > 1 && end[0] == 'i' && end[1] == 'B') end += 2;
-    else if (*end == 'B' || *end == 'b') end++;
-    if (*end != '\0') return -1;
-    double bytes = v * unit;
-    if (bytes >= 0x1p62) return -1;
-    *out = (size_t)bytes;
+    uint64_t v;
+    if (zccl__parse_bytes(s, &v) != 0 || v > SIZE_MAX) return -1;
+    *out = (size_t)v;
     return 0;
 }
 

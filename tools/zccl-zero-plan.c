@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zccl_zero.h>
+#include "bytes.h"
 
 #define NAME "zccl-zero-plan"
 
@@ -64,19 +65,24 @@ static int bad_option(const char *fmt, const char *a)
 }
 
 /* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024). */
+/* A byte size in lib/bytes.c's grammar (64K, 64KiB, 1.5M): the same as zccl-bench and the ZCCL_* settings. */
 static int parse_size(const char *s, unsigned long long *out)
+{
+    uint64_t v;
+    if (zccl__parse_bytes(s, &v) != 0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A plain decimal count (no unit). */
+static int parse_count(const char *s, unsigned long long *out)
 {
     char *end;
     errno = 0;
-    if (!s || *s == '-' || *s == '\0') return -1;
+    if (!s || *s < '0' || *s > '9') return -1;
     unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno) return -1;
-    unsigned long long mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1ULL << 10, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1ULL << 20, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1ULL << 30, end++;
-    if (*end || (v && mul > UINT64_MAX / v)) return -1;
-    *out = v * mul;
+    if (*end || errno) return -1;
+    *out = v;
     return 0;
 }
 
@@ -146,7 +152,7 @@ static int model_load(const char *path, model_t *m)
             continue;
         }
         unsigned long long n;
-        if (parse_size(count, &n) || strpbrk(count, "KkMmGg") || n == 0) {
+        if (parse_count(count, &n) || n == 0) {
             fprintf(stderr, NAME ": %s line %d (%s): numel '%s' is not a positive integer\n", path, lineno, name,
                     count);
             goto fail;
@@ -227,6 +233,7 @@ int main(int argc, char **argv)
             list = 1;
             continue;
         }
+        if (a[0] != '-') return bad_option("unexpected argument '%s' (every setting is an option: --model FILE ...)", a);
         if (!v) return bad_option("option '%s' needs a value", a);
         unsigned long long u;
         i++;
@@ -234,19 +241,19 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dtype")) dtype_name = v;
         else if (!strcmp(a, "--optimizer")) opt_name = v;
         else if (!strcmp(a, "--ranks")) {
-            if (parse_size(v, &u) || strpbrk(v, "KkMmGg") || u < 1 || u > 65536)
+            if (parse_count(v, &u) || u < 1 || u > 65536)
                 return bad_option("--ranks '%s': need an integer in [1, 65536]", v);
             ranks = (long long)u;
         } else if (!strcmp(a, "--stage")) {
-            if (parse_size(v, &u) || strpbrk(v, "KkMmGg") || u > 3)
+            if (parse_count(v, &u) || u > 3)
                 return bad_option("--stage '%s': need 0, 1, 2 or 3", v);
             stage = (long long)u;
         } else if (!strcmp(a, "--first-bucket")) {
-            if (parse_size(v, &first) || first == 0) return bad_option("--first-bucket '%s': need bytes >= 1", v);
+            if (parse_size(v, &first) || first == 0) return bad_option("--first-bucket '%s': need a whole number of bytes >= 1 (e.g. 1M, 1MiB, 1048576)", v);
         } else if (!strcmp(a, "--bucket-cap")) {
-            if (parse_size(v, &cap) || cap == 0) return bad_option("--bucket-cap '%s': need bytes >= 1", v);
+            if (parse_size(v, &cap) || cap == 0) return bad_option("--bucket-cap '%s': need a whole number of bytes >= 1 (e.g. 25M, 25MiB, 26214400)", v);
         } else if (!strcmp(a, "--align")) {
-            if (parse_size(v, &align) || align == 0 || align > 4096)
+            if (parse_count(v, &align) || align == 0 || align > 4096)
                 return bad_option("--align '%s': need elements in [1, 4096]", v);
         } else
             return bad_option("unknown option '%s'", a);

@@ -56,7 +56,7 @@ echo "fuzz: building $bin with $("$cc" --version | head -1)"
 if ! "$cc" -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
     -I"$root/include" -I"$root/lib" -I"$root/transport" -I"$root/topology" -I"$root/kernels" $hwloc_cflags \
-    "$here/fuzz_handshake.c" "$root/lib/socket.c" "$root/lib/error.c" "$root/lib/log.c" "$root/lib/config.c" \
+    "$here/fuzz_handshake.c" "$root/lib/socket.c" "$root/lib/error.c" "$root/lib/log.c" "$root/lib/config.c" "$root/lib/bytes.c" \
     -lcrypto -lpthread -o "$bin"; then
   echo "fuzz: build failed" >&2
   exit 3
