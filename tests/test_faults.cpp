@@ -356,4 +356,58 @@ TEST(Faults, TimeoutNamesPeer) {
     check_timeout("tcp");
 }
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* A rank that gives up makes a peer waiting on it fail (the transport's poison op), while it stays alive          */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+struct GiveUpShared {
+    std::atomic<int> done;
+    int result[2];
+    double elapsed_s[2];
+    char msg[2][kMsg];
+};
+
+/* Both ranks receive from each other (a deadlock of the caller's making). Rank 0 has ZCCL_TIMEOUT_MS=500 and gives
+ * up; rank 1 has no deadline and must fail soon after with a remote error naming rank 0 — while rank 0 is still
+ * alive (its exit would end rank 1's wait anyway). */
+void check_give_up(const char *transport) {
+    SharedMem mem(sizeof(GiveUpShared));
+    GiveUpShared *sh = new (mem.data()) GiveUpShared();
+    sh->done.store(0);
+    sh->result[0] = sh->result[1] = -1;
+    Options o;
+    o.deadline_s = 20;
+    o.env = {{"ZCCL_TRANSPORT", std::string(transport)}};
+    o.rank_env = [](int r) { return EnvList{{"ZCCL_TIMEOUT_MS", std::string(r == 0 ? "500" : "0")}}; };
+    GroupResult res = run_ranks(
+        2,
+        [sh](zccl_comm_t comm, int rank, int) -> int {
+            std::vector<float> buf(4096, 0.0f);
+            const double t0 = now_s();
+            zccl_result_t r = zccl_recv(buf.data(), buf.size(), ZCCL_FLOAT32, 1 - rank, comm, nullptr);
+            sh->elapsed_s[rank] = now_s() - t0;
+            sh->result[rank] = (int)r;
+            copy_msg(sh->msg[rank], r == ZCCL_SUCCESS ? "" : zccl_get_last_error(comm));
+            if (rank == 1) sh->done.store(1);
+            const double until = now_s() + 10; /* rank 0 stays alive until rank 1 is done */
+            while (rank == 0 && !sh->done.load() && now_s() < until) usleep(1000);
+            return 0;
+        },
+        o);
+    EXPECT_TRUE(res.all_ok()) << res.report();
+    for (int r = 0; r < 2; r++)
+        printf("[   INFO   ] %s: rank %d's recv returned %s after %.3f s: %s\n", transport, r,
+               zccl_get_error_string((zccl_result_t)sh->result[r]), sh->elapsed_s[r], sh->msg[r]);
+    EXPECT_EQ(sh->result[0], (int)ZCCL_TIMEOUT) << sh->msg[0];
+    EXPECT_EQ(sh->result[1], (int)ZCCL_REMOTE_ERROR) << sh->msg[1];
+    EXPECT_TRUE(ranks_named(sh->msg[1]).count(0)) << "the message does not name rank 0: " << sh->msg[1];
+    /* well before rank 0 would have given up waiting for rank 1 to finish (10 s) */
+    EXPECT_LE(sh->elapsed_s[1], 5.0) << "rank 1 was not told that rank 0 gave up";
+    sh->~GiveUpShared();
+}
+
+TEST(Faults, RankThatGivesUpMakesItsPeerFailShm) { check_give_up("shm"); }
+
+TEST(Faults, RankThatGivesUpMakesItsPeerFailTcp) { check_give_up("tcp"); }
+
 }  // namespace

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -458,6 +459,42 @@ TEST(IbFaults, KilledPeerGivesAnErrorNotAHang) {
     for (int r = 0; r < n; r++)
         if (r != victim) EXPECT_TRUE(res.procs[r].ok()) << "rank " << r << ": " << res.report();
     printf("[   INFO   ] killed peer: survivors returned after %.1f s\n", res.elapsed_s);
+}
+
+/* A rank that gives up (its own ZCCL_TIMEOUT_MS) while it stays alive disconnects its connections (the IB poison
+ * op), so the peer waiting on it fails within seconds instead of at the peer's exit. Both ranks receive from each
+ * other; only rank 0 has a deadline. */
+TEST(IbFaults, RankThatGivesUpMakesItsPeerFail) {
+    if (!in_vm()) GTEST_SKIP() << "needs the soft-RoCE VM (tests/rdma/ib_conformance.sh)";
+    Options o = vm_options(120);
+    o.rank_env = [](int r) {
+        return EnvList{{"ZCCL_IB_HCA", std::string("=") + getenv(r % 2 ? "ZCCL_VM_DEV1" : "ZCCL_VM_DEV0")},
+                       {"ZCCL_TIMEOUT_MS", std::string(r == 0 ? "2000" : "0")}};
+    };
+    o.expect_success = true;
+    SharedMem mem(sizeof(std::atomic<int>));
+    std::atomic<int> *done = new (mem.data()) std::atomic<int>(0);
+    GroupResult res = run_ranks(2, [done](zccl_comm_t comm, int rank, int) -> int {
+        std::vector<float> buf(4096, 0.0f);
+        const double t0 = now_s();
+        zccl_result_t r = zccl_recv(buf.data(), buf.size(), ZCCL_FLOAT32, 1 - rank, comm, nullptr);
+        const double dt = now_s() - t0;
+        fprintf(stderr, "rank %d: recv returned %d after %.1f s: %s\n", rank, (int)r, dt, zccl_get_last_error(comm));
+        if (rank == 0) {
+            if (r != ZCCL_TIMEOUT) return 30;
+            /* alive until rank 1 is done (at most 60 s): rank 1 must not learn it from this process's exit */
+            for (int i = 0; i < 6000 && !done->load(); i++) usleep(10000);
+            return done->load() ? 0 : 34;
+        }
+        done->store(1);
+        if (r != ZCCL_REMOTE_ERROR) return 31;
+        if (!strstr(zccl_get_last_error(comm), "rank 0")) return 32;
+        if (dt > 40.0) return 33; /* emulated: the disconnect takes seconds; rank 0 would exit after 62 s */
+        return 0;
+    }, o);
+    EXPECT_TRUE(res.procs[1].ok()) << res.report();
+    EXPECT_FALSE(res.deadline_exceeded) << res.report();
+    printf("[   INFO   ] gave up: %s\n", res.procs[1].output.c_str());
 }
 
 /* Runs before the downed-link test: after a link has been down, new rdma_cm connections in the VM were seen to

@@ -47,6 +47,7 @@ static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *p
 static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
 static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
 static void ib_teardown(struct zccl_comm *comm) {}
+static void ib_poison(struct zccl_comm *comm) {}
 #else
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
@@ -486,6 +487,17 @@ static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
     return peer_error(comm, peer);
 }
 
+/* This rank gave up (a lost peer, a timeout): disconnect every connection, so each peer's rdma_cm reports
+ * RDMA_CM_EVENT_DISCONNECTED at once (read by its stall check within 50 ms) and a peer waiting on this rank fails
+ * instead of waiting for its deadline; the QPs move to the error state and their work requests are flushed. */
+static void ib_poison(struct zccl_comm *comm) {
+    struct zccl_ib_comm *ib = comm->ib;
+    if (!ib || !ib->peer) return;
+    for (int p = 0; p < comm->nranks; p++)
+        for (int q = 0; ib->peer[p].used && q < IB_MAX_QPS; q++)
+            if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp) rdma_disconnect(ib->peer[p].id[q]);
+}
+
 static void ib_teardown(struct zccl_comm *comm) {
     struct zccl_ib_comm *ib = comm->ib;
     if (!ib) return;
@@ -526,4 +538,5 @@ const zccl_transport_ops_t zccl_transport_ib = {
     .wait_fd = ib_wait_fd,
     .check_peer = ib_check_peer,
     .comm_teardown = ib_teardown,
+    .poison = ib_poison,
 };

@@ -43,8 +43,8 @@ static bool tcp_can_reach(const struct zccl_comm *comm, int peer) { return true;
 
 static zccl_result_t io_error(struct zccl_comm *comm, int peer, bool is_send, ssize_t n, int err) {
     if (n == 0 || err == ECONNRESET || err == EPIPE)
-        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d closed its connection while rank %d was %s it (peer exited or "
-                           "aborted?)", peer, comm->rank, is_send ? "sending to" : "receiving from");
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d closed its connection while rank %d was %s it (it exited, "
+                           "aborted, or gave up after an error of its own)", peer, comm->rank, is_send ? "sending to" : "receiving from");
     return zccl__syserror(err, "rank %d: %s rank %d over TCP", comm->rank, is_send ? "send to" : "receive from", peer);
 }
 

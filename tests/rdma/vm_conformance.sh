@@ -11,6 +11,7 @@
 #   2. zccl-bench with its element check (-c 1: non-zero exit on any wrong element) for every collective, sizes
 #      16 B .. 1 MiB, 3 and 4 ranks under zcclrun, even ranks on rxe0 and odd ranks on rxe1 (rank_hca.sh): with 4
 #      every ring neighbour pair crosses the veth pair, with 3 the pair (2, 0) shares rxe0
+#   3. IbFaults.RankThatGivesUpMakesItsPeerFail (below)
 # The subset keeps the run to a few minutes of emulation (about 6 min on a busy 2-core host, 8.5 min with every
 # variant at 2, 3 and 4 ranks and zccl-bench at 2 ranks too).
 # Prints one line per step and "conformance: PASSED" or "conformance: FAILED"; exit status 0 only if all passed.
@@ -43,6 +44,15 @@ for n in 3 4; do
     step "zccl-bench $op -n $n (rxe0/rxe1; largest size $last)" $rc "$t"
   done
 done
+
+# 3. a rank that gives up (its own ZCCL_TIMEOUT_MS) and stays alive disconnects its connections (the poison op):
+#    the peer waiting on it fails within seconds (tests/test_ib.cpp; the other IbFaults run in ctest's faults step
+#    and tests/rdma/ib_conformance.sh)
+t=$(now)
+"$T" --gtest_filter='IbFaults.RankThatGivesUpMakesItsPeerFail' > /tmp/giveup.out 2>&1; rc=$?
+grep -E '^\[ *(OK|FAILED|SKIPPED|INFO) *\]|Failure' /tmp/giveup.out | tail -20
+grep -q '^\[  SKIPPED' /tmp/giveup.out && rc=1 # in the VM it must run
+step "a rank that gives up makes its peer fail (poison op)" $rc "$t"
 
 [ $fail -eq 0 ] && echo "conformance: PASSED" || echo "conformance: FAILED"
 exit $fail
