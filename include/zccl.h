@@ -174,8 +174,9 @@ zccl_result_t zccl_comm_abort(zccl_comm_t comm);
 
 /**
  * Stores in *async_error the error that broke the communicator, or ZCCL_SUCCESS: once a peer is lost, a deadline
- * passes (ZCCL_TIMEOUT_MS) or the communicator is aborted, every later operation fails at once with that error
- * (as ncclCommGetAsyncError reports). Safe to call from any thread while another thread is inside a collective.
+ * passes (ZCCL_TIMEOUT_MS), any other failure happens after a collective started moving data (a port that went
+ * down, a transport's system error), or the communicator is aborted, every later operation fails at once with that
+ * error (as ncclCommGetAsyncError reports), and operations queued on a stream fail without running. Safe to call from any thread while another thread is inside a collective.
  * Errors: ZCCL_INVALID_ARGUMENT if comm or async_error is NULL.
  */
 zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error);
@@ -232,6 +233,8 @@ zccl_result_t zccl_stream_create(zccl_stream_t *stream);
 /**
  * Waits until every operation queued on the stream has completed. Returns the first error that any of them
  * returned since the last synchronize (its message is then available via zccl_get_last_error()), else success.
+ * Operations queued behind an error that broke their communicator (zccl_comm_get_async_error) complete at once,
+ * failed, without running.
  * Errors: ZCCL_INVALID_ARGUMENT (stream NULL), or the error of a queued operation.
  */
 zccl_result_t zccl_stream_synchronize(zccl_stream_t stream);

@@ -129,10 +129,16 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
                                           coll_names[o->coll], comm->rank);
-    /* A peer was lost or timed out: fail at once, do not wait again. */
-    if (__atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE) != ZCCL_SUCCESS)
-        return zccl__error(comm->async_error, "%s on rank %d: the communicator is broken by an earlier error: %s",
-                           coll_names[o->coll], comm->rank, comm->async_msg);
+    /* A peer was lost or timed out: fail at once, do not wait again. Not logged again: the first error was, and a
+     * stream may hold a million operations queued behind it. */
+    const zccl_result_t broken = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    if (broken != ZCCL_SUCCESS) {
+        char msg[sizeof comm->async_msg + 128];
+        snprintf(msg, sizeof msg, "%s on rank %d: the communicator is broken by an earlier error: %s",
+                 coll_names[o->coll], comm->rank, comm->async_msg);
+        zccl__set_last_error(msg);
+        return broken;
+    }
     uint8_t one = 0, out = 0;
     zccl_op_t b = *o;
     if (o->barrier) {
@@ -165,17 +171,22 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     if (comm->check && b.coll != ZCCL_COLL_SEND && b.coll != ZCCL_COLL_RECV && comm->nranks > 1)
         res = check_matching(comm, &b);
     if (res == ZCCL_SUCCESS) res = zccl__sched_build(&a, &s);
+    bool moved_data = false;
     if (res == ZCCL_SUCCESS) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
                    coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
                    (int)b.in_place, s.nphases);
         res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
+        moved_data = true;
         zccl__sched_free(&s);
     }
-    /* After a lost peer or a timeout the ranks are out of step: later operations on this communicator cannot
-     * succeed. (A mismatch found by ZCCL_CHECK is seen by every rank before anyone moves data, so the communicator
-     * stays usable.) */
-    if (res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT || res == ZCCL_INTERNAL_ERROR) {
+    /* A collective that failed once ranks began moving data (a lost peer, a timeout, a port that went down, a
+     * transport's system error) leaves the ranks out of step: later operations on this communicator cannot
+     * succeed, so they fail at once instead of running (and failing) one by one — a stream with a million queued
+     * operations would otherwise take minutes to report the error. A mismatch found by ZCCL_CHECK is seen by every
+     * rank before anyone moves data, so the communicator stays usable after it. */
+    if (res != ZCCL_SUCCESS && (moved_data || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
+                                res == ZCCL_INTERNAL_ERROR)) {
         snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
         __atomic_store_n(&comm->async_error, res, __ATOMIC_RELEASE);
         zccl__comm_poison(comm); /* peers still waiting on this rank fail too instead of hanging */

@@ -37,9 +37,16 @@ static void *stream_main(void *arg) {
         zccl_op_t op = s->q[s->head % s->cap];
         s->running = true;
         s->running_comm = op.comm;
+        const bool had_err = s->err != ZCCL_SUCCESS; /* read under the lock: synchronize clears it */
         pthread_mutex_unlock(&s->mu);
-        zccl_result_t res = op.comm ? zccl__op_run(&op)
-                                    : zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
+        /* Behind an error that broke its communicator, an operation fails without being run: the stream keeps
+         * the first error, and a long queue drains in microseconds per operation. */
+        const zccl_result_t broken = op.comm ? __atomic_load_n(&op.comm->async_error, __ATOMIC_ACQUIRE)
+                                             : ZCCL_SUCCESS;
+        zccl_result_t res;
+        if (!op.comm) res = zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
+        else if (broken != ZCCL_SUCCESS && had_err) res = broken;
+        else res = zccl__op_run(&op);
         zccl__op_release(&op);
         pthread_mutex_lock(&s->mu);
         if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {

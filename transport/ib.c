@@ -194,6 +194,7 @@ void zccl__ib_poll_events(struct zccl_comm *comm) {
         struct ibv_async_event ev;
         if (ibv_get_async_event(ib->ctx, &ev) != 0) break;
         const enum ibv_event_type t = ev.event_type;
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s: asynchronous event \"%s\"", comm->rank, ib->dev, ibv_event_type_str(t));
         if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) {
             if (ib->dev_err == ZCCL_SUCCESS) {
                 ib->dev_err = ZCCL_SYSTEM_ERROR;
