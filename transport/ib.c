@@ -91,6 +91,19 @@ void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const 
     ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB connection to rank %d failed: %s", comm->rank, p, pe->errmsg);
 }
 
+/* The peer left (rdma_cm disconnect, or its process exited on this host): remembered, not yet a failure — a peer
+ * that finished its part and destroyed its communicator may have sent everything we still wait for. */
+static void ib_peer_gone(struct zccl_comm *comm, int p, const char *fmt, ...) {
+    ib_peer_t *pe = &comm->ib->peer[p];
+    if (pe->gone) return;
+    pe->gone = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pe->gone_msg, sizeof pe->gone_msg, fmt, ap);
+    va_end(ap);
+    ZCCL_INFO(ZCCL_LOG_IB, "rank %d: rank %d left: %s", comm->rank, p, pe->gone_msg);
+}
+
 static bool ib_remote_status(enum ibv_wc_status s) {
     return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ACCESS_ERR ||
            s == IBV_WC_REM_INV_REQ_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_ABORT_ERR ||
@@ -221,11 +234,13 @@ void zccl__ib_poll_events(struct zccl_comm *comm) {
         struct rdma_cm_id *rid = ev->id;
         rdma_ack_cm_event(ev);
         if (req) { rdma_destroy_id(rid); continue; }
-        if (p >= 0 && p < comm->nranks && ib->peer[p].used &&
-            (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT || t == RDMA_CM_EVENT_DEVICE_REMOVAL))
-            zccl__ib_fail_peer(comm, p, t == RDMA_CM_EVENT_DEVICE_REMOVAL ? ZCCL_SYSTEM_ERROR : ZCCL_REMOTE_ERROR,
-                               "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
-                               "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->dev);
+        if (p < 0 || p >= comm->nranks || !ib->peer[p].used) continue;
+        if (t == RDMA_CM_EVENT_DEVICE_REMOVAL)
+            zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "rdma_cm reports \"%s\" (status %d) for the connection "
+                               "to rank %d on %s", rdma_event_str(t), st, p, ib->dev);
+        else if ((t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT) && !ib->peer[p].gone)
+            ib_peer_gone(comm, p, "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
+                         "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->dev);
     }
 }
 
@@ -455,7 +470,25 @@ static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *p
     if ((++ib->progress_calls & 255) == 0) zccl__ib_poll_events(comm);
     ZCCL_CHECK(peer_error(comm, x->peer));
     if (ib->dev_err != ZCCL_SUCCESS) return peer_error(comm, x->peer);
-    return x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+    ib_peer_t *pe = &ib->peer[x->peer];
+    if (!pe->gone) return x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+    /* The peer left: take in everything that completed, let the transfer use it, and fail only if it still cannot
+     * finish (a further grant or acknowledgement will never come). */
+    while (zccl__ib_poll_cq(comm, 64) > 0) *progressed = true;
+    zccl_result_t res = x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+    if (res == ZCCL_SUCCESS && x->complete) return ZCCL_SUCCESS;
+    if (res == ZCCL_SUCCESS && x->is_send && x->done == x->bytes) {
+        /* Every byte was written; only acknowledgements are missing, and a receiver that finished and destroyed its
+         * communicator may take its QP down before its device acknowledged the last write. Whether a peer that left
+         * got the data does not change this rank's result, so the send is done (staging slots stay busy until their
+         * work requests are flushed). */
+        x->complete = true;
+        pe->tx.active = false;
+        *progressed = true;
+        return ZCCL_SUCCESS;
+    }
+    zccl__ib_fail_peer(comm, x->peer, ZCCL_REMOTE_ERROR, "%s", pe->gone_msg);
+    return peer_error(comm, x->peer);
 }
 
 static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) {
@@ -477,14 +510,16 @@ static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
     struct zccl_ib_comm *ib = comm->ib;
     if (!ib || !ib->peer || !ib->peer[peer].used) return ZCCL_SUCCESS;
     zccl__ib_poll_events(comm);
-    zccl__ib_poll_cq(comm, 64);
-    const ib_peer_t *pe = &ib->peer[peer];
+    const bool polled = zccl__ib_poll_cq(comm, 64) > 0;
+    ib_peer_t *pe = &ib->peer[peer];
     if (!pe->tx.active && !pe->rx.active) return ZCCL_SUCCESS; /* nothing of ours depends on it now */
     /* A peer on this host that died is seen at once; across hosts its rdma_cm disconnect or a failed write tells. */
-    if (pe->err == ZCCL_SUCCESS && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&
+    if (!pe->gone && pe->err == ZCCL_SUCCESS && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&
         zccl__local_pid_exited(comm->peers[peer].pid))
-        zccl__ib_fail_peer(comm, peer, ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited", peer,
-                           (int)comm->peers[peer].pid);
+        ib_peer_gone(comm, peer, "rank %d (pid %d, same host) has exited", peer, (int)comm->peers[peer].pid);
+    /* Completions just taken in may finish the transfer: the engine progresses it first (ib_progress decides). */
+    if (pe->gone && pe->err == ZCCL_SUCCESS && !polled)
+        zccl__ib_fail_peer(comm, peer, ZCCL_REMOTE_ERROR, "%s", pe->gone_msg);
     return peer_error(comm, peer);
 }
 

@@ -78,6 +78,9 @@ typedef struct {
     int probes_done;          /* our probe writes completed */
     zccl_result_t err;        /* first failure seen on this connection */
     char errmsg[400];
+    bool gone;                /* the peer disconnected or exited: what it sent before may still sit in the CQ, so
+                                 a transfer with it fails only once what arrived is consumed (gone_msg says why) */
+    char gone_msg[400];
 } ib_peer_t;
 
 struct zccl_ib_comm {
