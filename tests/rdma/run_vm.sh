@@ -168,6 +168,7 @@ cat "$base" "$work/extra.cpio.gz" > "$work/initrd"   # the kernel unpacks concat
 
 if [[ -z "$smp" ]]; then smp=$(nproc); ((smp > 4)) && smp=4; fi
 log=$work/console.log
+: > "$log" # exists before `tail -f` below starts (the background qemu's redirection may open it later)
 t0=$(date +%s.%N)
 # TCG (software emulation; KVM is not used), serial console on stdio, no NIC (the guest's network is a veth pair).
 "$qemu" -accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem" -nographic -no-reboot -nic none \
