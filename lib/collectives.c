@@ -171,21 +171,21 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     if (comm->check && b.coll != ZCCL_COLL_SEND && b.coll != ZCCL_COLL_RECV && comm->nranks > 1)
         res = check_matching(comm, &b);
     if (res == ZCCL_SUCCESS) res = zccl__sched_build(&a, &s);
-    bool moved_data = false;
+    bool in_engine = false; /* the ranks may have begun moving data */
     if (res == ZCCL_SUCCESS) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
                    coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
                    (int)b.in_place, s.nphases);
         res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
-        moved_data = true;
+        in_engine = true;
         zccl__sched_free(&s);
     }
-    /* A collective that failed once ranks began moving data (a lost peer, a timeout, a port that went down, a
-     * transport's system error) leaves the ranks out of step: later operations on this communicator cannot
+    /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system
+     * error, even scratch memory this rank could not get while its peers went ahead) leaves the ranks out of step: later operations on this communicator cannot
      * succeed, so they fail at once instead of running (and failing) one by one — a stream with a million queued
      * operations would otherwise take minutes to report the error. A mismatch found by ZCCL_CHECK is seen by every
      * rank before anyone moves data, so the communicator stays usable after it. */
-    if (res != ZCCL_SUCCESS && (moved_data || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
+    if (res != ZCCL_SUCCESS && (in_engine || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
                                 res == ZCCL_INTERNAL_ERROR)) {
         snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
         __atomic_store_n(&comm->async_error, res, __ATOMIC_RELEASE);
