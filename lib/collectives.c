@@ -181,10 +181,11 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         zccl__sched_free(&s);
     }
     /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system
-     * error, even scratch memory this rank could not get while its peers went ahead) leaves the ranks out of step: later operations on this communicator cannot
-     * succeed, so they fail at once instead of running (and failing) one by one — a stream with a million queued
-     * operations would otherwise take minutes to report the error. A mismatch found by ZCCL_CHECK is seen by every
-     * rank before anyone moves data, so the communicator stays usable after it. */
+     * error, even scratch memory this rank could not get while its peers went ahead) leaves the ranks out of step:
+     * later operations on this communicator cannot succeed, so they fail at once instead of running (and failing)
+     * one by one — a stream with a million queued operations would otherwise take minutes to report the error. A
+     * mismatch found by ZCCL_CHECK is seen by every rank before anyone moves data, so the communicator stays usable
+     * after it. */
     if (res != ZCCL_SUCCESS && (in_engine || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
                                 res == ZCCL_INTERNAL_ERROR)) {
         snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
