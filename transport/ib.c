@@ -238,7 +238,7 @@ void zccl__ib_poll_events(struct zccl_comm *comm) {
         if (t == RDMA_CM_EVENT_DEVICE_REMOVAL)
             zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "rdma_cm reports \"%s\" (status %d) for the connection "
                                "to rank %d on %s", rdma_event_str(t), st, p, ib->dev);
-        else if ((t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT) && !ib->peer[p].gone)
+        else if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT)
             ib_peer_gone(comm, p, "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
                          "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->dev);
     }
