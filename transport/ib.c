@@ -104,6 +104,29 @@ static void ib_peer_gone(struct zccl_comm *comm, int p, const char *fmt, ...) {
     ZCCL_INFO(ZCCL_LOG_IB, "rank %d: rank %d left: %s", comm->rank, p, pe->gone_msg);
 }
 
+/* Fails the transfers with peer p, which left while this rank still needed it. A rank that gives up disconnects all
+ * its connections (ib_poison), so the first departure seen may be a bystander's reaction to another rank's death:
+ * the message also names every other rank known to have left, those whose process exited first. */
+static void ib_fail_gone(struct zccl_comm *comm, int p) {
+    struct zccl_ib_comm *ib = comm->ib;
+    zccl__ib_poll_events(comm);
+    char others[300] = "";
+    size_t o = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < comm->nranks && o < sizeof others; r++) {
+            ib_peer_t *pr = &ib->peer[r];
+            if (r == p || !pr->used) continue;
+            const bool exited = comm->peers[r].host_hash == comm->peers[comm->rank].host_hash &&
+                                zccl__local_pid_exited(comm->peers[r].pid);
+            if (pass == 0 && exited)
+                o += (size_t)snprintf(others + o, sizeof others - o, "%s rank %d (pid %d, same host) has exited",
+                                      o ? ";" : "", r, (int)comm->peers[r].pid);
+            else if (pass == 1 && !exited && pr->gone)
+                o += (size_t)snprintf(others + o, sizeof others - o, "%s rank %d disconnected too", o ? ";" : "", r);
+        }
+    zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "%s%s%s", ib->peer[p].gone_msg, o ? "; also:" : "", others);
+}
+
 static bool ib_remote_status(enum ibv_wc_status s) {
     return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ACCESS_ERR ||
            s == IBV_WC_REM_INV_REQ_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_ABORT_ERR ||
@@ -336,6 +359,7 @@ static zccl_result_t ib_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progr
     if (!x->started) {
         x->started = true;
         x->t[0] = tx->posted; /* the channel's byte count when this send began */
+        tx->end = tx->posted + x->bytes;
         tx->active = true;
     }
     for (int n = 0; n < IB_SLOTS && x->done < x->bytes; n++) {
@@ -397,6 +421,7 @@ static zccl_result_t ib_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progr
     if (!x->started) {
         x->started = true;
         rx->granted = 0;
+        rx->bytes = x->bytes;
         rx->active = true;
     }
     /* Deliver what arrived, in grant order. */
@@ -487,7 +512,7 @@ static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *p
         *progressed = true;
         return ZCCL_SUCCESS;
     }
-    zccl__ib_fail_peer(comm, x->peer, ZCCL_REMOTE_ERROR, "%s", pe->gone_msg);
+    ib_fail_gone(comm, x->peer);
     return peer_error(comm, x->peer);
 }
 
@@ -510,16 +535,25 @@ static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
     struct zccl_ib_comm *ib = comm->ib;
     if (!ib || !ib->peer || !ib->peer[peer].used) return ZCCL_SUCCESS;
     zccl__ib_poll_events(comm);
-    const bool polled = zccl__ib_poll_cq(comm, 64) > 0;
     ib_peer_t *pe = &ib->peer[peer];
     if (!pe->tx.active && !pe->rx.active) return ZCCL_SUCCESS; /* nothing of ours depends on it now */
     /* A peer on this host that died is seen at once; across hosts its rdma_cm disconnect or a failed write tells. */
     if (!pe->gone && pe->err == ZCCL_SUCCESS && comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash &&
         zccl__local_pid_exited(comm->peers[peer].pid))
         ib_peer_gone(comm, peer, "rank %d (pid %d, same host) has exited", peer, (int)comm->peers[peer].pid);
-    /* Completions just taken in may finish the transfer: the engine progresses it first (ib_progress decides). */
-    if (pe->gone && pe->err == ZCCL_SUCCESS && !polled)
-        zccl__ib_fail_peer(comm, peer, ZCCL_REMOTE_ERROR, "%s", pe->gone_msg);
+    /* A peer that left fails our transfer with it only if the transfer needs something more from it: a grant for a
+     * send not yet fully written, or data for a receive not yet granted or arrived. A send whose every byte is
+     * written but not yet acknowledged (a receiver that finished may leave before its device acknowledged the last
+     * write), or a receive whose data all arrived, is completed by ib_progress in the engine's next pass. */
+    if (pe->gone && pe->err == ZCCL_SUCCESS) {
+        while (zccl__ib_poll_cq(comm, 64) > 0) {}
+        bool needs_peer = pe->tx.active && pe->tx.posted < pe->tx.end;
+        if (pe->rx.active) {
+            needs_peer |= pe->rx.granted < pe->rx.bytes;
+            for (uint32_t g = pe->rx.delivered; g != pe->rx.next; g++) needs_peer |= !pe->rx.arrived[g % IB_SLOTS];
+        }
+        if (needs_peer) ib_fail_gone(comm, peer);
+    }
     return peer_error(comm, peer);
 }
 

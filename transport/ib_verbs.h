@@ -53,6 +53,7 @@ typedef struct {
     bool busy[IB_SLOTS];      /* write of that grant in flight (its staging slot in use) */
     zccl_ib_mr_entry_t *pin[IB_SLOTS];
     bool active;              /* a send to this peer is in progress */
+    uint64_t end;             /* value of `posted` once the current send is fully written */
 } ib_tx_t;
 
 typedef struct {
@@ -62,6 +63,7 @@ typedef struct {
     bool staged[IB_SLOTS];    /* false: the grant pointed into the user's buffer */
     zccl_ib_mr_entry_t *pin[IB_SLOTS];
     uint64_t granted;         /* bytes of the current receive granted so far */
+    uint64_t bytes;           /* bytes of the current receive */
     bool active;
 } ib_rx_t;
 
