@@ -14,12 +14,14 @@
  * fetch_digits.sh fetches it from Debian's python3-sklearn package).
  */
 #include <errno.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zccl.h>
 
+#include "bytes.h"
 #include "digits.h"
 #include "mlp.h"
 #include "shard.h"
@@ -57,12 +59,21 @@ static void usage(FILE *f)
             "  --lr LR            AdamW learning rate per 32 samples of global batch, scaled linearly (default 5e-4)\n"
             "  --weight-decay WD  decoupled weight decay of the weight matrices (default 1e-4)\n"
             "  --data PATH        digits.csv.gz (default " ZT_DEFAULT_DATA ")\n"
-            "  --first-bucket N   bytes of the first gradient bucket (default 16384)\n"
-            "  --bucket-cap N     bytes of the other gradient buckets (default 262144)\n"
+            "  --first-bucket N   bytes of the first gradient bucket (default 16K)\n"
+            "  --bucket-cap N     bytes of the other gradient buckets (default 256K)\n"
             "  --in-flight K      most buckets communicating at once (default: ZCCL_BUCKETS_IN_FLIGHT, 2)\n"
             "  --max-live BYTES   stage 3: bound on gathered layer bytes (default: ZCCL_ZERO3_MAX_LIVE_BYTES, 1G)\n"
+            "Sizes take K, M, G suffixes (binary: 256K = 262144 bytes). Under a launcher, only rank 0 reports a\n"
+            "bad option.\n"
             "Layer l's weights and bias form one flat parameter (one bucket-plan parameter, one ZeRO-3 layer);\n"
             "stage 3 uses one bucket per layer so that gradient and parameter shards coincide.\n");
+}
+
+/* Every rank parses the same command line: under a launcher (RANK set) only rank 0 says what is wrong with it. */
+static int opts_loud(void)
+{
+    const char *r = getenv("RANK");
+    return !r || !strcmp(r, "0");
 }
 
 static int parse_num(const char *opt, const char *s, double lo, double hi, int integer, double *out)
@@ -71,11 +82,25 @@ static int parse_num(const char *opt, const char *s, double lo, double hi, int i
     errno = 0;
     double v = strtod(s ? s : "", &end);
     if (!s || end == s || *end || errno || !(v >= lo && v <= hi) || (integer && v != floor(v))) {
-        fprintf(stderr, "zero_train: %s needs %s in [%g, %g], got '%s'\n", opt, integer ? "an integer" : "a number",
-                lo, hi, s ? s : "");
+        if (opts_loud())
+            fprintf(stderr, "zero_train: %s needs %s in [%g, %g], got '%s'\n", opt,
+                    integer ? "an integer" : "a number", lo, hi, s ? s : "");
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+static int parse_size(const char *opt, const char *s, uint64_t lo, size_t *out)
+{
+    uint64_t v;
+    if (zccl__parse_bytes(s, &v) != 0 || v < lo || v > SIZE_MAX) {
+        if (opts_loud())
+            fprintf(stderr, "zero_train: %s needs a byte size of at least %llu (e.g. 4096, 256K, 25M), got '%s'\n",
+                    opt, (unsigned long long)lo, s ? s : "");
+        return -1;
+    }
+    *out = (size_t)v;
     return 0;
 }
 
@@ -106,18 +131,27 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         NUM("--seed", 0, 9007199254740992.0, 1, o->seed = (unsigned long long)d)
         NUM("--lr", 0, 10, 0, o->lr_per32 = d)
         NUM("--weight-decay", 0, 10, 0, o->wd = d)
-        NUM("--first-bucket", 8, 1e15, 1, o->first_bytes = (size_t)d)
-        NUM("--bucket-cap", 8, 1e15, 1, o->cap_bytes = (size_t)d)
         NUM("--in-flight", 0, 64, 1, o->in_flight = (int)d)
-        NUM("--max-live", 0, 1e15, 1, o->max_live = (size_t)d)
 #undef NUM
+#define SIZE(name, lo, dst)                                                                                           \
+    if (!strcmp(a, name)) {                                                                                           \
+        if (parse_size(name, v, lo, &dst)) return -1;                                                                 \
+        i++;                                                                                                          \
+        continue;                                                                                                     \
+    }
+        SIZE("--first-bucket", 8, o->first_bytes)
+        SIZE("--bucket-cap", 8, o->cap_bytes)
+        SIZE("--max-live", 0, o->max_live)
+#undef SIZE
         if (!strcmp(a, "--data") && v) {
             o->data = v;
             i++;
             continue;
         }
-        fprintf(stderr, "zero_train: unknown or incomplete option '%s'\n", a);
-        usage(stderr);
+        if (opts_loud()) {
+            fprintf(stderr, "zero_train: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+        }
         return -1;
     }
     return 0;
@@ -217,21 +251,30 @@ static void fmt_bytes(char *buf, size_t len, double b)
 int main(int argc, char **argv)
 {
     opts_t o;
-    if (parse_opts(argc, argv, &o)) return 2;
+    const int bad_opts = parse_opts(argc, argv, &o) != 0;
+    if (bad_opts && !getenv("RANK")) return 2; /* not under a launcher: the message is out */
     zccl_comm_t comm;
     zccl_result_t res = zccl_comm_init_env(&comm);
     if (res != ZCCL_SUCCESS) {
         fprintf(stderr, "zero_train: zccl_comm_init_env: %s: %s\n", zccl_get_error_string(res),
                 zccl_get_last_error(NULL));
-        return 1;
+        return bad_opts ? 2 : 1;
     }
     int rank, n;
     zccl_comm_rank(comm, &rank);
     zccl_comm_count(comm, &n);
+    /* Errors only rank 0 reports end with a barrier: a rank that exited first would make the launcher stop rank 0
+     * before its message is out. */
+    if (bad_opts) {
+        zccl_barrier(comm, NULL);
+        zccl_comm_destroy(comm);
+        return 2;
+    }
     if (o.batch % (n * o.accum)) {
         if (rank == 0)
             fprintf(stderr, "zero_train: --batch %d is not a multiple of ranks (%d) x --accum (%d)\n", o.batch, n,
                     o.accum);
+        zccl_barrier(comm, NULL);
         zccl_comm_destroy(comm);
         return 2;
     }
@@ -251,6 +294,7 @@ int main(int argc, char **argv)
     size_t steps = train.n / (size_t)o.batch;
     if (steps == 0) {
         if (rank == 0) fprintf(stderr, "zero_train: --batch %d exceeds the %zu training samples\n", o.batch, train.n);
+        zccl_barrier(comm, NULL);
         zccl_comm_destroy(comm);
         return 2;
     }
