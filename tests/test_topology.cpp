@@ -603,6 +603,10 @@ TEST(TopologyTool, BadArgumentsAndFiles) {
     EXPECT_EQ(run_tool("--ranks 0", &out), 2);
     EXPECT_EQ(run_tool("--bind socket", &out), 2);
     EXPECT_EQ(run_tool("--xml", &out), 2);
+    EXPECT_EQ(run_tool("--json --dot", &out), 2); /* two output formats: refused, not the last one silently */
+    EXPECT_TRUE(out.empty()) << out;
+    EXPECT_EQ(run_tool("--svg /dev/null --png /dev/null", &out), 2);
+    EXPECT_EQ(run_tool("--json --json", &out), 0);
     EXPECT_EQ(run_tool("--xml /nonexistent.xml", &out), 1);
     EXPECT_EQ(run_tool("--synthetic 'pack:2 core:2 pu:1' --map gpu", &out), 1);
     EXPECT_EQ(run_tool("--synthetic 'pack:2 core:2 pu:1' --ranks 4", &out), 0);

@@ -26,6 +26,7 @@ typedef enum { OUT_TEXT, OUT_JSON, OUT_DOT, OUT_SVG, OUT_PNG } out_mode_t;
 
 typedef struct {
     const char *xml, *nccl_xml, *synthetic, *render_file;
+    const char *mode_opt; /* the output option given (--json, --dot, --svg, --png); NULL: the text summary */
     out_mode_t mode;
     int ranks, hosts;       /* ranks: 0 = default */
     int bind, map;          /* map: -1 = default */
@@ -59,6 +60,7 @@ static void usage(FILE *f) {
             "  --json              JSON document\n"
             "  --dot               Graphviz DOT of the PCI tree and the ring\n"
             "  --svg FILE, --png FILE   render the DOT picture with Graphviz's dot into FILE\n"
+            "  (one output format at a time: --json, --dot, --svg and --png exclude each other)\n"
             "  -h, --help          this text\n");
 }
 
@@ -95,8 +97,11 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             exit(0);
-        } else if (!strcmp(a, "--json")) o->mode = OUT_JSON, takes = false;
-        else if (!strcmp(a, "--dot")) o->mode = OUT_DOT, takes = false;
+        } else if ((!strcmp(a, "--json") || !strcmp(a, "--dot") || !strcmp(a, "--svg") ||
+                    !strcmp(a, "--png")) && o->mode_opt && strcmp(o->mode_opt, a))
+            return bad("give one output format: %s and %s were both given", o->mode_opt, a);
+        else if (!strcmp(a, "--json")) o->mode = OUT_JSON, o->mode_opt = a, takes = false;
+        else if (!strcmp(a, "--dot")) o->mode = OUT_DOT, o->mode_opt = a, takes = false;
         else if (!v && (!strcmp(a, "--xml") || !strcmp(a, "--nccl-xml") || !strcmp(a, "--synthetic") ||
                         !strcmp(a, "--svg") || !strcmp(a, "--png") || !strcmp(a, "--ranks") ||
                         !strcmp(a, "--hosts") || !strcmp(a, "--bind") || !strcmp(a, "--map")))
@@ -104,8 +109,8 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         else if (!strcmp(a, "--xml")) o->xml = v;
         else if (!strcmp(a, "--nccl-xml")) o->nccl_xml = v;
         else if (!strcmp(a, "--synthetic")) o->synthetic = v;
-        else if (!strcmp(a, "--svg")) o->mode = OUT_SVG, o->render_file = v;
-        else if (!strcmp(a, "--png")) o->mode = OUT_PNG, o->render_file = v;
+        else if (!strcmp(a, "--svg")) o->mode = OUT_SVG, o->mode_opt = a, o->render_file = v;
+        else if (!strcmp(a, "--png")) o->mode = OUT_PNG, o->mode_opt = a, o->render_file = v;
         else if (!strcmp(a, "--ranks")) {
             if (parse_count(a, v, 1, 65536, &o->ranks)) return 2;
         } else if (!strcmp(a, "--hosts")) {
