@@ -736,6 +736,29 @@ static int env_set(const char *name)
     return v && *v;
 }
 
+/* Bytes the kernel says can be allocated without swapping (MemAvailable in /proc/meminfo); 0 when unknown. */
+static unsigned long long mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024ull;
+}
+
+/* Ranks of this job on this host, from the launcher's environment (zcclrun/torchrun, Open MPI, MPICH); 1 when
+ * none says. */
+static int local_ranks(void)
+{
+    for (const char *const *v = (const char *const[]){"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                                      "MPI_LOCALNRANKS", NULL}; *v; v++)
+        if (env_set(*v) && atoi(getenv(*v)) > 0) return atoi(getenv(*v));
+    return 1;
+}
+
 static void print_header(struct bench *b)
 {
     const struct cfg *c = b->c;
@@ -816,6 +839,18 @@ static int run_rank(int launched_rank, void *arg)
     }
     b.bufbytes = (c->maxbytes + 4095) / 4096 * 4096;
     if (b.bufbytes == 0) b.bufbytes = 4096;
+    /* Linux overcommits: the allocation below succeeds for any size, and touching the pages would bring the OOM
+     * killer instead of an error. Send and receive buffers, plus the library's scratch space of up to one buffer
+     * for reductions, for every rank of this host, must fit in what the kernel has available. */
+    const unsigned long long avail = mem_available(), per_rank = 3ull * b.bufbytes;
+    const int local = local_ranks();
+    if (!bad_local && avail && per_rank > avail / (unsigned long long)local) {
+        if (b.rank == 0)
+            fprintf(stderr, NAME ": -e %zu needs about %llu MiB per rank (send, receive and scratch buffers) x %d "
+                    "rank%s on this host, but only %llu MiB are available (MemAvailable): lower -e\n", c->maxbytes,
+                    per_rank >> 20, local, local == 1 ? "" : "s", avail >> 20);
+        bad_local = 2;
+    }
     if (!bad_local) {
         if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
             posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
