@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include "comm.h"
@@ -56,6 +57,15 @@ static int pow2_floor(int n) {
 static zccl_link_cost_t flat_link(const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
     return L->nhosts > 1 ? p->inter : p->intra;
 }
+/* The link of one step of a flat algorithm whose exchange pattern puts `share` ranks of one host on the host's
+ * link at once (0: the pattern stays inside the hosts). Bytes: those ranks' messages go through one link one after
+ * another (share x beta_inter), or stay on the intra-host link. Latency: the flat link's alpha for every step, as
+ * the lock-step rounds of a flat algorithm wait for each other (a step inside the hosts is not cheaper on the
+ * oversubscribed VM, where every step costs process wake-ups; docs/tuning.md "Several hosts"). */
+static zccl_link_cost_t shared_link(const zccl_tune_layout_t *L, const zccl_tune_params_t *p, int share) {
+    return (zccl_link_cost_t){.alpha = flat_link(L, p).alpha,
+                              .beta = share > 0 ? p->inter.beta * share : p->intra.beta};
+}
 /* One step with k concurrent messages of b bytes each (see tuner.h). */
 static double step(zccl_link_cost_t l, int k, double b) {
     if (k <= 0) return 0;
@@ -81,59 +91,70 @@ static double ring_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, 
 }
 
 static double predict_ring(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
-    return ring_cost(c, bytes, L->nranks, flat_link(L, p), p);
+    return ring_cost(c, bytes, L->nranks, shared_link(L, p, L->ring_share), p);
 }
 
 /* Direct reduce-scatter / all-gather (sched_direct.c): one step, each rank exchanging one block with each of the
- * n-1 others (reduce-scatter then reduces the n-1 received blocks). */
-static double direct_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
+ * n-1 others (reduce-scatter then reduces the n-1 received blocks). Across hosts the step also waits for the
+ * busiest host link, which carries ranks_h x (n - ranks_h) blocks. */
+static double direct_step(const zccl_tune_layout_t *L, const zccl_tune_params_t *p, double b) {
+    const int n = L->nranks;
+    const double own = (n - 1) * b * p->intra.beta, across = L->direct_cross * b * p->inter.beta;
+    return flat_link(L, p).alpha * (1.0 + (n - 2) * ZCCL_TUNE_RHO) + (across > own ? across : own);
+}
+static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int n = L->nranks;
     if (n <= 1) return 0;
     const double m = (double)bytes;
     switch (c) {
-    case ZCCL_COLL_ALLREDUCE: return step(l, n - 1, m) + (n - 1) * m * p->gamma;
-    case ZCCL_COLL_REDUCE_SCATTER: return step(l, n - 1, m / n) + (n - 1) * (m / n) * p->gamma;
-    case ZCCL_COLL_ALLGATHER: return step(l, n - 1, m / n);
+    case ZCCL_COLL_ALLREDUCE: return direct_step(L, p, m) + (n - 1) * m * p->gamma;
+    case ZCCL_COLL_REDUCE_SCATTER: return direct_step(L, p, m / n) + (n - 1) * (m / n) * p->gamma;
+    case ZCCL_COLL_ALLGATHER: return direct_step(L, p, m / n);
     default: return HUGE_VAL;
     }
-}
-static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
-    return direct_cost(c, bytes, L->nranks, flat_link(L, p), p);
 }
 
 /* Recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner; Thakur et al. 2005, with their
  * fold for non-powers of two: the n - p extra ranks hand their vector to a partner first and get the result back
  * at the end, p the largest power of two <= n). */
-static double rab_cost(zccl_coll_t c, size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
+static double rab_cost(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int n = L->nranks;
     if (n <= 1) return 0;
-    const int q = pow2_floor(n);
+    const int q = pow2_floor(n), lg = (int)ceil_log2(q);
     const bool extra = q < n;
-    const double m = (double)bytes, lg = ceil_log2(q), part = (double)(q - 1) / q * m;
+    const double m = (double)bytes, part = (double)(q - 1) / q * m;
+    /* one pass of recursive halving (or doubling): the step with distance 2^k moves m / 2^(lg-k) bytes */
+    double pass = 0;
+    for (int k = 0; k < lg; k++) {
+        const zccl_link_cost_t l = shared_link(L, p, L->xor_share[k]);
+        pass += l.alpha + m / (double)(1u << (lg - k)) * l.beta;
+    }
+    const zccl_link_cost_t f = shared_link(L, p, L->add_share[0]); /* the fold pairs ranks 2i and 2i+1 */
     switch (c) {
     case ZCCL_COLL_ALLREDUCE:
-        return 2 * lg * l.alpha + 2 * part * l.beta + part * p->gamma +
-               (extra ? 2 * l.alpha + 2 * m * l.beta + m * p->gamma : 0.0);
+        return 2 * pass + part * p->gamma + (extra ? 2 * f.alpha + 2 * m * f.beta + m * p->gamma : 0.0);
     case ZCCL_COLL_REDUCE_SCATTER:
-        return lg * l.alpha + part * l.beta + part * p->gamma +
-               (extra ? 2 * l.alpha + (m + m / n) * l.beta + m * p->gamma : 0.0);
+        return pass + part * p->gamma + (extra ? 2 * f.alpha + (m + m / n) * f.beta + m * p->gamma : 0.0);
     case ZCCL_COLL_ALLGATHER:
-        return lg * l.alpha + part * l.beta + (extra ? 2 * l.alpha + (m + m / n) * l.beta : 0.0);
+        return pass + (extra ? 2 * f.alpha + (m + m / n) * f.beta : 0.0);
     default: return HUGE_VAL;
     }
 }
 static double predict_rab(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
-    return rab_cost(c, bytes, L->nranks, flat_link(L, p), p);
+    return rab_cost(c, bytes, L, p);
 }
 
 /* Recursive doubling all-reduce of the whole vector: log2(p) steps of m bytes (+ the fold's two steps). */
-static double recdbl_cost(size_t bytes, int n, zccl_link_cost_t l, const zccl_tune_params_t *p) {
-    if (n <= 1) return 0;
-    const int q = pow2_floor(n);
-    const double m = (double)bytes;
-    return ceil_log2(q) * (step(l, 1, m) + m * p->gamma) + (q < n ? 2 * step(l, 1, m) + m * p->gamma : 0.0);
-}
 static double predict_recdbl(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
     (void)c;
-    return recdbl_cost(bytes, L->nranks, flat_link(L, p), p);
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const int q = pow2_floor(n), lg = (int)ceil_log2(q);
+    const double m = (double)bytes;
+    double t = 0;
+    for (int k = 0; k < lg; k++) t += step(shared_link(L, p, L->xor_share[k]), 1, m) + m * p->gamma;
+    if (q < n) t += 2 * step(shared_link(L, p, L->add_share[0]), 1, m) + m * p->gamma;
+    return t;
 }
 
 /* Bruck all-gather (Bruck et al. 1997; Thakur et al. 2005): ceil(log2 n) steps, (n-1)/n of the data. A range that
@@ -142,8 +163,12 @@ static double predict_bruck(zccl_coll_t c, size_t bytes, const zccl_tune_layout_
     (void)c;
     const int n = L->nranks;
     if (n <= 1) return 0;
-    const zccl_link_cost_t l = flat_link(L, p);
-    return ceil_log2(n) * l.alpha * (1.0 + ZCCL_TUNE_RHO) + (double)(n - 1) / n * (double)bytes * l.beta;
+    double t = 0;
+    for (int k = 0, d = 1; d < n; k++, d *= 2) { /* step k: min(d, n-d) blocks of m/n to rank r - d */
+        const zccl_link_cost_t l = shared_link(L, p, L->add_share[k]);
+        t += l.alpha * (1.0 + ZCCL_TUNE_RHO) + (double)(d < n - d ? d : n - d) / n * (double)bytes * l.beta;
+    }
+    return t;
 }
 
 /* Double binary tree all-reduce (Sanders, Speck & Traeff 2009; sched_tree.c): each tree carries half the vector
@@ -160,21 +185,23 @@ static double predict_tree(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t
 }
 
 /* Hierarchical (sched_hier.c): ring reduce-scatter inside each host (intra-host link), ring among the hosts on
- * 1/L of the data (inter-host link), ring all-gather inside each host; L ranks per host. */
+ * 1/R of the data (inter-host link), ring all-gather inside each host; R ranks per host. The R inter-host rings
+ * (one per position on the host) run at once and share each host's link. */
 static double predict_hier(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
     const int H = L->nhosts, R = L->per_host;
     const double m = (double)bytes;
+    const zccl_link_cost_t inter = shared_link(L, p, R);
     switch (c) {
     case ZCCL_COLL_ALLREDUCE:
         return ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
-               ring_cost(ZCCL_COLL_ALLREDUCE, (size_t)(m / R), H, p->inter, p) +
+               ring_cost(ZCCL_COLL_ALLREDUCE, (size_t)(m / R), H, inter, p) +
                ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
     case ZCCL_COLL_ALLGATHER:
-        return ring_cost(ZCCL_COLL_ALLGATHER, (size_t)(m / R), H, p->inter, p) +
+        return ring_cost(ZCCL_COLL_ALLGATHER, (size_t)(m / R), H, inter, p) +
                ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
     case ZCCL_COLL_REDUCE_SCATTER:
         return ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
-               ring_cost(ZCCL_COLL_REDUCE_SCATTER, (size_t)(m / R), H, p->inter, p);
+               ring_cost(ZCCL_COLL_REDUCE_SCATTER, (size_t)(m / R), H, inter, p);
     default: return HUGE_VAL;
     }
 }
@@ -291,6 +318,10 @@ zccl_result_t zccl__algo_filter_parse(const char *spec, const char *what, zccl_a
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": empty algorithm name in section '%.*s' (known: "
                                    "%s)", what, spec, (int)(se - p), p, known);
             int a = zccl__algo_index(nb, (size_t)(nn - nb));
+            if (a < 0 && *nb == '^')
+                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": '%.*s': '^' goes only at the start of a section "
+                                   "and excludes every algorithm listed after it (e.g. ^ring,direct)", what, spec,
+                                   (int)(nn - nb), nb);
             if (a < 0)
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": unknown algorithm '%.*s' (known: %s)", what, spec,
                                    (int)(nn - nb), nb, known);
@@ -318,6 +349,9 @@ zccl_result_t zccl__algo_filter_parse(const char *spec, const char *what, zccl_a
             f->explicit_[coll] = true;
         } else {
             dflt = exclude ? ((1u << zccl__nalgos) - 1) & ~named : named;
+            if (!dflt)
+                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": section '%.*s' excludes every algorithm (known: "
+                                   "%s)", what, spec, (int)(se - p), p, known);
         }
         if (se == end) break;
         p = se + 1;
@@ -347,23 +381,61 @@ void zccl__tune_defaults(zccl_tune_params_t *p) {
     p->copy = 1.0 / 8e9;
 }
 
-void zccl__tune_layout(const uint64_t *host_hash, int n, zccl_tune_layout_t *L) {
+/* Virtual rank v of the power-of-two fold (Thakur et al.: ranks 2v for v < e, v + e above) -> real rank. */
+static int fold_real(int v, int e) { return v < e ? 2 * v : v + e; }
+
+/* Most ranks of one host (host[r] in [0, nh)) with a partner on another host, for the pairs (a[i], b[i]), i < k;
+ * per[] is scratch of nh ints. */
+static int max_share(const int *host, const int *a, const int *b, int k, int nh, int *per) {
+    memset(per, 0, (size_t)nh * sizeof *per);
+    int most = 0;
+    for (int i = 0; i < k; i++)
+        if (host[a[i]] != host[b[i]] && ++per[host[a[i]]] > most) most = per[host[a[i]]];
+    return most;
+}
+
+zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L) {
+    memset(L, 0, sizeof *L);
     L->nranks = n;
-    L->nhosts = 0;
-    L->per_host = 0;
     L->uniform = true;
-    int first_count = -1;
-    for (int r = 0; r < n; r++) {
-        bool seen = false;
-        for (int q = 0; q < r && !seen; q++) seen = host_hash[q] == host_hash[r];
-        if (seen) continue;
-        int cnt = 0;
-        for (int q = r; q < n; q++) cnt += host_hash[q] == host_hash[r];
-        L->nhosts++;
-        if (cnt > L->per_host) L->per_host = cnt;
-        if (first_count < 0) first_count = cnt;
-        else if (cnt != first_count) L->uniform = false;
+    int *host = malloc((size_t)n * sizeof *host), *cnt = calloc((size_t)n, sizeof *cnt);
+    int *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+    if (!host || !cnt || !a || !b) {
+        free(host), free(cnt), free(a), free(b);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's layout of %d ranks", n);
     }
+    for (int r = 0; r < n; r++) { /* host index: order of first appearance */
+        host[r] = L->nhosts;
+        for (int q = 0; q < r; q++)
+            if (host_hash[q] == host_hash[r]) {
+                host[r] = host[q];
+                break;
+            }
+        if (host[r] == L->nhosts) L->nhosts++;
+        cnt[host[r]]++;
+    }
+    for (int h = 0; h < L->nhosts; h++) {
+        if (cnt[h] > L->per_host) L->per_host = cnt[h];
+        if (cnt[h] != cnt[0]) L->uniform = false;
+        const double cross = (double)cnt[h] * (n - cnt[h]);
+        if (cross > L->direct_cross) L->direct_cross = cross;
+    }
+    if (L->nhosts > 1) {
+        for (int i = 0; i < n; i++) a[i] = ring ? ring[i] : i, b[i] = ring ? ring[(i + 1) % n] : (i + 1) % n;
+        L->ring_share = max_share(host, a, b, n, L->nhosts, cnt);
+        int q = 1;
+        while (q * 2 <= n) q *= 2;
+        for (int k = 0; (1 << k) < n && k < ZCCL_TUNE_MAX_LG; k++) {
+            const int d = 1 << k;
+            int m = 0;
+            for (int v = 0; v < q && d < q; v++) a[m] = fold_real(v, n - q), b[m] = fold_real(v ^ d, n - q), m++;
+            L->xor_share[k] = max_share(host, a, b, m, L->nhosts, cnt);
+            for (int r = 0; r < n; r++) a[r] = r, b[r] = (r + d) % n;
+            L->add_share[k] = max_share(host, a, b, n, L->nhosts, cnt);
+        }
+    }
+    free(host), free(cnt), free(a), free(b);
+    return ZCCL_SUCCESS;
 }
 
 zccl_result_t zccl__tune_usable(zccl_tuner_t *t, const char *what) {

@@ -36,12 +36,25 @@ typedef struct {
     double copy;  /* seconds per byte of a local copy */
 } zccl_tune_params_t;
 
-/** How the ranks sit on hosts (identical on every rank: derived from the bootstrap's host table). */
+#define ZCCL_TUNE_MAX_LG 32
+
+/**
+ * How the ranks sit on hosts (identical on every rank: derived from the bootstrap's host table and the ring).
+ * The *_share fields describe how the flat algorithms load the host links: for one exchange pattern, the most
+ * ranks of one host whose partner is on another host (they all send through that host's link at once, so a step
+ * costs share x beta_inter per byte); 0 means the pattern stays inside the hosts (intra-host link). All zero on one
+ * host (also when left zero by an aggregate initialiser).
+ */
 typedef struct {
     int nranks;
     int nhosts;
     int per_host;  /* most ranks on one host */
     bool uniform;  /* every host has per_host ranks */
+    int ring_share;                     /* ring neighbours (the communicator's ring order) */
+    int xor_share[ZCCL_TUNE_MAX_LG];    /* virtual ranks v and v ^ 2^k of the power-of-two fold (Thakur et al.) */
+    int add_share[ZCCL_TUNE_MAX_LG];    /* ranks r and r + 2^k mod n (Bruck) */
+    double direct_cross;                /* most blocks one host sends to other hosts in a direct step:
+                                           max over hosts of ranks_h x (n - ranks_h) */
 } zccl_tune_layout_t;
 
 /** Extra cost of each further concurrent message of a step, as a fraction of alpha. */
@@ -110,8 +123,11 @@ typedef struct zccl_tuner {
 
 /** Default parameters (used when calibration is disabled, and before it has run). */
 void zccl__tune_defaults(zccl_tune_params_t *p);
-/** Layout of n ranks from their host hashes. */
-void zccl__tune_layout(const uint64_t *host_hash, int n, zccl_tune_layout_t *L);
+/**
+ * Layout of n ranks from their host hashes (n entries) and the ring order (n ranks, position -> rank; NULL: rank
+ * order). Returns ZCCL_SYSTEM_ERROR when out of memory (host index table of n ints).
+ */
+zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L);
 /**
  * Fills usable[] from the filter and the layout. An explicit section whose algorithms are all unavailable is an
  * error naming the reason; elsewhere an empty set falls back to every available algorithm.

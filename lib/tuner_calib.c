@@ -6,7 +6,9 @@
  *   intra-host link: ranks of each host form a ring in rank order. alpha is the median time of ALPHA_ITERS small
  *     ring all-reduces (8 bytes per block) divided by their 2(k-1) dependent steps; beta = (median time of
  *     BETA_ITERS shifts of BETA_BYTES (send to the next, receive from the previous, one phase) - alpha) / BETA_BYTES.
- *   inter-host link (several hosts): the same between the first ranks of each host.
+ *   inter-host link (several hosts): alpha the same between the first ranks of each host; beta from shifts of
+ *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
+ *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
@@ -35,6 +37,10 @@
  * the pipelined chunks of large collectives do); a 256 KiB probe measured 2-4x more per byte under
  * oversubscription and made the model pick bandwidth algorithms too early (docs/tuning.md). */
 #define BETA_BYTES (64u << 10)
+/* Inter-host beta: 1 MiB x BETA_ITERS back to back. Under a 1 Gbit/s tbf cap with a 512 KB burst (tests/netns), 64 KiB
+ * probes passed at the veth's speed (0.73 GB/s measured against 0.125 GB/s) and the model saw no reason for the
+ * hierarchical schedules; 1 MiB measures the sustained rate (docs/tuning.md, "Several hosts"). */
+#define INTER_BETA_BYTES (1u << 20)
 #define BUF_BYTES (256u << 10)
 #define GAMMA_BYTES (64u << 10)
 
@@ -72,8 +78,9 @@ zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
                 break;
             }
     }
-    zccl__tune_layout(hosts, comm->nranks, &t->L);
+    zccl_result_t res = zccl__tune_layout(hosts, comm->ring, comm->nranks, &t->L);
     free(hosts);
+    if (res != ZCCL_SUCCESS) return res;
     ZCCL_CHECK(zccl__algo_filter_parse(zccl__cfg_str(ZCCL_CFG_ALGO), "ZCCL_ALGO", &t->filter));
     return zccl__tune_usable(t, "ZCCL_ALGO");
 }
@@ -178,13 +185,14 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
 static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     const int n = comm->nranks, me = comm->rank;
     int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
-    uint8_t *sbuf = malloc(BUF_BYTES), *rbuf = malloc(BUF_BYTES);
+    const size_t bufbytes = INTER_BETA_BYTES > BUF_BYTES ? INTER_BETA_BYTES : BUF_BYTES;
+    uint8_t *sbuf = malloc(bufbytes), *rbuf = malloc(bufbytes);
     zccl_result_t res = ZCCL_SUCCESS;
     if (!local || !heads || !sbuf || !rbuf) {
         res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for calibration buffers");
         goto out;
     }
-    memset(sbuf, 0x5a, BUF_BYTES);
+    memset(sbuf, 0x5a, bufbytes);
     int nl = 0, nh = 0;
     const uint64_t myhost = comm->peers[me].host_hash;
     for (int r = 0; r < n; r++) {
@@ -203,8 +211,8 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
     ring_peers(heads, nh, me, &to, &from);
     ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, &a), res, out);
-    ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
-    if (to >= 0) v[P_INTER_A] = a, v[P_INTER_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
+    ZCCL_CHECK_GOTO(shift_time(comm, to, from, INTER_BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
+    if (to >= 0) v[P_INTER_A] = a, v[P_INTER_B] = fmax(b - a, b * 0.1) / INTER_BETA_BYTES;
     /* gamma and copy, in cache */
     double tg[5], tc[5];
     for (int i = 0; i < 5; i++) {
@@ -307,7 +315,7 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     }
     const uint64_t t0 = zccl__now_ns();
     int64_t calibrate = 1;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_TUNER_CALIBRATE, 0, 1, &calibrate));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_TUNER_CALIBRATE, &calibrate));
     const char *cache = zccl__cfg_str(ZCCL_CFG_TUNER_CACHE);
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
