@@ -398,6 +398,19 @@ zccl_result_t zccl_comm_algo_choice(zccl_comm_t comm, const char *collective, si
  */
 size_t zccl_config_describe(char *buf, size_t len);
 
+/**
+ * Checks the ZCCL_* settings in the environment the way communicator creation reads them, without creating one:
+ * numbers against their ranges, names against their lists, ZCCL_ALGO with the tuner's parser. (Interface and
+ * device lists and file names are checked against the machine only at creation.) Writes one line per finding into
+ * buf: "invalid: " and a reason naming the variable and its value, for a value creation would refuse (or, for
+ * ZCCL_DEBUG and ZCCL_DEBUG_SUBSYS, ignore with a warning); "unknown: NAME=value: ..." for a ZCCL_*
+ * variable the library does not read (a misspelling such as ZCCL_ALOG; not counted as invalid). At most len bytes
+ * including the NUL are written (buf may be NULL when len is 0).
+ * @param ninvalid  if non-NULL, receives the number of invalid settings (0: creation will accept them all).
+ * @return the number of characters the full text needs, excluding the NUL (as snprintf does); 0: nothing to report.
+ */
+size_t zccl_config_check(char *buf, size_t len, int *ninvalid);
+
 /** Size in bytes of one element of datatype, or 0 if datatype is out of range. */
 size_t zccl_type_size(zccl_datatype_t datatype);
 

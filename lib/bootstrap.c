@@ -235,7 +235,7 @@ static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
 static void *root_main(void *arg) {
     root_t *R = arg;
     int64_t init_ms = 120000;
-    if (zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms) != ZCCL_SUCCESS) init_ms = 120000;
+    if (zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms) != ZCCL_SUCCESS) init_ms = 120000;
     /* Give up a little before the ranks do, so that the ranks that joined hear which ones are missing. */
     const uint64_t margin_ms = ZCCL_MIN((uint64_t)init_ms / 10, 1000u);
     uint64_t deadline = zccl__now_ns() + ((uint64_t)init_ms - margin_ms) * 1000000ull;

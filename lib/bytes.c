@@ -12,6 +12,7 @@ int zccl__parse_bytes(const char *s, uint64_t *out) {
     if (!s || !out || *s < '0' || *s > '9') return -1;
     uint64_t whole = 0;
     for (; *s >= '0' && *s <= '9'; s++) {
+        if (whole > (UINT64_MAX - 9) / 10) return -1; /* before multiplying: 2^64 must not wrap to 0 */
         whole = whole * 10 + (uint64_t)(*s - '0');
         if (whole >= ZCCL_BYTES_LIMIT) return -1;
     }

@@ -350,7 +350,7 @@ static zccl_result_t check_fd_limit(struct zccl_comm *comm) {
  * steals the core its peer needs to make progress, so such ranks sleep at once and are woken by their peers. */
 static zccl_result_t choose_spin(struct zccl_comm *comm) {
     int64_t us;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SPIN_US, -1, 10000000, &us));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SPIN_US, &us));
     int local = 0;
     for (int r = 0; r < comm->nranks; r++) local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
     cpu_set_t set;
@@ -380,15 +380,15 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     zccl__log_set_rank(rank);
 
     int64_t v, init_ms;
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms), res, fail);
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms), res, fail);
     const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_TIMEOUT_MS, 0, INT64_MAX / 1000000, &comm->timeout_ms), res, fail);
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, 64, 1ll << 40, &v), res, fail);
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_TIMEOUT_MS, &comm->timeout_ms), res, fail);
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, &v), res, fail);
     comm->rs_round_bytes = (size_t)v;
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, 0, 1, &v), res, fail);
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, &v), res, fail);
     comm->check = v != 0;
     comm->op_name = "init";
-    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, 4096, 256ll << 20, &v), res, fail);
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, &v), res, fail);
     comm->chunk_bytes = (size_t)v & ~(size_t)63;
     if (posix_memalign((void **)&comm->chunk_tmp, 4096, comm->chunk_bytes) != 0) {
         comm->chunk_tmp = NULL;
@@ -661,7 +661,7 @@ ZCCL_API zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, in
         nsurv++;
     }
     int64_t init_ms = 120000;
-    if (res == ZCCL_SUCCESS) res = zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms);
+    if (res == ZCCL_SUCCESS) res = zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms);
     if (res != ZCCL_SUCCESS) { /* rejected calls do not count as a shrink: survivors must agree on the number */
         free(out);
         return res;
@@ -775,7 +775,7 @@ ZCCL_API zccl_result_t zccl_comm_split(zccl_comm_t comm, int color, int key, zcc
     if (!all || !roots || !members) res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %d ranks", fn, n);
     /* Every rank takes part in both exchanges, whatever happens locally, so no rank is left waiting. */
     int64_t init_ms = 120000;
-    if (res == ZCCL_SUCCESS) res = zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms);
+    if (res == ZCCL_SUCCESS) res = zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms);
     if (res != ZCCL_SUCCESS) goto out;
     res = allgather_bytes(comm, &me, all, sizeof me);
     if (res != ZCCL_SUCCESS) {

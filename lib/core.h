@@ -130,10 +130,15 @@ typedef enum {
     ZCCL_CFG_COUNT
 } zccl_cfg_id_t;
 
+/** How a setting's value is read: text (its reader checks it), an integer, or a byte count (suffixes K, M, ...). */
+typedef enum { ZCCL_CFG_TEXT = 0, ZCCL_CFG_INT, ZCCL_CFG_BYTES } zccl_cfg_kind_t;
+
 typedef struct {
     const char *name;   /* environment variable */
     const char *deflt;  /* default value as text ("" = unset) */
     const char *help;   /* one line */
+    zccl_cfg_kind_t kind;
+    int64_t lo, hi;     /* ZCCL_CFG_INT / ZCCL_CFG_BYTES: accepted range, inclusive */
 } zccl_cfg_desc_t;
 
 /** The table, ZCCL_CFG_COUNT entries, in zccl_cfg_id_t order. */
@@ -141,10 +146,10 @@ extern const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT];
 /** The value in force (environment, else default). Never NULL. */
 const char *zccl__cfg_str(zccl_cfg_id_t id);
 /**
- * Parses the setting as an integer in [lo, hi] (suffixes K/M/G = 2^10/2^20/2^30 accepted). An invalid value is
- * an error naming the variable, its value and the accepted range.
+ * Parses an integer or byte-count setting within the table's range (byte counts take bytes.c's suffixes: K/M/G/T
+ * = powers of 1024). An invalid value is an error naming the variable, its value and the accepted range.
  */
-zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t lo, int64_t hi, int64_t *out);
+zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t *out);
 
 /* ---- small helpers ----------------------------------------------------------------------------------------- */
 

@@ -167,7 +167,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     size_t limit = opts ? opts->max_live_bytes : 0;
     if (limit == 0) {
         int64_t v;
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_ZERO3_LIVE_BYTES, 1, INT64_MAX / 2, &v));
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_ZERO3_LIVE_BYTES, &v));
         limit = (size_t)v;
     }
     struct zccl_zero3 *z = calloc(1, sizeof *z);

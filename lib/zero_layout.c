@@ -48,15 +48,15 @@ static zccl_result_t resolve(struct zccl_bucket_plan *p, const char *fn, int npa
                            o.max_in_flight, ZCCL_BUCKET_MAX_IN_FLIGHT);
     int64_t v;
     if (o.first_bytes == 0) {
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_FIRST_BYTES, 1, INT64_MAX / 2, &v));
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_FIRST_BYTES, &v));
         o.first_bytes = (size_t)v;
     }
     if (o.cap_bytes == 0) {
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_CAP_BYTES, 1, INT64_MAX / 2, &v));
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_CAP_BYTES, &v));
         o.cap_bytes = (size_t)v;
     }
     if (o.max_in_flight == 0) {
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKETS_IN_FLIGHT, 1, ZCCL_BUCKET_MAX_IN_FLIGHT, &v));
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKETS_IN_FLIGHT, &v));
         o.max_in_flight = (int)v;
     }
     p->es = zccl_type_size(dt);

@@ -381,3 +381,36 @@ TEST(ApiArgs, MalformedUniqueId) {
 }
 
 }  // namespace
+
+// zccl_config_check: each bad value named with its reason (counted), a misspelt name reported (not counted), and
+// the limits of a numeric setting come from the one settings table (a switch takes no size suffix).
+TEST(ApiArgs, ConfigCheck) {
+    struct Env {
+        const char *name;
+        Env(const char *n, const char *v) : name(n) { setenv(n, v, 1); }
+        ~Env() { unsetenv(name); }
+    };
+    int ninvalid = -1;
+    std::string text(zccl_config_check(nullptr, 0, &ninvalid) + 1, '\0');
+    EXPECT_EQ(ninvalid, 0) << text;
+    {
+        Env a("ZCCL_SHM_SLOTS", "abc"), b("ZCCL_ALOG", "ring"), c("ZCCL_ALGO", "ring,^direct"), d("ZCCL_CHECK", "1K"),
+            e("ZCCL_CHUNK_BYTES", "256K"), f("ZCCL_TRANSPORT", "udp");
+        const size_t need = zccl_config_check(nullptr, 0, &ninvalid);
+        text.assign(need + 1, '\0');
+        EXPECT_EQ(zccl_config_check(&text[0], text.size(), nullptr), need);
+        text.resize(need);
+        EXPECT_EQ(ninvalid, 4) << text;
+        EXPECT_NE(text.find("invalid: environment ZCCL_SHM_SLOTS=\"abc\" is not an integer in [2, 1024]\n"),
+                  std::string::npos) << text;
+        EXPECT_NE(text.find("ZCCL_ALGO"), std::string::npos) << text;
+        EXPECT_NE(text.find("ZCCL_CHECK=\"1K\" is not 0 or 1"), std::string::npos) << text;
+        EXPECT_EQ(text.find("ZCCL_CHUNK_BYTES"), std::string::npos) << text; // 256K is a valid byte count
+        EXPECT_NE(text.find("invalid: ZCCL_TRANSPORT=\"udp\": not one of shm, ib, tcp"), std::string::npos) << text;
+        EXPECT_NE(text.find("unknown: ZCCL_ALOG=ring"), std::string::npos) << text;
+        // a short buffer gets a NUL-terminated prefix and the same length back
+        char small[16];
+        EXPECT_EQ(zccl_config_check(small, sizeof small, nullptr), need);
+        EXPECT_EQ(std::strlen(small), sizeof small - 1);
+    }
+}

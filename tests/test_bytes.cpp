@@ -37,9 +37,14 @@ TEST(Bytes, UnitsAndSpellings) {
 
 TEST(Bytes, Malformed) {
     for (const char *s : {"", "x", "-1", "+1", " 1", "1 ", "1.5", "1.", ".5K", "1.1K", "25Mi", "25MiBx", "1KK",
-                          "1e3", "4611686018427387904", "4194304T", "99999999999999999999999"})
+                          "1e3", "4611686018427387904", "4194304T", "99999999999999999999999",
+                          // 2^64 and 2^64 + 6: the digit loop must not wrap to 0 / 6 before its limit check
+                          "18446744073709551616", "18446744073709551622", "18446744073709551615"})
         Rejects(s);
     Rejects(nullptr);
+    uint64_t v = 0;
+    ASSERT_EQ(zccl__parse_bytes("4611686018427387903", &v), 0);  // 2^62 - 1: the largest accepted
+    EXPECT_EQ(v, (UINT64_C(1) << 62) - 1);
 }
 
 }  // namespace

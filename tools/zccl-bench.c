@@ -28,6 +28,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,11 +105,12 @@ static void usage(FILE *f)
         "\n"
         "OP: allreduce | reduce_scatter | allgather | broadcast | reduce\n"
         "\n"
-        "Options (sizes take K, M, G suffixes, powers of 1024: 8, 1K, 128M):\n"
+        "Options (sizes take K, M, G, T suffixes, powers of 1024: 8, 1K, 1.5M, 128MiB):\n"
         "  -b, --minbytes SIZE      smallest size (default 32M)\n"
         "  -e, --maxbytes SIZE      largest size (default 32M)\n"
         "  -f, --stepfactor F       multiply the size by F at each step (integer F >= 2)\n"
-        "      --env                print every ZCCL_* setting with its value in force, then exit\n"
+        "      --env                print every ZCCL_* setting with its value in force, check them (invalid values and\n"
+        "                           unknown ZCCL_* names on stderr; exit status 2 if any value is invalid), then exit\n"
         "  -i, --stepbytes SIZE     else add SIZE at each step (default 1M)\n"
         "  -n, --iters N            timed iterations per size (default 20)\n"
         "  -w, --warmup_iters N     warm-up iterations (default 5)\n"
@@ -197,10 +199,18 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/config.c) */
+        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/config.c), then checked */
             size_t need = zccl_config_describe(NULL, 0);
             char *text = malloc(need + 1);
             if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
+            int ninvalid = 0;
+            need = zccl_config_check(NULL, 0, &ninvalid);
+            text = malloc(need + 1);
+            if (text) { zccl_config_check(text, need + 1, NULL); fputs(text, stderr); free(text); }
+            if (ninvalid) {
+                fprintf(stderr, "zccl-bench: %d invalid setting%s (above)\n", ninvalid, ninvalid == 1 ? "" : "s");
+                exit(2);
+            }
             return -1;
         }
         if (a[0] != '-' || a[1] == '\0') {
@@ -248,7 +258,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         case 'e':
         case 'i':
             if (parse_size(val, &sz) != 0)
-                return bad("%s: invalid size '%s' (a number of bytes, optionally with K, M or G)", optname, val);
+                return bad("%s: invalid size '%s' (a number of bytes below 2^62, optionally with K, M, G or T)",
+                           optname, val);
             if (opt == 'b') c->minbytes = sz;
             else if (opt == 'e') c->maxbytes = sz;
             else c->stepbytes = sz;
@@ -344,8 +355,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Rank 0 has printed the start of a result row and not its end: an error message must start on a new line. */
+static bool row_open;
+
 static void die_zccl(struct bench *b, const char *what, zccl_result_t r)
 {
+    if (row_open) fputc('\n', stdout);
     fflush(stdout);
     int len = (int)strcspn(what, "("); /* "zccl_allreduce(&t, ...)" -> "zccl_allreduce" */
     fprintf(stderr, NAME ": rank %d: %.*s failed: %s (%d): %s\n", b->rank, len, what, zccl_get_error_string(r),
@@ -592,6 +607,7 @@ static void time_test(struct bench *b, int ti, int op, int root)
         struct sizes sz = get_sizes(c->coll, size, esize, b->nranks);
         if (b->rank == 0) {
             printf("%12zu  %12zu  %8s  %6s  %6i", sz.bytes, sz.param, types[ti].name, opname, shown_root);
+            row_open = true;
             fflush(stdout);
             if (b->json) {
                 fprintf(b->json, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
@@ -604,6 +620,7 @@ static void time_test(struct bench *b, int ti, int op, int root)
         bench_time(b, &sz, dt, esize, op, root, 1);
         if (b->rank == 0) {
             printf("\n");
+            row_open = false;
             if (b->json) fprintf(b->json, "}");
         }
         if (size == SIZE_MAX) break;
@@ -676,6 +693,7 @@ static void run_all_algos(struct bench *b, int ti, int op, int root)
             warmup(b, size, dt0, esize, op, root);
             if (b->rank == 0) {
                 printf("%12zu  %12zu  %8s  %6s  %6i", sz.bytes, sz.param, types[ti].name, opname, shown_root);
+                row_open = true;
                 fflush(stdout);
                 if (b->json)
                     fprintf(b->json, "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
@@ -689,6 +707,7 @@ static void run_all_algos(struct bench *b, int ti, int op, int root)
             bench_time(b, &sz, dt0, esize, op, root, 1);
             if (b->rank == 0) {
                 printf("  %s\n", names[a]);
+                row_open = false;
                 if (b->json) fprintf(b->json, "}");
             }
         }

@@ -19,6 +19,7 @@
  * The last line is machine-readable: "plan key=value ...".
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,6 +235,11 @@ int main(int argc, char **argv)
             continue;
         }
         if (a[0] != '-') return bad_option("unexpected argument '%s' (every setting is an option: --model FILE ...)", a);
+        static const char *const valued[] = {"--model", "--dtype", "--optimizer", "--ranks", "--stage",
+                                             "--first-bucket", "--bucket-cap", "--align"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
+        if (!known) return bad_option("unknown option '%s'", a);
         if (!v) return bad_option("option '%s' needs a value", a);
         unsigned long long u;
         i++;

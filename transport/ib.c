@@ -286,7 +286,7 @@ static zccl_result_t ib_setup(struct zccl_comm *comm) {
     ib->chunk = comm->chunk_bytes;
     ib->nqp = ib->k.qps_per_conn;
     int64_t init_ms;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
     const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
     if (!(ib->peer = calloc((size_t)comm->nranks, sizeof *ib->peer)))
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");

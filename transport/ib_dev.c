@@ -103,17 +103,17 @@ zccl_result_t zccl__ib_gid_pick(const zccl_ib_gid_t *g, size_t n, bool roce, int
 zccl_result_t zccl__ib_knobs(zccl_ib_knobs_t *k) {
     int64_t v;
     memset(k, 0, sizeof *k);
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_DISABLE, 0, 1, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_DISABLE, &v));
     k->disable = v != 0;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_GID_INDEX, -1, 65535, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_GID_INDEX, &v));
     k->gid_index = (int)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_TIMEOUT, 1, 31, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_TIMEOUT, &v));
     k->timeout = (int)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_RETRY_CNT, 0, 7, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_RETRY_CNT, &v));
     k->retry_cnt = (int)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_QPS_PER_CONN, 1, 16, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_QPS_PER_CONN, &v));
     k->qps_per_conn = (int)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_ZCOPY_BYTES, 0, 1ll << 40, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_IB_ZCOPY_BYTES, &v));
     k->zcopy_bytes = (size_t)v;
     ZCCL_CHECK(zccl__ib_hca_parse(zccl__cfg_str(ZCCL_CFG_IB_HCA), &k->hca));
     return ZCCL_SUCCESS;

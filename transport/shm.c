@@ -261,13 +261,13 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
     s->seg = calloc((size_t)s->nlocal, sizeof(uint8_t *));
     if (!s->seg) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     int64_t v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_SLOT_BYTES, 4096, 64ll << 20, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_SLOT_BYTES, &v));
     s->slot_bytes = align_up((size_t)v, 4096);
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, 2, 1024, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, &v));
     s->nslots = (uint32_t)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_CMA_THRESHOLD, 0, INT64_MAX, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_CMA_THRESHOLD, &v));
     s->cma_threshold = (size_t)v;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_CMA, 0, 1, &v));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_CMA, &v));
     s->cma_enabled = v != 0;
     s->data_offset = align_up(sizeof(chan_ctl_t) + s->nslots * sizeof(slot_meta_t), 4096);
     s->chan_stride = s->data_offset + (size_t)s->nslots * s->slot_bytes;
@@ -277,7 +277,7 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
 
     ZCCL_CHECK(create_own(comm, s));
     int64_t init_ms;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
     uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
     int me = s->local_index[comm->rank];
     for (int r = 0; r < comm->nranks; r++) {
@@ -319,8 +319,8 @@ void zccl__shm_unlink_own(struct zccl_comm *comm) {
 /* Segment size for nlocal ranks with the configured slots (the same computation as shm_setup's). */
 static size_t segment_bytes(int nlocal) {
     int64_t slot = 128 << 10, nslots = 8;
-    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOT_BYTES, 4096, 64ll << 20, &slot) != ZCCL_SUCCESS) slot = 128 << 10;
-    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, 2, 1024, &nslots) != ZCCL_SUCCESS) nslots = 8;
+    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOT_BYTES, &slot) != ZCCL_SUCCESS) slot = 128 << 10;
+    if (zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, &nslots) != ZCCL_SUCCESS) nslots = 8;
     const size_t slot_bytes = align_up((size_t)slot, 4096);
     const size_t data_offset = align_up(sizeof(chan_ctl_t) + (size_t)nslots * sizeof(slot_meta_t), 4096);
     const size_t stride = data_offset + (size_t)nslots * slot_bytes;

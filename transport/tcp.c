@@ -52,7 +52,7 @@ static zccl_result_t tcp_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     tcp_comm_t *t = comm->tcp;
     if (t->send_fd[x->peer] < 0) {
         int64_t init_ms;
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, 1, INT64_MAX / 1000000, &init_ms));
+        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
         zccl_conn_hdr_t h = {comm->comm_id, comm->rank, ZCCL_CONN_DATA};
         int fd;
         ZCCL_CHECK(zccl__connect_auth(&comm->peers[x->peer].listen, comm->secret, &h, sizeof h,

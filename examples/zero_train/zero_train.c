@@ -50,7 +50,8 @@ static void usage(FILE *f)
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
             "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES]\n"
-            "  --stage S          ZeRO stage: 0 data parallel, 1 optimizer state sharded, 2 + gradients, 3 + params\n"
+            "  --stage S          ZeRO stage (default 0): 0 data parallel, 1 optimizer state sharded, 2 + gradients,\n"
+            "                     3 + parameters\n"
             "  --epochs E         passes over the training part (default 12)\n"
             "  --accum K          micro-steps accumulated per optimizer step (default 1)\n"
             "  --batch B          global batch in samples, a multiple of ranks*K (default 64)\n"
@@ -61,7 +62,7 @@ static void usage(FILE *f)
             "  --data PATH        digits.csv.gz (default " ZT_DEFAULT_DATA ")\n"
             "  --first-bucket N   bytes of the first gradient bucket (default 16K)\n"
             "  --bucket-cap N     bytes of the other gradient buckets (default 256K)\n"
-            "  --in-flight K      most buckets communicating at once (default: ZCCL_BUCKETS_IN_FLIGHT, 2)\n"
+            "  --in-flight K      most buckets communicating at once (0 or absent: ZCCL_BUCKETS_IN_FLIGHT, default 2)\n"
             "  --max-live BYTES   stage 3: bound on gathered layer bytes (default: ZCCL_ZERO3_MAX_LIVE_BYTES, 1G)\n"
             "Sizes take K, M, G suffixes (binary: 256K = 262144 bytes). Under a launcher, only rank 0 reports a\n"
             "bad option.\n"
@@ -161,8 +162,8 @@ static int parse_opts(int argc, char **argv, opts_t *o)
     do {                                                                                                              \
         zccl_result_t r_ = (call);                                                                                    \
         if (r_ != ZCCL_SUCCESS) {                                                                                     \
-            fprintf(stderr, "zero_train rank %d: %s: %s: %s\n", rank, #call, zccl_get_error_string(r_),              \
-                    zccl_get_last_error(comm));                                                                       \
+            fprintf(stderr, "zero_train rank %d: %.*s failed: %s: %s\n", rank, (int)strcspn(#call, "("), #call,  \
+                    zccl_get_error_string(r_), zccl_get_last_error(comm));                                            \
             zccl_comm_abort(comm);                                                                                    \
             return 1;                                                                                                 \
         }                                                                                                             \

@@ -1,0 +1,110 @@
+/*
+ * config_check.c — zccl_config_check: every ZCCL_* setting in the environment checked the way communicator creation
+ * reads it (numbers against the table's ranges, names against their lists, ZCCL_ALGO with the tuner's parser),
+ * plus the ZCCL_* variables the library does not know (likely typos, which it would otherwise ignore silently).
+ * `zccl-bench --env` prints the result.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "core.h"
+#include "tuner.h"
+
+extern char **environ;
+
+typedef struct {
+    char *buf;
+    size_t len, need;
+} out_t;
+
+static void put(out_t *o, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf && o->need < o->len ? o->buf + o->need : NULL, o->buf && o->need < o->len ? o->len - o->need : 0,
+                      fmt, ap);
+    va_end(ap);
+    if (n > 0) o->need += (size_t)n;
+}
+
+/* Whether v (non-empty) is one of the comma-separated names in list (case-insensitive). */
+static bool one_of(const char *v, const char *list) {
+    const size_t n = strlen(v);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t k = e ? (size_t)(e - p) : strlen(p);
+        if (k == n && !strncasecmp(p, v, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+/* The problem with a text setting's value, or NULL. */
+static const char *text_problem(zccl_cfg_id_t id, const char *v, char *why, size_t wlen) {
+    switch (id) {
+    case ZCCL_CFG_DEBUG:
+        return one_of(v, "NONE,WARN,INFO,TRACE,VERSION") ? NULL : "not one of NONE, WARN, INFO, TRACE";
+    case ZCCL_CFG_DEBUG_SUBSYS: {
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", v + (v[0] == '^'));
+        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+            if (!one_of(tok, "INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,IB,ALL")) {
+                snprintf(why, wlen, "'%s' is not a subsystem (INIT, BOOT, SHM, TCP, COLL, ENV, TOPO, TUNE, IB, ALL)",
+                         tok);
+                return why;
+            }
+        return NULL;
+    }
+    case ZCCL_CFG_TRANSPORT: return one_of(v, "shm,ib,tcp") ? NULL : "not one of shm, ib, tcp";
+    case ZCCL_CFG_RING_ORDER:
+        if (one_of(v, "topo,rank") || strspn(v, "0123456789,") == strlen(v)) return NULL;
+        return "not topo, rank or a permutation of the ranks such as 3,1,0,2";
+    case ZCCL_CFG_SECRET:
+        if (strlen(v) == 32 && strspn(v, "0123456789abcdefABCDEF") == 32) return NULL;
+        return "not 32 hex digits";
+    case ZCCL_CFG_ALGO: {
+        zccl_algo_filter_t f;
+        if (zccl__algo_filter_parse(v, "ZCCL_ALGO", &f) == ZCCL_SUCCESS) return NULL;
+        snprintf(why, wlen, "%s", zccl__last_error());
+        return why;
+    }
+    default: return NULL; /* interface and device lists, file names: checked against the machine at init */
+    }
+}
+
+ZCCL_API size_t zccl_config_check(char *buf, size_t len, int *ninvalid) {
+    out_t o = {buf, len, 0};
+    if (buf && len) buf[0] = '\0';
+    int bad = 0;
+    char why[600];
+    for (int i = 0; i < ZCCL_CFG_COUNT; i++) {
+        const zccl_cfg_desc_t *d = &zccl__cfg_table[i];
+        const char *v = getenv(d->name);
+        if (!v || !*v) continue; /* defaults are valid */
+        const char *problem = NULL;
+        if (d->kind != ZCCL_CFG_TEXT) {
+            int64_t x;
+            if (zccl__cfg_int((zccl_cfg_id_t)i, &x) != ZCCL_SUCCESS) problem = zccl__last_error();
+        } else {
+            problem = text_problem((zccl_cfg_id_t)i, v, why, sizeof why);
+        }
+        if (problem) {
+            bad++;
+            if (strstr(problem, d->name)) put(&o, "invalid: %s\n", problem); /* the message names it already */
+            else put(&o, "invalid: %s=\"%s\": %s\n", d->name, v, problem);
+        }
+    }
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "ZCCL_", 5)) continue;
+        const char *eq = strchr(*e, '=');
+        const size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
+        bool known = false;
+        for (int i = 0; i < ZCCL_CFG_COUNT && !known; i++)
+            known = strlen(zccl__cfg_table[i].name) == n && !strncmp(zccl__cfg_table[i].name, *e, n);
+        if (!known) put(&o, "unknown: %s: not a setting of the library, which ignores it (a misspelling?)\n", *e);
+    }
+    if (ninvalid) *ninvalid = bad;
+    return o.need;
+}
