@@ -44,17 +44,20 @@ static bool one_of(const char *v, const char *list) {
 /* The problem with a text setting's value, or NULL. */
 static const char *text_problem(zccl_cfg_id_t id, const char *v, char *why, size_t wlen) {
     switch (id) {
-    case ZCCL_CFG_DEBUG:
-        return one_of(v, "NONE,WARN,INFO,TRACE,VERSION") ? NULL : "not one of NONE, WARN, INFO, TRACE";
+    case ZCCL_CFG_DEBUG: return zccl__log_level_of(v) >= 0 ? NULL : "not one of NONE, WARN, INFO, TRACE";
     case ZCCL_CFG_DEBUG_SUBSYS: {
         char tmp[256];
         snprintf(tmp, sizeof tmp, "%s", v + (v[0] == '^'));
-        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-            if (!one_of(tok, "INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,IB,ALL")) {
-                snprintf(why, wlen, "'%s' is not a subsystem (INIT, BOOT, SHM, TCP, COLL, ENV, TOPO, TUNE, IB, ALL)",
-                         tok);
-                return why;
-            }
+        for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            int i = 0;
+            while (i < ZCCL_LOG_NSUBSYS && strcasecmp(tok, zccl__log_subsys[i].name)) i++;
+            if (i < ZCCL_LOG_NSUBSYS) continue;
+            int w = snprintf(why, wlen, "'%s' is not a subsystem (", tok);
+            for (i = 0; i < ZCCL_LOG_NSUBSYS && w > 0 && (size_t)w < wlen; i++)
+                w += snprintf(why + w, wlen - (size_t)w, "%s%s", zccl__log_subsys[i].name,
+                              i + 1 < ZCCL_LOG_NSUBSYS ? ", " : ")");
+            return why;
+        }
         return NULL;
     }
     case ZCCL_CFG_TRANSPORT: return one_of(v, "shm,ib,tcp") ? NULL : "not one of shm, ib, tcp";

@@ -72,6 +72,15 @@ enum {
     ZCCL_LOG_IB = 1u << 8,
     ZCCL_LOG_ALL = 0xffffu
 };
+/** ZCCL_DEBUG_SUBSYS's names (upper case) and their bits, ZCCL_LOG_NSUBSYS entries, ALL last. */
+typedef struct {
+    const char *name;
+    unsigned bit;
+} zccl_log_subsys_t;
+#define ZCCL_LOG_NSUBSYS 10
+extern const zccl_log_subsys_t zccl__log_subsys[ZCCL_LOG_NSUBSYS];
+/** The level a ZCCL_DEBUG value names (case-insensitive; "", NONE and VERSION: ZCCL_LOG_NONE), or -1. */
+int zccl__log_level_of(const char *v);
 extern int zccl__log_level; /* resolved from ZCCL_DEBUG on first use */
 void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -19,20 +19,29 @@ static int log_rank = -1;
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+const zccl_log_subsys_t zccl__log_subsys[ZCCL_LOG_NSUBSYS] = {
+    {"INIT", ZCCL_LOG_INIT}, {"BOOT", ZCCL_LOG_BOOT}, {"SHM", ZCCL_LOG_SHM},   {"TCP", ZCCL_LOG_TCP},
+    {"COLL", ZCCL_LOG_COLL}, {"ENV", ZCCL_LOG_ENV},   {"TOPO", ZCCL_LOG_TOPO}, {"TUNE", ZCCL_LOG_TUNE},
+    {"IB", ZCCL_LOG_IB},     {"ALL", ZCCL_LOG_ALL}};
+
+int zccl__log_level_of(const char *v) {
+    if (!strcasecmp(v, "WARN")) return ZCCL_LOG_WARN;
+    if (!strcasecmp(v, "INFO")) return ZCCL_LOG_INFO;
+    if (!strcasecmp(v, "TRACE")) return ZCCL_LOG_TRACE;
+    if (!*v || !strcasecmp(v, "NONE") || !strcasecmp(v, "VERSION")) return ZCCL_LOG_NONE;
+    return -1;
+}
+
 static void log_init_once(void) {
     const char *v = zccl__cfg_str(ZCCL_CFG_DEBUG);
-    int level = ZCCL_LOG_NONE;
-    if (!strcasecmp(v, "WARN")) level = ZCCL_LOG_WARN;
-    else if (!strcasecmp(v, "INFO")) level = ZCCL_LOG_INFO;
-    else if (!strcasecmp(v, "TRACE")) level = ZCCL_LOG_TRACE;
-    else if (*v && strcasecmp(v, "NONE") && strcasecmp(v, "VERSION"))
+    int level = zccl__log_level_of(v);
+    if (level < 0) {
         fprintf(stderr, "zccl: ZCCL_DEBUG=%s is not one of NONE, WARN, INFO, TRACE; using NONE\n", v);
+        level = ZCCL_LOG_NONE;
+    }
     const char *s = zccl__cfg_str(ZCCL_CFG_DEBUG_SUBSYS);
     if (*s) {
-        static const struct { const char *name; unsigned bit; } names[] = {
-            {"INIT", ZCCL_LOG_INIT}, {"BOOT", ZCCL_LOG_BOOT}, {"SHM", ZCCL_LOG_SHM}, {"TCP", ZCCL_LOG_TCP},
-            {"COLL", ZCCL_LOG_COLL}, {"ENV", ZCCL_LOG_ENV}, {"TOPO", ZCCL_LOG_TOPO}, {"TUNE", ZCCL_LOG_TUNE},
-            {"IB", ZCCL_LOG_IB}, {"ALL", ZCCL_LOG_ALL}};
+        const zccl_log_subsys_t *names = zccl__log_subsys;
         int exclude = (*s == '^');
         unsigned mask = 0;
         char buf[256];
@@ -40,8 +49,8 @@ static void log_init_once(void) {
         int known = 0;
         for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
             size_t i = 0;
-            while (i < sizeof names / sizeof names[0] && strcasecmp(tok, names[i].name)) i++;
-            if (i < sizeof names / sizeof names[0]) {
+            while (i < ZCCL_LOG_NSUBSYS && strcasecmp(tok, names[i].name)) i++;
+            if (i < ZCCL_LOG_NSUBSYS) {
                 mask |= names[i].bit;
                 known++;
             } else {
