@@ -117,7 +117,7 @@ static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout
 /* Recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner; Thakur et al. 2005, with their
  * fold for non-powers of two: the n - p extra ranks hand their vector to a partner first and get the result back
  * at the end, p the largest power of two <= n). */
-static double rab_cost(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+static double predict_rab(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
     const int n = L->nranks;
     if (n <= 1) return 0;
     const int q = pow2_floor(n), lg = (int)ceil_log2(q);
@@ -139,9 +139,6 @@ static double rab_cost(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L,
         return pass + (extra ? 2 * f.alpha + (m + m / n) * f.beta : 0.0);
     default: return HUGE_VAL;
     }
-}
-static double predict_rab(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
-    return rab_cost(c, bytes, L, p);
 }
 
 /* Recursive doubling all-reduce of the whole vector: log2(p) steps of m bytes (+ the fold's two steps). */
@@ -394,7 +391,8 @@ static int max_share(const int *host, const int *a, const int *b, int k, int nh,
     return most;
 }
 
-zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L) {
+zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L,
+                                int *host_of) {
     memset(L, 0, sizeof *L);
     L->nranks = n;
     L->uniform = true;
@@ -434,6 +432,7 @@ zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int 
             L->add_share[k] = max_share(host, a, b, n, L->nhosts, cnt);
         }
     }
+    if (host_of) memcpy(host_of, host, (size_t)n * sizeof *host);
     free(host), free(cnt), free(a), free(b);
     return ZCCL_SUCCESS;
 }

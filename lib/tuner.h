@@ -125,9 +125,11 @@ typedef struct zccl_tuner {
 void zccl__tune_defaults(zccl_tune_params_t *p);
 /**
  * Layout of n ranks from their host hashes (n entries) and the ring order (n ranks, position -> rank; NULL: rank
- * order). Returns ZCCL_SYSTEM_ERROR when out of memory (host index table of n ints).
+ * order). If host_of is not NULL it receives each rank's host index (0, 1, ... in order of first appearance; n
+ * ints), the labels the hierarchical schedules take. Returns ZCCL_SYSTEM_ERROR when out of memory (scratch of n ints).
  */
-zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L);
+zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int n, zccl_tune_layout_t *L,
+                                int *host_of);
 /**
  * Fills usable[] from the filter and the layout. An explicit section whose algorithms are all unavailable is an
  * error naming the reason; elsewhere an empty set falls back to every available algorithm.

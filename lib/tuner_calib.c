@@ -69,16 +69,8 @@ zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
         free(hosts);
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's host table of %d ranks", comm->nranks);
     }
-    for (int r = 0; r < comm->nranks; r++) {
-        hosts[r] = comm->peers[r].host_hash;
-        t->host_of[r] = r; /* host index: the lowest rank on the same host */
-        for (int q = 0; q < r; q++)
-            if (hosts[q] == hosts[r]) {
-                t->host_of[r] = t->host_of[q];
-                break;
-            }
-    }
-    zccl_result_t res = zccl__tune_layout(hosts, comm->ring, comm->nranks, &t->L);
+    for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
+    zccl_result_t res = zccl__tune_layout(hosts, comm->ring, comm->nranks, &t->L, t->host_of);
     free(hosts);
     if (res != ZCCL_SUCCESS) return res;
     ZCCL_CHECK(zccl__algo_filter_parse(zccl__cfg_str(ZCCL_CFG_ALGO), "ZCCL_ALGO", &t->filter));

@@ -105,17 +105,19 @@ TEST(TunerGrammar, ErrorsNameTheBadToken) {
 TEST(TunerModel, Layout) {
     zccl_tune_layout_t L;
     const uint64_t one[4] = {7, 7, 7, 7};
-    ASSERT_EQ(zccl__tune_layout(one, nullptr, 4, &L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(one, nullptr, 4, &L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(L.nhosts, 1);
     EXPECT_EQ(L.per_host, 4);
     EXPECT_TRUE(L.uniform);
     const uint64_t two[6] = {1, 2, 1, 2, 1, 2};
-    ASSERT_EQ(zccl__tune_layout(two, nullptr, 6, &L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(two, nullptr, 6, &L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(L.nhosts, 2);
     EXPECT_EQ(L.per_host, 3);
     EXPECT_TRUE(L.uniform);
     const uint64_t uneven[5] = {1, 1, 1, 2, 2};
-    ASSERT_EQ(zccl__tune_layout(uneven, nullptr, 5, &L), ZCCL_SUCCESS);
+    int host_of[5] = {-1, -1, -1, -1, -1};
+    ASSERT_EQ(zccl__tune_layout(uneven, nullptr, 5, &L, host_of), ZCCL_SUCCESS);
+    EXPECT_EQ(std::vector<int>(host_of, host_of + 5), (std::vector<int>{0, 0, 0, 1, 1}));
     EXPECT_EQ(L.nhosts, 2);
     EXPECT_EQ(L.per_host, 3);
     EXPECT_FALSE(L.uniform);
@@ -125,7 +127,7 @@ TEST(TunerModel, Layout) {
 TEST(TunerModel, LayoutHostLinkSharing) {
     const uint64_t contig[8] = {1, 1, 2, 2, 3, 3, 4, 4};
     zccl_tune_layout_t L;
-    ASSERT_EQ(zccl__tune_layout(contig, nullptr, 8, &L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(contig, nullptr, 8, &L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(L.ring_share, 1);      // one rank per host talks to the next host
     EXPECT_EQ(L.xor_share[0], 0);    // partners 2h, 2h+1 share a host
     EXPECT_EQ(L.xor_share[1], 2);    // distance 2 and 4: both ranks of a host send across
@@ -135,11 +137,11 @@ TEST(TunerModel, LayoutHostLinkSharing) {
     EXPECT_DOUBLE_EQ(L.direct_cross, 2.0 * 6);
     // the same hosts, ring in an order that alternates hosts: every ring neighbour is on another host
     const int ring[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-    ASSERT_EQ(zccl__tune_layout(contig, ring, 8, &L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(contig, ring, 8, &L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(L.ring_share, 2);
     // one host: nothing crosses
     const uint64_t one[8] = {5, 5, 5, 5, 5, 5, 5, 5};
-    ASSERT_EQ(zccl__tune_layout(one, nullptr, 8, &L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(one, nullptr, 8, &L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(L.ring_share + L.xor_share[1] + L.add_share[2], 0);
     EXPECT_EQ(L.direct_cross, 0.0);
 
@@ -149,7 +151,7 @@ TEST(TunerModel, LayoutHostLinkSharing) {
     zccl_tuner_t t;
     memset(&t, 0, sizeof t);
     zccl__tune_defaults(&t.p);
-    ASSERT_EQ(zccl__tune_layout(contig, nullptr, 8, &t.L), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__tune_layout(contig, nullptr, 8, &t.L, nullptr), ZCCL_SUCCESS);
     ASSERT_EQ(zccl__algo_filter_parse(nullptr, "test", &t.filter), ZCCL_SUCCESS);
     ASSERT_EQ(zccl__tune_usable(&t, "test"), ZCCL_SUCCESS);
     t.p.intra = {0.24e-6, 1.42e-9};
@@ -168,7 +170,7 @@ zccl_tuner_t make_tuner(int n, int nhosts) {
     zccl__tune_defaults(&t.p);
     std::vector<uint64_t> hosts((size_t)n);
     for (int r = 0; r < n; r++) hosts[(size_t)r] = (uint64_t)(r % nhosts) + 1;
-    EXPECT_EQ(zccl__tune_layout(hosts.data(), nullptr, n, &t.L), ZCCL_SUCCESS);
+    EXPECT_EQ(zccl__tune_layout(hosts.data(), nullptr, n, &t.L, nullptr), ZCCL_SUCCESS);
     EXPECT_EQ(zccl__algo_filter_parse(nullptr, "test", &t.filter), ZCCL_SUCCESS);
     EXPECT_EQ(zccl__tune_usable(&t, "test"), ZCCL_SUCCESS);
     return t;
