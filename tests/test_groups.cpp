@@ -90,7 +90,8 @@ int body_mixed(zccl_comm_t comm, int rank, int n) {
     for (size_t i = 0; i < c; i++) ring_out[i] = val(rank, (rank + 1) % n, i);
     int32_t self_in = -1, self_out = 1234 + rank;
     GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
-    GCHECK(zccl_recv(ring_in.data(), c, ZCCL_INT32, (rank - 1 + n) % n, comm, nullptr) == ZCCL_SUCCESS, "recv");
+    const bool ring = n > 1; /* with one rank the ring neighbour is the rank itself: the self pair below is enough */
+    if (ring) GCHECK(zccl_recv(ring_in.data(), c, ZCCL_INT32, (rank - 1 + n) % n, comm, nullptr) == ZCCL_SUCCESS, "recv");
     GCHECK(zccl_allreduce(ar.data(), arout.data(), c, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "ar");
     GCHECK(zccl_group_start() == ZCCL_SUCCESS, "nested group_start");
     GCHECK(zccl_allgather(mine.data(), ag.data(), 3, ZCCL_INT32, comm, nullptr) == ZCCL_SUCCESS, "ag");
@@ -99,14 +100,14 @@ int body_mixed(zccl_comm_t comm, int rank, int n) {
     /* still inside the outer group: nothing may have run */
     GCHECK(self_in == -1 && ag[0] == -1, "the nested zccl_group_end ran operations before the outermost one");
     GCHECK(zccl_send(&self_out, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "self send");
-    GCHECK(zccl_send(ring_out.data(), c, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_SUCCESS, "send");
+    if (ring) GCHECK(zccl_send(ring_out.data(), c, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_SUCCESS, "send");
     zccl_result_t res = zccl_group_end();
     GCHECK(res == ZCCL_SUCCESS, "group_end: %d %s", res, zccl_get_last_error(comm));
     GCHECK(self_in == 1234 + rank, "self send/recv: got %d", self_in);
     for (size_t i = 0; i < c; i++) {
         const float want = (float)(n * (n + 1) / 2) * (float)(i % 7);
         GCHECK(arout[i] == want, "allreduce[%zu] = %g, want %g", i, arout[i], want);
-        GCHECK(ring_in[i] == val((rank - 1 + n) % n, rank, i), "ring recv[%zu] wrong", i);
+        GCHECK(!ring || ring_in[i] == val((rank - 1 + n) % n, rank, i), "ring recv[%zu] wrong", i);
     }
     for (int q = 0; q < n; q++)
         for (int k = 0; k < 3; k++) GCHECK(ag[(size_t)q * 3 + k] == q * 10 + k, "allgather[%d][%d] wrong", q, k);
