@@ -19,8 +19,8 @@ const zccl_algo_t *const zccl__algo_table[] = {
 const int zccl__nalgos = (int)(sizeof zccl__algo_table / sizeof zccl__algo_table[0]);
 _Static_assert(sizeof zccl__algo_table / sizeof zccl__algo_table[0] <= ZCCL_TUNE_MAX_ALGOS,
                "registry larger than the tuner's bitmask");
-_Static_assert(sizeof zccl__algo_table / sizeof zccl__algo_table[0] == ZCCL_ALGO_COUNT,
-               "ZCCL_ALGO_* names (schedule.h) and the table must agree");
+_Static_assert(sizeof zccl__algo_table / sizeof zccl__algo_table[0] >= ZCCL_ALGO_COUNT,
+               "every ZCCL_ALGO_* name (schedule.h) needs its row; rows after them need no name");
 
 /* ---- the cost model's shared pieces (formulas in docs/tuning.md) ---- */
 
