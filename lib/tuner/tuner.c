@@ -1,7 +1,7 @@
 /*
- * tuner.c — the ZCCL_ALGO filter and the choice over the registry of algorithms (lib/sched/algo.h holds the rows
- * and their cost models) (see tuner.h and
- * docs/tuning.md). Calibration and the cache file are in tuner_calib.c.
+ * tuner.c — the choice over the registry of algorithms (lib/sched/algo.h holds the rows and their cost models):
+ * the rank layout, the usable set per collective, the pick and its log, the public queries (see tuner.h and
+ * docs/tuning.md). The ZCCL_ALGO grammar is in algo_spec.c; calibration and the cache file in tuner_calib.c.
  */
 #include <ctype.h>
 #include <math.h>
@@ -12,174 +12,7 @@
 #include "comm.h"
 #include "tuner.h"
 
-/* ---- collectives ------------------------------------------------------------------------------------------- */
-
-static const char *const coll_tune_names[ZCCL_COLL_COUNT] = {"allreduce", "reducescatter", "allgather", "broadcast",
-                                                             "reduce", "send", "recv"};
-static const char *const coll_alt_names[ZCCL_COLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "bcast",
-                                                            NULL, NULL, NULL};
-#define NTUNED 5 /* collectives with a choice to make: allreduce .. reduce (send/recv have one schedule) */
-
-const char *zccl__coll_tune_name(zccl_coll_t c) { return (unsigned)c < ZCCL_COLL_COUNT ? coll_tune_names[c] : "?"; }
-
-int zccl__coll_from_name(const char *name, size_t len) {
-    for (int c = 0; c < NTUNED; c++) {
-        if (strlen(coll_tune_names[c]) == len && !strncasecmp(name, coll_tune_names[c], len)) return c;
-        if (coll_alt_names[c] && strlen(coll_alt_names[c]) == len && !strncasecmp(name, coll_alt_names[c], len))
-            return c;
-    }
-    return -1;
-}
-
 #define BIT(c) (1u << (c))
-
-/* The collectives a registry row runs, as a bitmask (bit c: zccl_coll_t c). */
-static unsigned colls_of(const zccl_algo_t *row) {
-    unsigned m = 0;
-    for (int c = 0; c < ZCCL_COLL_COUNT; c++)
-        if (row->build[c]) m |= BIT(c);
-    return m;
-}
-
-int zccl__algo_index(const char *name, size_t len) {
-    for (int i = 0; i < zccl__nalgos; i++)
-        if (strlen(zccl__algo_table[i]->name) == len && !strncasecmp(name, zccl__algo_table[i]->name, len)) return i;
-    return -1;
-}
-
-static void list_algos(unsigned coll_mask, char *buf, size_t len) {
-    size_t w = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < zccl__nalgos && w < len; i++)
-        if (colls_of(zccl__algo_table[i]) & coll_mask)
-            w += (size_t)snprintf(buf + w, len - w, "%s%s", w ? ", " : "", zccl__algo_table[i]->name);
-}
-
-static uint32_t algos_of(int coll) {
-    uint32_t m = 0;
-    for (int i = 0; i < zccl__nalgos; i++)
-        if (colls_of(zccl__algo_table[i]) & BIT(coll)) m |= 1u << i;
-    return m;
-}
-
-/* ---- ZCCL_ALGO --------------------------------------------------------------------------------------------- */
-
-static void trim(const char **b, const char **e) {
-    while (*b < *e && isspace((unsigned char)**b)) (*b)++;
-    while (*e > *b && isspace((unsigned char)(*e)[-1])) (*e)--;
-}
-
-zccl_result_t zccl__algo_filter_parse(const char *spec, const char *what, zccl_algo_filter_t *f) {
-    memset(f, 0, sizeof *f);
-    for (int c = 0; c < ZCCL_COLL_COUNT; c++) f->allow[c] = algos_of(c);
-    if (!spec) return ZCCL_SUCCESS;
-    const char *p = spec, *end = spec + strlen(spec);
-    trim(&p, &end);
-    if (p == end) return ZCCL_SUCCESS;
-    bool have_default = false, have_coll[ZCCL_COLL_COUNT] = {false};
-    uint32_t sec_allow[ZCCL_COLL_COUNT];
-    memcpy(sec_allow, f->allow, sizeof sec_allow);
-    uint32_t dflt = (1u << zccl__nalgos) - 1; /* the default section's set, before intersecting per collective */
-    char known[256], colls[128] = "";
-    list_algos(~0u, known, sizeof known);
-    for (int c = 0; c < NTUNED; c++)
-        snprintf(colls + strlen(colls), sizeof colls - strlen(colls), "%s%s", c ? ", " : "", coll_tune_names[c]);
-    while (p <= end) {
-        const char *se = memchr(p, ';', (size_t)(end - p));
-        if (!se) se = end;
-        const char *b = p, *e = se;
-        trim(&b, &e);
-        int coll = -1;
-        const char *colon = memchr(b, ':', (size_t)(e - b));
-        if (colon) {
-            const char *cb = b, *ce = colon;
-            trim(&cb, &ce);
-            coll = zccl__coll_from_name(cb, (size_t)(ce - cb));
-            if (coll < 0)
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": unknown collective '%.*s' (known: %s)", what,
-                                   spec, (int)(ce - cb), cb, colls);
-            if (have_coll[coll])
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": collective '%s' has two sections", what, spec,
-                                   coll_tune_names[coll]);
-            have_coll[coll] = true;
-            b = colon + 1;
-            trim(&b, &e);
-        } else if (have_default) {
-            return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": two sections without a collective ('%.*s'); prefix "
-                               "the others with a collective, e.g. allreduce:%.*s", what, spec, (int)(e - b), b,
-                               (int)(e - b), b);
-        } else {
-            have_default = true;
-        }
-        bool exclude = false;
-        if (b < e && *b == '^') {
-            exclude = true;
-            b++;
-            trim(&b, &e);
-        }
-        uint32_t named = 0;
-        const char *q = b;
-        for (;;) {
-            const char *ne = memchr(q, ',', (size_t)(e - q));
-            if (!ne) ne = e;
-            const char *nb = q, *nn = ne;
-            trim(&nb, &nn);
-            if (nb == nn)
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": empty algorithm name in section '%.*s' (known: "
-                                   "%s)", what, spec, (int)(se - p), p, known);
-            int a = zccl__algo_index(nb, (size_t)(nn - nb));
-            if (a < 0 && *nb == '^')
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": '%.*s': '^' goes only at the start of a section "
-                                   "and excludes every algorithm listed after it (e.g. ^ring,direct)", what, spec,
-                                   (int)(nn - nb), nb);
-            if (a < 0)
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": unknown algorithm '%.*s' (known: %s)", what, spec,
-                                   (int)(nn - nb), nb, known);
-            if (coll >= 0 && !(colls_of(zccl__algo_table[a]) & BIT(coll))) {
-                char valid[256];
-                list_algos(BIT(coll), valid, sizeof valid);
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": algorithm '%s' does not run %s (algorithms for "
-                                   "%s: %s)", what, spec, zccl__algo_table[a]->name, coll_tune_names[coll],
-                                   coll_tune_names[coll], valid);
-            }
-            named |= 1u << a;
-            if (ne == e) break;
-            q = ne + 1;
-        }
-        if (coll >= 0) {
-            const uint32_t set = exclude ? algos_of(coll) & ~named : named;
-            if (!set) {
-                char valid[256];
-                list_algos(BIT(coll), valid, sizeof valid);
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": section '%.*s' leaves %s no algorithm (algorithms "
-                                   "for %s: %s)", what, spec, (int)(se - p), p, coll_tune_names[coll],
-                                   coll_tune_names[coll], valid);
-            }
-            sec_allow[coll] = set;
-            f->explicit_[coll] = true;
-        } else {
-            dflt = exclude ? ((1u << zccl__nalgos) - 1) & ~named : named;
-            if (!dflt)
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=\"%s\": section '%.*s' excludes every algorithm (known: "
-                                   "%s)", what, spec, (int)(se - p), p, known);
-        }
-        if (se == end) break;
-        p = se + 1;
-    }
-    for (int c = 0; c < ZCCL_COLL_COUNT; c++) {
-        if (f->explicit_[c]) f->allow[c] = sec_allow[c];
-        else if (algos_of(c) & dflt) f->allow[c] = algos_of(c) & dflt;
-        /* else: the default section names nothing this collective can run: it stays unrestricted */
-    }
-    return ZCCL_SUCCESS;
-}
-
-uint64_t zccl__algo_filter_hash(const zccl_algo_filter_t *f) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over the allowed sets */
-    for (int c = 0; c < ZCCL_COLL_COUNT; c++)
-        for (int k = 0; k < 4; k++) h = (h ^ ((f->allow[c] >> (8 * k)) & 0xffu)) * 1099511628211ull;
-    return h;
-}
 
 /* ---- layout, defaults, usable sets ------------------------------------------------------------------------- */
 
@@ -256,21 +89,21 @@ zccl_result_t zccl__tune_usable(zccl_tuner_t *t, const char *what) {
         uint32_t avail = 0, allowed = t->filter.allow[c];
         const char *why = NULL, *why_name = NULL;
         for (int i = 0; i < zccl__nalgos; i++) {
-            if (!(colls_of(zccl__algo_table[i]) & BIT(c))) continue;
+            if (!(zccl__algo_colls(zccl__algo_table[i]) & BIT(c))) continue;
             const char *u = zccl__algo_table[i]->unavailable ? zccl__algo_table[i]->unavailable((zccl_coll_t)c, &t->L) : NULL;
             if (!u) avail |= 1u << i;
             else if (allowed & (1u << i)) why = u, why_name = zccl__algo_table[i]->name;
         }
         t->usable[c] = allowed & avail;
-        if (!t->usable[c] && c < NTUNED) {
+        if (!t->usable[c] && c < ZCCL_NTUNED) {
             if (t->filter.explicit_[c])
                 return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: %s cannot run with %s on this communicator (%d ranks on "
-                                   "%d hosts): %s", what, coll_tune_names[c], why_name ? why_name : "?", t->L.nranks,
+                                   "%d hosts): %s", what, zccl__coll_tune_name((zccl_coll_t)c), why_name ? why_name : "?", t->L.nranks,
                                    t->L.nhosts, why ? why : "not available");
             /* Not an error: one setting serves every communicator of the job (a sub-communicator inside one host
              * cannot run hier), but say so instead of ignoring it silently. */
             const size_t used = strlen(t->fallback);
-            snprintf(t->fallback + used, sizeof t->fallback - used, "%s%s", used ? ", " : "", coll_tune_names[c]);
+            snprintf(t->fallback + used, sizeof t->fallback - used, "%s%s", used ? ", " : "", zccl__coll_tune_name((zccl_coll_t)c));
             if (why && !strstr(t->fallback, why)) {
                 const size_t u2 = strlen(t->fallback);
                 snprintf(t->fallback + u2, sizeof t->fallback - u2, " (%s %s)", why_name, why);
@@ -314,7 +147,7 @@ void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a) {
     zccl_tuner_t *t = comm->tuner;
     const zccl_coll_t coll = a->coll;
     a->algo = ZCCL_ALGO_RING;
-    if ((unsigned)coll >= NTUNED || !t || !t->agreed) return; /* send/recv: one schedule; before agreement: ring */
+    if ((unsigned)coll >= ZCCL_NTUNED || !t || !t->agreed) return; /* send/recv: one schedule; before agreement: ring */
     a->host_of = t->host_of;
     const size_t bytes = zccl__tune_bytes(coll, a->count, a->elem_size, comm->nranks);
     double pred[ZCCL_TUNE_MAX_ALGOS];
@@ -331,7 +164,7 @@ void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a) {
                     w += (size_t)snprintf(line + w, sizeof line - w, " %s%s=%.1fus", zccl__algo_table[i]->name,
                                           i == best ? "*" : "", pred[i] * 1e6);
             ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: %s %zu B (bucket [%llu, %llu) B) on %d ranks / %d hosts -> %s; "
-                      "predicted:%s", coll_tune_names[coll], bytes, (unsigned long long)(1ull << b),
+                      "predicted:%s", zccl__coll_tune_name(coll), bytes, (unsigned long long)(1ull << b),
                       (unsigned long long)(b < 63 ? 1ull << (b + 1) : 0), comm->nranks, t->L.nhosts,
                       zccl__algo_table[best]->name, line);
         }
@@ -359,7 +192,7 @@ ZCCL_API zccl_result_t zccl_comm_algorithms(zccl_comm_t comm, const char *collec
     size_t w = 0;
     names[0] = '\0';
     for (int i = 0; i < zccl__nalgos; i++) {
-        if (!(colls_of(zccl__algo_table[i]) & BIT(c))) continue;
+        if (!(zccl__algo_colls(zccl__algo_table[i]) & BIT(c))) continue;
         if (zccl__algo_table[i]->unavailable && zccl__algo_table[i]->unavailable((zccl_coll_t)c, &comm->tuner->L)) continue;
         int k = snprintf(names + w, len - w, "%s%s", w ? "," : "", zccl__algo_table[i]->name);
         if (k < 0 || (size_t)k >= len - w)

@@ -27,6 +27,11 @@ struct zccl_comm;
 /* The cost model's types (zccl_link_cost_t, zccl_tune_params_t, zccl_tune_layout_t) and the registry of algorithms
  * with their predictors live in the schedule layer (lib/sched/algo.h): an algorithm is one file there. */
 
+/** Collectives with a choice to make: all-reduce .. reduce (send/recv have one schedule). */
+#define ZCCL_NTUNED 5
+/** The collectives a registry row runs, as a bitmask (bit c: zccl_coll_t c). */
+unsigned zccl__algo_colls(const zccl_algo_t *row);
+
 /** Name of a collective as ZCCL_ALGO spells it ("allreduce", "reducescatter", ...); "?" if out of range. */
 const char *zccl__coll_tune_name(zccl_coll_t c);
 /** Collective from a ZCCL_ALGO name (NCCL's spelling; "_" variants accepted, case-insensitive); -1 if unknown. */
