@@ -132,6 +132,19 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
 
 static zccl_result_t op_run(const zccl_op_t *o);
 
+zccl_result_t zccl__api_mem_type(zccl_op_t *o, bool in_group) {
+    o->mem = ZCCL_MEM_HOST;
+    if (o->barrier || o->group) return ZCCL_SUCCESS;
+    const char *fn = coll_names[o->coll];
+    ZCCL_CHECK(zccl__mem_call_type(fn, o->sendbuf, o->recvbuf, &o->mem));
+    zccl_mem_type_t ts = ZCCL_MEM_HOST;
+    if (o->mem != ZCCL_MEM_HOST && in_group && zccl__mem_query(o->sendbuf, &ts, NULL) == ZCCL_SUCCESS)
+        return zccl__error(ZCCL_INVALID_USAGE, "%s inside zccl_group_start/zccl_group_end: '%s' is CUDA device memory, "
+                           "which groups do not take yet (docs/gpu.md); call it outside the group", fn,
+                           ts == ZCCL_MEM_CUDA ? "sendbuf" : "recvbuf");
+    return ZCCL_SUCCESS;
+}
+
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
     const char *old = zccl__log_set_tag(o->comm ? o->comm->name : NULL); /* comm_name in this op's log lines */
     zccl_result_t res = o->group ? o->run_group(o->group) /* a group's part on one communicator (group.c) */
@@ -186,11 +199,15 @@ static zccl_result_t op_run(const zccl_op_t *o) {
         if (b.coll == ZCCL_COLL_REDUCE_SCATTER)
             in_elems = b.vcounts ? b.vcounts[2 * comm->nranks - 1] + b.vcounts[comm->nranks - 1]
                                  : b.count * (size_t)comm->nranks;
-        premul_buf = malloc(in_elems * es > 0 ? in_elems * es : 1);
-        if (!premul_buf)
-            return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for the PreMulSum products (%zu bytes)",
-                               coll_names[b.coll], in_elems * es);
-        zccl_kernel_premul(premul_buf, b.sendbuf, in_elems, b.dt, b.scalar);
+        const zccl_mem_ops_t *m = zccl__mem_ops(b.mem); /* the products in the call's memory */
+        if (m->alloc(&premul_buf, in_elems * es) != ZCCL_SUCCESS)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of %s memory for the PreMulSum products (%zu bytes)",
+                               coll_names[b.coll], m->name, in_elems * es);
+        zccl_result_t pr = m->premul(premul_buf, b.sendbuf, in_elems, b.dt, b.scalar);
+        if (pr != ZCCL_SUCCESS) {
+            m->free(premul_buf);
+            return pr;
+        }
         b.sendbuf = premul_buf;
         b.op = ZCCL_SUM;
         b.in_place = false;
@@ -211,11 +228,13 @@ static zccl_result_t op_run(const zccl_op_t *o) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
                    coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
                    (int)b.in_place, s.nphases);
+        comm->call_mem = b.mem;
         res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
+        comm->call_mem = ZCCL_MEM_HOST;
         in_engine = true;
         zccl__sched_free(&s);
     }
-    free(premul_buf);
+    if (premul_buf) zccl__mem_ops(b.mem)->free(premul_buf);
     /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system
      * error, even scratch memory this rank could not get while its peers went ahead) leaves the ranks out of step:
      * later operations on this communicator cannot succeed, so they fail at once instead of running (and failing)

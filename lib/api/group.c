@@ -52,6 +52,11 @@ static bool has_op(zccl_coll_t c) {
 
 zccl_result_t zccl__api_issue(const zccl_op_t *o, zccl_stream_t stream) {
     zccl_op_t b = *o;
+    zccl_result_t mres = zccl__api_mem_type(&b, depth > 0); /* collectives.c: the call's memory type */
+    if (mres != ZCCL_SUCCESS) {
+        zccl__op_release(&b);
+        return mres;
+    }
     if (has_op(b.coll) && !b.barrier && (unsigned)b.op >= ZCCL_NUM_OPS) {
         /* checked by the entry point (zccl__redop_check); copy the scalar now, so that destroying the handle later
          * does not affect an operation already issued */

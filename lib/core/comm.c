@@ -148,6 +148,7 @@ void zccl__comm_free(struct zccl_comm *comm) {
     free(comm->tc.tp);
     free(comm->ring);
     free(comm->scratch);
+    zccl__mem_stage_free(&comm->mem_stage);
     free(comm->tc.chunk_tmp);
     pthread_mutex_destroy(&comm->tc.in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);

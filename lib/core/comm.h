@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include "core.h"
+#include "mem.h"
 #include "socket.h"
 #include "topo.h"
 #include "transport.h"
@@ -34,6 +35,8 @@ struct zccl_comm {
     uint64_t seq;               /* collectives issued */
     void *scratch;
     size_t scratch_bytes;
+    zccl_mem_type_t call_mem;   /* the running call's memory type (lib/mem), set by the API layer */
+    zccl_mem_stage_t mem_stage; /* staging of calls on device memory (lib/mem/mem_stage.c) */
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     struct zccl_tuner *tuner;   /* algorithm choice: parameters, layout, ZCCL_ALGO (lib/tuner/tuner.h) */

@@ -139,11 +139,48 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
     }
 }
 
+/* A phase of a call on device memory: each send's source is copied out to host bytes now (after the phase's local
+ * steps), each receive lands in host bytes; the device destination and operand move to dev_dst/dev_op2. */
+static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
+    zccl__mem_stage_phase(&comm->mem_stage);
+    for (size_t i = 0; i < nx; i++) {
+        if (x[i].is_send) {
+            ZCCL_CHECK(zccl__mem_stage_send(&comm->mem_stage, mt, x[i].src, x[i].bytes, &x[i].src));
+        } else {
+            x[i].dev_dst = x[i].dst;
+            x[i].dev_op2 = x[i].op2;
+            x[i].op2 = NULL; /* the transport copies into the host bytes; the reduction happens on the device */
+            ZCCL_CHECK(zccl__mem_stage_host(&comm->mem_stage, x[i].bytes, &x[i].dst));
+        }
+    }
+    return ZCCL_SUCCESS;
+}
+
+/* The phase's receives (all complete) enter their device buffers: copied, or reduced with their operand. */
+static zccl_result_t finish_recvs(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
+    for (size_t i = 0; i < nx; i++)
+        if (!x[i].is_send)
+            ZCCL_CHECK(zccl__mem_stage_recv_done(&comm->mem_stage, mt, x[i].dev_dst, x[i].dev_op2, x[i].dst,
+                                                 x[i].bytes, x[i].dt, x[i].op, x[i].divisor));
+    return ZCCL_SUCCESS;
+}
+
 zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
                                zccl_datatype_t dt, zccl_redop_t op) {
     const size_t es = zccl_type_size(dt);
-    ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
-    uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)comm->scratch};
+    /* The call's memory type (lib/mem): its table runs the COPY/REDUCE steps; device memory is staged through host
+     * bytes for the transports (stage_xfers, finish_recvs). */
+    const zccl_mem_type_t mt = comm->call_mem;
+    const zccl_mem_ops_t *mops = zccl__mem_ops(mt);
+    void *scratch = NULL;
+    if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
+    if (mt == ZCCL_MEM_HOST) {
+        ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
+        scratch = comm->scratch;
+    } else {
+        ZCCL_CHECK(zccl__mem_stage_scratch(&comm->mem_stage, mt, s->tmp_elems * es, &scratch));
+    }
+    uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
     zccl_xfer_t xs_local[16], *xs = xs_local;
     size_t xcap = 16;
@@ -164,12 +201,13 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             uint8_t *b = base[st->buf] + st->off * es;
             if (st->kind == ZCCL_STEP_COPY) {
                 const uint8_t *src = base[st->src] + st->src_off * es;
-                if (src != b) memcpy(b, src, st->count * es);
+                if (src != b && (res = mops->copy(b, src, st->count * es)) != ZCCL_SUCCESS) goto out;
                 continue;
             }
             if (st->kind == ZCCL_STEP_REDUCE) {
-                zccl_kernel_reduce(b, base[st->src] + st->src_off * es, base[st->src2] + st->src2_off * es, st->count,
+                res = mops->reduce(b, base[st->src] + st->src_off * es, base[st->src2] + st->src2_off * es, st->count,
                                    dt, kop, (st->final && op == ZCCL_AVG) ? (uint32_t)comm->nranks : 1);
+                if (res != ZCCL_SUCCESS) goto out;
                 continue;
             }
             zccl_xfer_t *x = &xs[nx++];
@@ -190,11 +228,14 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
+        if (nx && mt != ZCCL_MEM_HOST && (res = stage_xfers(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
         if (nx) {
             res = run_phase(comm, xs, nx, p);
             if (res != ZCCL_SUCCESS) break;
         }
+        if (nx && mt != ZCCL_MEM_HOST && (res = finish_recvs(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
     }
+out:
     if (xs != xs_local) free(xs);
     return res;
 }

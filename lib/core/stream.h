@@ -18,6 +18,7 @@ typedef struct {
     zccl_redop_t op;
     int root; /* broadcast/reduce root, or send/recv peer */
     bool in_place;
+    zccl_mem_type_t mem; /* what memory the buffers are (lib/mem), learned once when the call is issued */
     struct zccl_comm *comm;
     size_t *vcounts; /* _v collectives: nranks counts then nranks displacements, owned by the op (freed by
                         zccl__op_release); NULL otherwise */

@@ -1,0 +1,154 @@
+/*
+ * fake_cuda.c — a stand-in for libcuda.so for the memory layer's tests on machines without a GPU (tests/test_mem.cpp,
+ * loaded through ZCCL_CUDA_LIBRARY). It exports the driver entry points zccl resolves; "device memory" is host memory
+ * that the test marked (fake_cuda_mark) or that cuMemAlloc returned, so copies are memmove and the CPU can check
+ * every result. Kernel launches are recorded; the float32 and int32 reductions (SUM, AVG as SUM with a divisor) run
+ * for real, any other kernel launch fails (CUDA_ERROR_NOT_SUPPORTED) so a test sees which kernel zccl chose.
+ * fake_cuda_fail_next(n) makes the n-th following driver call fail, to exercise zccl's error paths.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAKE_API __attribute__((visibility("default")))
+typedef int CUresult;
+
+typedef struct { uintptr_t lo, hi; int dev; } range_t;
+static range_t ranges[256];
+static int nranges;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* What the test reads back. */
+typedef struct {
+    long copies, launches, allocs, inits, ctx_syncs;
+    char last_kernel[64];
+    size_t last_count;
+    uint32_t last_divisor;
+} fake_cuda_stats_t;
+static fake_cuda_stats_t stats;
+static int fail_in = 0; /* >0: the fail_in-th next call fails */
+
+static CUresult maybe_fail(void) {
+    if (fail_in > 0 && --fail_in == 0) return 999; /* CUDA_ERROR_UNKNOWN */
+    return 0;
+}
+
+FAKE_API void fake_cuda_mark(const void *p, size_t len, int dev) {
+    pthread_mutex_lock(&mu);
+    if (nranges < 256) ranges[nranges++] = (range_t){(uintptr_t)p, (uintptr_t)p + len, dev};
+    pthread_mutex_unlock(&mu);
+}
+FAKE_API void fake_cuda_unmark(const void *p) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nranges; i++)
+        if (ranges[i].lo == (uintptr_t)p) { ranges[i] = ranges[--nranges]; break; }
+    pthread_mutex_unlock(&mu);
+}
+FAKE_API void fake_cuda_stats(fake_cuda_stats_t *out) { pthread_mutex_lock(&mu); *out = stats; pthread_mutex_unlock(&mu); }
+FAKE_API void fake_cuda_fail_next(int n) { fail_in = n; }
+
+static const range_t *find(uintptr_t p) {
+    for (int i = 0; i < nranges; i++)
+        if (p >= ranges[i].lo && p < ranges[i].hi) return &ranges[i];
+    return NULL;
+}
+
+FAKE_API CUresult cuInit(unsigned flags) { (void)flags; stats.inits++; return 0; }
+FAKE_API CUresult cuGetErrorString(CUresult r, const char **s) {
+    *s = r == 999 ? "CUDA_ERROR_UNKNOWN (fake)" : r == 801 ? "CUDA_ERROR_NOT_SUPPORTED (fake)" : "fake error";
+    return 0;
+}
+FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long ptr) {
+    pthread_mutex_lock(&mu);
+    const range_t *r = find((uintptr_t)ptr);
+    pthread_mutex_unlock(&mu);
+    if (!r) return 1; /* CUDA_ERROR_INVALID_VALUE: memory the driver never saw */
+    if (attr == 2) *(unsigned *)data = 2; /* MEMORY_TYPE: DEVICE */
+    else if (attr == 9) *(int *)data = r->dev;
+    else return 1;
+    return 0;
+}
+FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
+FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr; (void)dev; *v = 4; return 0; }
+static void *fake_ctx = (void *)0x1;
+static __thread void *cur_ctx;
+FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { (void)dev; *c = fake_ctx; return 0; }
+FAKE_API CUresult cuCtxGetCurrent(void **c) { *c = cur_ctx; return 0; }
+FAKE_API CUresult cuCtxSetCurrent(void *c) { cur_ctx = c; return 0; }
+FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
+    CUresult f = maybe_fail();
+    if (f) return f;
+    void *m = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    if (!m) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    fake_cuda_mark(m, n, 0);
+    stats.allocs++;
+    *p = (uintptr_t)m;
+    return 0;
+}
+FAKE_API CUresult cuMemFree_v2(unsigned long long p) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nranges; i++)
+        if (ranges[i].lo == p) { ranges[i] = ranges[--nranges]; break; }
+    pthread_mutex_unlock(&mu);
+    free((void *)(uintptr_t)p);
+    return 0;
+}
+FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void *stream) {
+    (void)stream;
+    CUresult f = maybe_fail();
+    if (f) return f;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    stats.copies++;
+    return 0;
+}
+FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = (void *)0x2; return 0; }
+FAKE_API CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
+FAKE_API CUresult cuCtxSynchronize(void) { stats.ctx_syncs++; return maybe_fail(); }
+FAKE_API CUresult cuModuleLoadData(void **m, const void *image) {
+    /* a real fatbin starts with the fatbin magic 0xba55ed50 */
+    uint32_t magic;
+    memcpy(&magic, image, 4);
+    if (magic != 0xba55ed50u) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    *m = (void *)0x3;
+    return 0;
+}
+FAKE_API CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+    (void)m;
+    *f = strdup(name);
+    return 0;
+}
+FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                 unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)stream; (void)extra;
+    const char *name = f;
+    CUresult fl = maybe_fail();
+    if (fl) return fl;
+    stats.launches++;
+    snprintf(stats.last_kernel, sizeof stats.last_kernel, "%s", name);
+    int dt = -1, op = -1;
+    if (sscanf(name, "zccl_reduce_%d_%d", &dt, &op) != 2) return 801;
+    void *dst = *(void **)params[0];
+    const void *a = *(const void **)params[1], *b = *(const void **)params[2];
+    const size_t n = *(const size_t *)params[3];
+    const uint32_t div = *(const uint32_t *)params[4];
+    stats.last_count = n;
+    stats.last_divisor = div;
+    if (op != 0) return 801;
+    if (dt == 7) { /* float32 SUM (AVG: divisor) */
+        for (size_t i = 0; i < n; i++) {
+            float r = ((const float *)a)[i] + ((const float *)b)[i];
+            ((float *)dst)[i] = div > 1 ? r / (float)div : r;
+        }
+        return 0;
+    }
+    if (dt == 2) { /* int32 SUM */
+        for (size_t i = 0; i < n; i++) {
+            int32_t r = (int32_t)((uint32_t)((const int32_t *)a)[i] + (uint32_t)((const int32_t *)b)[i]);
+            ((int32_t *)dst)[i] = div > 1 ? r / (int32_t)div : r;
+        }
+        return 0;
+    }
+    return 801;
+}

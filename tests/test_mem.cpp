@@ -1,0 +1,422 @@
+/*
+ * test_mem.cpp — the memory-type layer (lib/mem, docs/gpu.md) on a machine without a GPU:
+ *  - the host table wraps the CPU kernels;
+ *  - the CUDA kernels' element code (kernels/cuda/reduce_ops.cuh, compiled here by the host compiler) gives
+ *    bit-identical results to the CPU kernels for every datatype x op, PreMulSum included;
+ *  - without a CUDA driver every buffer is host memory and libzccl works (the reason is kept);
+ *  - with the fake driver of tests/fake_cuda (ZCCL_CUDA_LIBRARY), chosen buffers are "device memory": the query, the
+ *    per-call type and its errors naming the buffer, the CUDA table's copy/launch/error paths, and whole
+ *    collectives on device buffers through the engine's staging (sends copied out, receives reduced on the device).
+ * Anything that loads a driver runs in a forked child: the driver is opened once per process.
+ */
+#include <gtest/gtest.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "kernels.h"
+#include "mem.h"
+}
+#include "cuda/reduce_ops.cuh"
+#include "harness/harness.h"
+#include "zccl.h"
+
+namespace {
+
+/* Runs fn in a forked child with `env` set; the child's exit status is the result (0 = pass). */
+int in_child(const std::vector<std::pair<const char *, const char *>> &env, const std::function<int()> &fn) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (auto &e : env) setenv(e.first, e.second, 1);
+        _exit(fn());
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+#define CHILD_CHECK(cond, ...)                                                                                    \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                           \
+            fprintf(stderr, __VA_ARGS__);                                                                      \
+            fprintf(stderr, "\n");                                                                             \
+            return 1;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+
+struct FakeStats {
+    long copies, launches, allocs, inits, ctx_syncs;
+    char last_kernel[64];
+    size_t last_count;
+    uint32_t last_divisor;
+};
+struct Fake {
+    void (*mark)(const void *, size_t, int);
+    void (*stats)(FakeStats *);
+    void (*fail_next)(int);
+    void (*unmark)(const void *);
+};
+/* The fake driver zccl loaded (same file, so dlopen returns the same object). */
+bool open_fake(Fake *f) {
+    void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
+    if (!h) return false;
+    *(void **)&f->mark = dlsym(h, "fake_cuda_mark");
+    *(void **)&f->stats = dlsym(h, "fake_cuda_stats");
+    *(void **)&f->fail_next = dlsym(h, "fake_cuda_fail_next");
+    *(void **)&f->unmark = dlsym(h, "fake_cuda_unmark");
+    return f->mark && f->stats && f->fail_next && f->unmark;
+}
+const std::vector<std::pair<const char *, const char *>> kFakeEnv = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}};
+
+/* Random bytes that are meaningful values of dt (floats: a mix of ordinary values, zeros, NaN, infinities). */
+void fill(std::vector<uint8_t> &v, zccl_datatype_t dt, std::mt19937 &rng) {
+    for (auto &b : v) b = (uint8_t)rng();
+    const size_t es = zccl_type_size(dt), n = v.size() / es;
+    for (size_t i = 0; i < n; i++) {
+        float f = std::uniform_real_distribution<float>(-8.f, 8.f)(rng);
+        if (i % 17 == 3) f = 0.f;
+        if (i % 31 == 5) f = -0.f;
+        if (i % 53 == 7) f = NAN;
+        if (i % 61 == 9) f = INFINITY;
+        uint8_t *p = &v[i * es];
+        switch (dt) {
+        case ZCCL_FLOAT32: memcpy(p, &f, 4); break;
+        case ZCCL_FLOAT64: { double d = (double)f * 1.000001; memcpy(p, &d, 8); break; }
+        case ZCCL_FLOAT16: { uint16_t h = zccl_float_to_half(f); memcpy(p, &h, 2); break; }
+        case ZCCL_BFLOAT16: { uint16_t h = zccl_float_to_bf16(f); memcpy(p, &h, 2); break; }
+        default: break; /* integers and fp8: every bit pattern is a value worth testing */
+        }
+    }
+}
+
+bool same_elem(const uint8_t *x, const uint8_t *y, zccl_datatype_t dt) {
+    const size_t es = zccl_type_size(dt);
+    if (!memcmp(x, y, es)) return true;
+    /* two NaNs whose payloads differ are the same result */
+    switch (dt) {
+    case ZCCL_FLOAT32: { float a, b; memcpy(&a, x, 4); memcpy(&b, y, 4); return a != a && b != b; }
+    case ZCCL_FLOAT64: { double a, b; memcpy(&a, x, 8); memcpy(&b, y, 8); return a != a && b != b; }
+    case ZCCL_FLOAT16: { uint16_t a, b; memcpy(&a, x, 2); memcpy(&b, y, 2);
+                         return std::isnan(zccl_half_to_float(a)) && std::isnan(zccl_half_to_float(b)); }
+    case ZCCL_BFLOAT16: { uint16_t a, b; memcpy(&a, x, 2); memcpy(&b, y, 2);
+                          return std::isnan(zccl_bf16_to_float(a)) && std::isnan(zccl_bf16_to_float(b)); }
+    case ZCCL_FLOAT8E4M3: return std::isnan(zccl_e4m3_to_float(*x)) && std::isnan(zccl_e4m3_to_float(*y));
+    case ZCCL_FLOAT8E5M2: return std::isnan(zccl_e5m2_to_float(*x)) && std::isnan(zccl_e5m2_to_float(*y));
+    default: return false;
+    }
+}
+
+template <int DT, int OP> void gpu_code_reduce(void *dst, const void *a, const void *b, size_t n, uint32_t div) {
+    typedef typename zccl_cu::elem<DT>::type T;
+    zccl_cu::reduce_range<DT, OP>((T *)dst, (const T *)a, (const T *)b, 0, n, 1, div);
+}
+template <int DT> void gpu_code_premul(void *dst, const void *src, size_t n, const void *scalar) {
+    typedef typename zccl_cu::elem<DT>::type T;
+    T s;
+    memcpy(&s, scalar, sizeof s);
+    for (size_t i = 0; i < n; i++) ((T *)dst)[i] = zccl_cu::elem<DT>::premul(s, ((const T *)src)[i]);
+}
+
+typedef void (*reduce_fn)(void *, const void *, const void *, size_t, uint32_t);
+typedef void (*premul_fn)(void *, const void *, size_t, const void *);
+template <int DT> void table_row(reduce_fn *row, premul_fn *pm) {
+    row[0] = gpu_code_reduce<DT, 0>;
+    row[1] = gpu_code_reduce<DT, 1>;
+    row[2] = gpu_code_reduce<DT, 2>;
+    row[3] = gpu_code_reduce<DT, 3>;
+    *pm = gpu_code_premul<DT>;
+}
+
+} // namespace
+
+TEST(MemLayer, HostTableWrapsTheCpuKernels) {
+    const zccl_mem_ops_t *h = zccl__mem_ops(ZCCL_MEM_HOST);
+    ASSERT_STREQ(h->name, "host");
+    EXPECT_EQ(zccl__mem_ops(ZCCL_MEM_CUDA), &zccl__mem_cuda);
+    std::mt19937 rng(7);
+    for (int dt = 0; dt < ZCCL_NUM_TYPES; dt++) {
+        const size_t n = 1000, es = zccl_type_size((zccl_datatype_t)dt);
+        std::vector<uint8_t> a(n * es), b(n * es), want(n * es), got(n * es);
+        fill(a, (zccl_datatype_t)dt, rng);
+        fill(b, (zccl_datatype_t)dt, rng);
+        for (int op = 0; op < ZCCL_NUM_OPS; op++) {
+            const uint32_t div = op == ZCCL_AVG ? 3 : 1;
+            zccl_kernel_reduce(want.data(), a.data(), b.data(), n, (zccl_datatype_t)dt,
+                               op == ZCCL_AVG ? ZCCL_SUM : (zccl_redop_t)op, div);
+            ASSERT_EQ(h->reduce(got.data(), a.data(), b.data(), n, (zccl_datatype_t)dt, (zccl_redop_t)op, div),
+                      ZCCL_SUCCESS);
+            for (size_t i = 0; i < n; i++)
+                ASSERT_TRUE(same_elem(&got[i * es], &want[i * es], (zccl_datatype_t)dt)) << "dt " << dt << " op " << op
+                                                                                         << " element " << i;
+        }
+        ASSERT_EQ(h->copy(got.data(), a.data(), n * es), ZCCL_SUCCESS);
+        EXPECT_EQ(got, a);
+    }
+    void *p = nullptr;
+    ASSERT_EQ(h->alloc(&p, 100), ZCCL_SUCCESS);
+    EXPECT_EQ((uintptr_t)p % 4096, 0u);
+    h->free(p);
+}
+
+/* The code every CUDA thread runs, compiled for the host, against the CPU kernels: all datatypes x ops, divisors
+ * 1, 2, 3 and 7 for SUM (AVG's final step), PreMulSum's product with several scalars. */
+TEST(MemLayer, CudaElementCodeMatchesCpuKernels) {
+    reduce_fn tab[ZCCL_NUM_TYPES][4];
+    premul_fn pm[ZCCL_NUM_TYPES];
+    table_row<0>(tab[0], &pm[0]);
+    table_row<1>(tab[1], &pm[1]);
+    table_row<2>(tab[2], &pm[2]);
+    table_row<3>(tab[3], &pm[3]);
+    table_row<4>(tab[4], &pm[4]);
+    table_row<5>(tab[5], &pm[5]);
+    table_row<6>(tab[6], &pm[6]);
+    table_row<7>(tab[7], &pm[7]);
+    table_row<8>(tab[8], &pm[8]);
+    table_row<9>(tab[9], &pm[9]);
+    table_row<10>(tab[10], &pm[10]);
+    table_row<11>(tab[11], &pm[11]);
+    std::mt19937 rng(11);
+    long checked = 0;
+    for (int dt = 0; dt < ZCCL_NUM_TYPES; dt++) {
+        const zccl_datatype_t t = (zccl_datatype_t)dt;
+        const size_t n = 4096, es = zccl_type_size(t);
+        std::vector<uint8_t> a(n * es), b(n * es), want(n * es), got(n * es);
+        fill(a, t, rng);
+        fill(b, t, rng);
+        for (int op = 0; op < 4; op++) {
+            for (uint32_t div : {1u, 2u, 3u, 7u}) {
+                if (div > 1 && op != ZCCL_SUM) continue;
+                zccl_kernel_reduce(want.data(), a.data(), b.data(), n, t, (zccl_redop_t)op, div);
+                tab[dt][op](got.data(), a.data(), b.data(), n, div);
+                for (size_t i = 0; i < n; i++, checked++)
+                    ASSERT_TRUE(same_elem(&got[i * es], &want[i * es], t))
+                        << "datatype " << dt << " op " << op << " divisor " << div << " element " << i;
+            }
+        }
+        for (int k = 0; k < 4; k++) {
+            std::vector<uint8_t> sc(es);
+            fill(sc, t, rng);
+            zccl_kernel_premul(want.data(), a.data(), n, t, sc.data());
+            pm[dt](got.data(), a.data(), n, sc.data());
+            for (size_t i = 0; i < n; i++, checked++)
+                ASSERT_TRUE(same_elem(&got[i * es], &want[i * es], t)) << "premul datatype " << dt << " element " << i;
+        }
+    }
+    EXPECT_GT(checked, 500000);
+}
+
+TEST(MemLayer, WithoutADriverEveryBufferIsHost) {
+    const int rc = in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
+        const char *why = nullptr;
+        CHILD_CHECK(!zccl__mem_cuda_available(&why), "a driver was loaded");
+        CHILD_CHECK(why && strstr(why, "/nonexistent/libcuda.so.1"), "reason does not name the file: %s", why);
+        int x = 0, dev = 7;
+        zccl_mem_type_t t = ZCCL_MEM_CUDA;
+        CHILD_CHECK(zccl__mem_query(&x, &t, &dev) == ZCCL_SUCCESS && t == ZCCL_MEM_HOST && dev == -1, "query");
+        CHILD_CHECK(zccl__mem_call_type("f", &x, &x, &t) == ZCCL_SUCCESS && t == ZCCL_MEM_HOST, "call type");
+        /* the CUDA table without a driver: an error that says so, never a crash */
+        CHILD_CHECK(zccl__mem_cuda.copy(&dev, &x, sizeof x) == ZCCL_INVALID_USAGE, "copy without a driver");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "without a CUDA driver"), "message: %s", zccl_get_last_error(NULL));
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(MemLayer, FakeDriverQueryAndCallType) {
+    const int rc = in_child(kFakeEnv, [] {
+        Fake f;
+        CHILD_CHECK(zccl__mem_cuda_available(nullptr), "the fake driver did not load");
+        CHILD_CHECK(open_fake(&f), "fake symbols");
+        std::vector<float> dev(64), dev2(64), host(64);
+        f.mark(dev.data(), sizeof(float) * 64, 0);
+        f.mark(dev2.data(), sizeof(float) * 64, 1);
+        zccl_mem_type_t t;
+        int d = -1;
+        CHILD_CHECK(zccl__mem_query(dev.data() + 3, &t, &d) == ZCCL_SUCCESS && t == ZCCL_MEM_CUDA && d == 0, "dev");
+        CHILD_CHECK(zccl__mem_query(host.data(), &t, &d) == ZCCL_SUCCESS && t == ZCCL_MEM_HOST && d == -1, "host");
+        CHILD_CHECK(zccl__mem_call_type("zccl_allreduce", host.data(), host.data(), &t) == ZCCL_SUCCESS &&
+                        t == ZCCL_MEM_HOST, "host call");
+        CHILD_CHECK(zccl__mem_call_type("zccl_allreduce", host.data(), dev.data(), &t) == ZCCL_INVALID_ARGUMENT,
+                    "mixed host/device accepted");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "'sendbuf' is host memory but 'recvbuf' is CUDA device memory"),
+                    "message: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl__mem_call_type("zccl_allreduce", dev.data(), dev2.data(), &t) == ZCCL_INVALID_ARGUMENT,
+                    "two devices accepted");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "device 0 but 'recvbuf' on device 1"), "message: %s",
+                    zccl_get_last_error(NULL));
+        const zccl_result_t r = zccl__mem_call_type("zccl_broadcast", NULL, dev.data(), &t);
+        if (zccl__mem_cuda_built()) {
+            CHILD_CHECK(r == ZCCL_SUCCESS && t == ZCCL_MEM_CUDA, "device call refused: %s", zccl_get_last_error(NULL));
+        } else {
+            CHILD_CHECK(r == ZCCL_INVALID_USAGE, "device memory accepted without the CUDA kernels");
+            CHILD_CHECK(strstr(zccl_get_last_error(NULL), "zccl_broadcast: 'recvbuf'") &&
+                            strstr(zccl_get_last_error(NULL), "built without the CUDA kernels"),
+                        "message: %s", zccl_get_last_error(NULL));
+        }
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(MemLayer, FakeDriverCudaTable) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    const int rc = in_child(kFakeEnv, [] {
+        Fake f;
+        CHILD_CHECK(open_fake(&f), "fake symbols");
+        const zccl_mem_ops_t *c = zccl__mem_ops(ZCCL_MEM_CUDA);
+        void *da = nullptr, *db = nullptr;
+        CHILD_CHECK(c->alloc(&da, 4 * 100) == ZCCL_SUCCESS && c->alloc(&db, 4 * 100) == ZCCL_SUCCESS, "alloc");
+        std::vector<float> h(100), out(100);
+        for (int i = 0; i < 100; i++) h[i] = (float)i;
+        CHILD_CHECK(c->copy(da, h.data(), 400) == ZCCL_SUCCESS && c->copy(db, h.data(), 400) == ZCCL_SUCCESS, "copy");
+        /* AVG is launched as the SUM kernel with the divisor */
+        CHILD_CHECK(c->reduce(da, da, db, 100, ZCCL_FLOAT32, ZCCL_AVG, 2) == ZCCL_SUCCESS, "reduce: %s",
+                    zccl_get_last_error(NULL));
+        FakeStats s;
+        f.stats(&s);
+        CHILD_CHECK(!strcmp(s.last_kernel, "zccl_reduce_7_0") && s.last_count == 100 && s.last_divisor == 2,
+                    "launched %s count %zu divisor %u", s.last_kernel, s.last_count, s.last_divisor);
+        CHILD_CHECK(c->copy(out.data(), da, 400) == ZCCL_SUCCESS, "copy back");
+        for (int i = 0; i < 100; i++) CHILD_CHECK(out[i] == (float)i, "element %d = %g", i, out[i]);
+        /* a kernel the fake does not run: zccl reports the launch failure with the driver's words */
+        CHILD_CHECK(c->reduce(da, da, db, 10, ZCCL_BFLOAT16, ZCCL_MAX, 1) == ZCCL_SYSTEM_ERROR, "bf16 max");
+        f.stats(&s);
+        CHILD_CHECK(!strcmp(s.last_kernel, "zccl_reduce_9_2"), "launched %s", s.last_kernel);
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "launching the reduction kernel failed: CUDA_ERROR_NOT_SUPPORTED"),
+                    "message: %s", zccl_get_last_error(NULL));
+        f.fail_next(1);
+        CHILD_CHECK(c->copy(out.data(), da, 400) == ZCCL_SYSTEM_ERROR, "failed copy not reported");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "cuMemcpyAsync of 400 bytes") &&
+                        strstr(zccl_get_last_error(NULL), "CUDA_ERROR_UNKNOWN"), "message: %s", zccl_get_last_error(NULL));
+        /* staging: a received block is copied to the device bounce buffer, then reduced there */
+        zccl_mem_stage_t st = {};
+        void *scr = nullptr;
+        CHILD_CHECK(zccl__mem_stage_scratch(&st, ZCCL_MEM_CUDA, 1000, &scr) == ZCCL_SUCCESS && scr, "scratch");
+        zccl_mem_type_t t;
+        CHILD_CHECK(zccl__mem_query(scr, &t, NULL) == ZCCL_SUCCESS && t == ZCCL_MEM_CUDA, "scratch not on device");
+        zccl__mem_stage_phase(&st);
+        uint8_t *hb = nullptr, *hb2 = nullptr;
+        CHILD_CHECK(zccl__mem_stage_host(&st, 400, &hb) == ZCCL_SUCCESS, "host");
+        CHILD_CHECK(zccl__mem_stage_host(&st, 400, &hb2) == ZCCL_SUCCESS && hb2 >= hb + 400, "host bytes overlap");
+        memcpy(hb, h.data(), 400);
+        CHILD_CHECK(zccl__mem_stage_recv_done(&st, ZCCL_MEM_CUDA, db, da, hb, 400, ZCCL_FLOAT32, ZCCL_SUM, 1) ==
+                        ZCCL_SUCCESS, "recv_done: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl__mem_query(st.bounce, &t, NULL) == ZCCL_SUCCESS && t == ZCCL_MEM_CUDA, "bounce on host");
+        CHILD_CHECK(c->copy(out.data(), db, 400) == ZCCL_SUCCESS, "copy back");
+        for (int i = 0; i < 100; i++) CHILD_CHECK(out[i] == 2.f * (float)i, "element %d = %g", i, out[i]);
+        zccl__mem_stage_free(&st);
+        c->free(da);
+        c->free(db);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/* Whole collectives on "device" buffers through the engine's staging, at 2 and 3 ranks over shared memory and TCP. */
+class MemFakeCollectives : public ::testing::TestWithParam<std::tuple<int, const char *>> {};
+
+TEST_P(MemFakeCollectives, DeviceBuffersGiveTheRightResults) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    const int n = std::get<0>(GetParam());
+    zt::Options o;
+    o.env = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}, {"ZCCL_TRANSPORT", std::get<1>(GetParam())}};
+    o.deadline_s = 120;
+    zt::run_ranks(n, [](zccl_comm_t comm, int rank, int nranks) -> int {
+        Fake f;
+        CHILD_CHECK(open_fake(&f), "fake symbols");
+        for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(300000)}) {
+            const size_t total = count * (size_t)nranks;
+            std::vector<float> send(total), recv(total);
+            std::vector<int32_t> isend(count), irecv(total);
+            f.mark(send.data(), total * 4, 0);
+            f.mark(recv.data(), total * 4, 0);
+            f.mark(isend.data(), count * 4, 0);
+            f.mark(irecv.data(), total * 4, 0);
+            for (size_t i = 0; i < total; i++) send[i] = (float)(rank + 1) + (float)(i % 13);
+            FakeStats before, after;
+            f.stats(&before);
+            /* all-reduce, out of place, SUM */
+            CHILD_CHECK(zccl_allreduce(send.data(), recv.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL) ==
+                            ZCCL_SUCCESS, "allreduce: %s", zccl_get_last_error(NULL));
+            const float rsum = (float)(nranks * (nranks + 1) / 2);
+            for (size_t i = 0; i < count; i++)
+                CHILD_CHECK(recv[i] == rsum + (float)nranks * (float)(i % 13), "allreduce count %zu [%zu] = %g", count,
+                            i, recv[i]);
+            f.stats(&after);
+            if (nranks > 1) CHILD_CHECK(after.launches > before.launches, "no kernel launched for the reduction");
+            CHILD_CHECK(after.ctx_syncs == before.ctx_syncs + 1, "the call did not wait for queued GPU work once");
+            /* in place, AVG */
+            std::vector<float> io(send.begin(), send.begin() + count);
+            f.mark(io.data(), count * 4, 0);
+            CHILD_CHECK(zccl_allreduce(io.data(), io.data(), count, ZCCL_FLOAT32, ZCCL_AVG, comm, NULL) ==
+                            ZCCL_SUCCESS, "allreduce avg: %s", zccl_get_last_error(NULL));
+            for (size_t i = 0; i < count; i++) {
+                const float want = ((float)(nranks * (nranks + 1) / 2) + (float)nranks * (float)(i % 13)) / nranks;
+                CHILD_CHECK(std::fabs(io[i] - want) <= 1e-5f * std::fabs(want), "avg [%zu] = %g, want %g", i, io[i],
+                            want);
+            }
+            /* all-gather int32 (copies only) */
+            for (size_t i = 0; i < count; i++) isend[i] = rank * 1000003 + (int32_t)i;
+            CHILD_CHECK(zccl_allgather(isend.data(), irecv.data(), count, ZCCL_INT32, comm, NULL) == ZCCL_SUCCESS,
+                        "allgather: %s", zccl_get_last_error(NULL));
+            for (int r = 0; r < nranks; r++)
+                for (size_t i = 0; i < count; i++)
+                    CHILD_CHECK(irecv[r * count + i] == r * 1000003 + (int32_t)i, "allgather [%d][%zu]", r, i);
+            /* reduce-scatter int32 SUM: the integer kernel */
+            std::vector<int32_t> rs_in(total), rs_out(count);
+            f.mark(rs_in.data(), total * 4, 0);
+            f.mark(rs_out.data(), count * 4, 0);
+            for (size_t i = 0; i < total; i++) rs_in[i] = (int32_t)(i + 1) * (rank + 1);
+            CHILD_CHECK(zccl_reduce_scatter(rs_in.data(), rs_out.data(), count, ZCCL_INT32, ZCCL_SUM, comm, NULL) ==
+                            ZCCL_SUCCESS, "reduce_scatter: %s", zccl_get_last_error(NULL));
+            for (size_t i = 0; i < count; i++)
+                CHILD_CHECK(rs_out[i] == (int32_t)(rank * count + i + 1) * (nranks * (nranks + 1) / 2),
+                            "reduce_scatter [%zu] = %d", i, rs_out[i]);
+            /* broadcast from the last rank, in place */
+            std::vector<float> bc(count, (float)rank);
+            f.mark(bc.data(), count * 4, 0);
+            CHILD_CHECK(zccl_broadcast(bc.data(), bc.data(), count, ZCCL_FLOAT32, nranks - 1, comm, NULL) ==
+                            ZCCL_SUCCESS, "broadcast: %s", zccl_get_last_error(NULL));
+            for (size_t i = 0; i < count; i++) CHILD_CHECK(bc[i] == (float)(nranks - 1), "broadcast [%zu]", i);
+            /* the same collective on host buffers touches no driver */
+            std::vector<float> hs(count, 1.f), hr(count);
+            f.stats(&before);
+            CHILD_CHECK(zccl_allreduce(hs.data(), hr.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL) ==
+                            ZCCL_SUCCESS, "host allreduce");
+            f.stats(&after);
+            CHILD_CHECK(after.copies == before.copies && after.launches == before.launches, "host call used CUDA");
+            CHILD_CHECK(hr[0] == (float)nranks, "host allreduce value");
+            /* freed vectors are host memory again (their addresses may come back for host buffers) */
+            for (const void *p : {(const void *)send.data(), (const void *)recv.data(), (const void *)isend.data(),
+                                  (const void *)irecv.data(), (const void *)io.data(), (const void *)rs_in.data(),
+                                  (const void *)rs_out.data(), (const void *)bc.data()})
+                f.unmark(p);
+        }
+        /* device memory inside a group: refused, naming the buffer */
+        std::vector<float> g(8);
+        f.mark(g.data(), sizeof(float) * 8, 0);
+        CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "group start");
+        const zccl_result_t r = zccl_allreduce(g.data(), g.data(), 8, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL);
+        zccl_group_end();
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE, "device memory in a group accepted (%d)", (int)r);
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "'sendbuf' is CUDA device memory"), "message: %s",
+                    zccl_get_last_error(NULL));
+        return 0;
+    }, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksTransports, MemFakeCollectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values("shm", "tcp")));
