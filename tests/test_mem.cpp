@@ -59,6 +59,11 @@ int in_child(const std::vector<std::pair<const char *, const char *>> &env, cons
 
 struct FakeStats {
     long copies, launches, allocs, inits, ctx_syncs;
+    long event_records, waits;
+    void *last_wait_stream;
+    unsigned long long last_wait_addr;
+    uint32_t last_wait_value;
+    int event_pending;
     char last_kernel[64];
     size_t last_count;
     uint32_t last_divisor;
@@ -68,6 +73,7 @@ struct Fake {
     void (*stats)(FakeStats *);
     void (*fail_next)(int);
     void (*unmark)(const void *);
+    void (*event_pending)(int);
 };
 /* The fake driver zccl loaded (same file, so dlopen returns the same object). */
 bool open_fake(Fake *f) {
@@ -77,7 +83,8 @@ bool open_fake(Fake *f) {
     *(void **)&f->stats = dlsym(h, "fake_cuda_stats");
     *(void **)&f->fail_next = dlsym(h, "fake_cuda_fail_next");
     *(void **)&f->unmark = dlsym(h, "fake_cuda_unmark");
-    return f->mark && f->stats && f->fail_next && f->unmark;
+    *(void **)&f->event_pending = dlsym(h, "fake_cuda_event_pending");
+    return f->mark && f->stats && f->fail_next && f->unmark && f->event_pending;
 }
 const std::vector<std::pair<const char *, const char *>> kFakeEnv = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}};
 
@@ -320,6 +327,61 @@ TEST(MemLayer, FakeDriverCudaTable) {
         zccl__mem_stage_free(&st);
         c->free(da);
         c->free(db);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+/* The host-side sequencing of stream-ordered calls (lib/mem/cuda_order.c) against the fake driver: what is queued on
+ * the caller's stream, the tickets, waiting for the inputs, the completion word, and the errors. */
+TEST(MemLayer, FakeDriverStreamOrderSequencing) {
+    const int rc = in_child(kFakeEnv, [] {
+        Fake f;
+        CHILD_CHECK(open_fake(&f), "fake symbols");
+        void *user = (void *)0x5150;
+        zccl_cuda_order_t *o = nullptr;
+        CHILD_CHECK(zccl__cuda_order_create(user, &o) == ZCCL_SUCCESS && o, "create: %s", zccl_get_last_error(NULL));
+        uint32_t t1 = 0, t2 = 0;
+        FakeStats s;
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t1) == ZCCL_SUCCESS && t1 == 1, "issue 1");
+        f.stats(&s);
+        CHILD_CHECK(s.event_records == 1 && s.waits == 1 && s.last_wait_stream == user && s.last_wait_value == 1,
+                    "issue queued %ld records, %ld waits, value %u", s.event_records, s.waits, s.last_wait_value);
+        const unsigned long long flag_addr = s.last_wait_addr;
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t2) == ZCCL_SUCCESS && t2 == 2, "issue 2");
+        f.stats(&s);
+        CHILD_CHECK(s.last_wait_value == 2 && s.last_wait_addr == flag_addr, "second wait %u", s.last_wait_value);
+        CHILD_CHECK(zccl__cuda_order_done(o) == 0, "nothing done yet");
+        f.event_pending(3); /* the caller's kernels are still running: begin waits */
+        CHILD_CHECK(zccl__cuda_order_begin(o, t1) == ZCCL_SUCCESS, "begin 1");
+        f.stats(&s);
+        CHILD_CHECK(s.event_pending == 0, "begin returned before the inputs were ready");
+        zccl__cuda_order_end(o, t1);
+        CHILD_CHECK(zccl__cuda_order_done(o) == 1 && *(volatile uint32_t *)(uintptr_t)flag_addr == 1,
+                    "completion word not written");
+        CHILD_CHECK(zccl__cuda_order_begin(o, t2) == ZCCL_SUCCESS, "begin 2");
+        zccl__cuda_order_end(o, t2);
+        CHILD_CHECK(zccl__cuda_order_done(o) == 2, "completion word");
+        f.fail_next(1); /* the event query reports a failed kernel before the call */
+        CHILD_CHECK(zccl__cuda_order_begin(o, 3) == ZCCL_SYSTEM_ERROR, "failure before the call not reported");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "the work queued before it failed"), "message: %s",
+                    zccl_get_last_error(NULL));
+        f.fail_next(2); /* cuStreamWaitValue32 fails */
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t1) == ZCCL_SYSTEM_ERROR, "failed wait not reported");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "cuStreamWaitValue32"), "message: %s",
+                    zccl_get_last_error(NULL));
+        zccl__cuda_order_destroy(o);
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+TEST(MemLayer, StreamOrderWithoutDriverIsAClearError) {
+    const int rc = in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
+        zccl_cuda_order_t *o = (zccl_cuda_order_t *)1;
+        CHILD_CHECK(zccl__cuda_order_create((void *)1, &o) == ZCCL_INVALID_USAGE && !o, "accepted");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "no CUDA driver is loaded"), "message: %s",
+                    zccl_get_last_error(NULL));
         return 0;
     });
     EXPECT_EQ(rc, 0);

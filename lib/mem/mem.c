@@ -18,7 +18,10 @@ zccl_result_t zccl__mem_query(const void *p, zccl_mem_type_t *type, int *device)
     if (!d) return ZCCL_SUCCESS; /* no CUDA here: nothing can be device memory */
     unsigned mt = 0;
     CUresult r = d->cuPointerGetAttribute(&mt, ZCU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p);
-    if (r == ZCU_ERROR_INVALID_VALUE) return ZCCL_SUCCESS; /* memory CUDA never saw: plain host memory */
+    /* Memory CUDA never saw is plain host memory; so is every buffer of a thread that never made a CUDA context
+     * current (CUDA_ERROR_INVALID_CONTEXT 201, NOT_INITIALIZED 3): a program that uses no CUDA on a machine with a
+     * driver must keep working. */
+    if (r == ZCU_ERROR_INVALID_VALUE || r == 201 || r == 3) return ZCCL_SUCCESS;
     if (r != ZCU_SUCCESS)
         return zccl__error(ZCCL_SYSTEM_ERROR, "cuPointerGetAttribute(%p) failed: %s", p, zccl__cuda_errstr(r));
     if (mt != ZCU_MEMORYTYPE_DEVICE) return ZCCL_SUCCESS; /* registered or pinned host memory: the CPU reaches it */

@@ -107,6 +107,21 @@ zccl_result_t zccl__mem_stage_recv_done(zccl_mem_stage_t *st, zccl_mem_type_t t,
 /** Releases everything st holds. */
 void zccl__mem_stage_free(zccl_mem_stage_t *st);
 
+/*
+ * Stream order on a caller's CUDA stream (cuda_order.c; docs/gpu.md): issue records an event on the stream and queues
+ * a wait there until the pinned completion word reaches the call's ticket, and returns at once; begin (progress
+ * thread) waits for the event; end stores the ticket once the call's device work is done. Compiled and tested with
+ * the fake driver only; not yet wired to a public entry point.
+ */
+typedef struct zccl_cuda_order zccl_cuda_order_t;
+zccl_result_t zccl__cuda_order_create(void *cuda_stream, zccl_cuda_order_t **out);
+zccl_result_t zccl__cuda_order_issue(zccl_cuda_order_t *o, uint32_t *ticket);
+zccl_result_t zccl__cuda_order_begin(zccl_cuda_order_t *o, uint32_t ticket);
+void zccl__cuda_order_end(zccl_cuda_order_t *o, uint32_t ticket);
+/** The last ticket completed. */
+uint32_t zccl__cuda_order_done(const zccl_cuda_order_t *o);
+void zccl__cuda_order_destroy(zccl_cuda_order_t *o);
+
 /* This layer's rows of the settings table (lib/mem/settings.c). */
 extern const zccl_cfg_desc_t zccl__set_cuda_library;
 #define ZCCL_CFG_CUDA_LIBRARY (&zccl__set_cuda_library)

@@ -23,6 +23,11 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 /* What the test reads back. */
 typedef struct {
     long copies, launches, allocs, inits, ctx_syncs;
+    long event_records, waits;       /* stream order: cuEventRecord, cuStreamWaitValue32_v2 calls */
+    void *last_wait_stream;
+    unsigned long long last_wait_addr;
+    uint32_t last_wait_value;
+    int event_pending;               /* >0: cuEventQuery answers NOT_READY this many more times */
     char last_kernel[64];
     size_t last_count;
     uint32_t last_divisor;
@@ -48,6 +53,7 @@ FAKE_API void fake_cuda_unmark(const void *p) {
 }
 FAKE_API void fake_cuda_stats(fake_cuda_stats_t *out) { pthread_mutex_lock(&mu); *out = stats; pthread_mutex_unlock(&mu); }
 FAKE_API void fake_cuda_fail_next(int n) { fail_in = n; }
+FAKE_API void fake_cuda_event_pending(int n) { stats.event_pending = n; }
 
 static const range_t *find(uintptr_t p) {
     for (int i = 0; i < nranges; i++)
@@ -106,6 +112,31 @@ FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, 
 FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = (void *)0x2; return 0; }
 FAKE_API CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
 FAKE_API CUresult cuCtxSynchronize(void) { stats.ctx_syncs++; return maybe_fail(); }
+FAKE_API CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = (void *)0x4; return maybe_fail(); }
+FAKE_API CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; stats.event_records++; return maybe_fail(); }
+FAKE_API CUresult cuEventQuery(void *e) {
+    (void)e;
+    CUresult f = maybe_fail();
+    if (f) return f;
+    if (stats.event_pending > 0) { stats.event_pending--; return 600; /* CUDA_ERROR_NOT_READY */ }
+    return 0;
+}
+FAKE_API CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
+FAKE_API CUresult cuStreamWaitValue32_v2(void *s, unsigned long long addr, uint32_t v, unsigned flags) {
+    (void)flags;
+    stats.waits++;
+    stats.last_wait_stream = s;
+    stats.last_wait_addr = addr;
+    stats.last_wait_value = v;
+    return maybe_fail();
+}
+FAKE_API CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = aligned_alloc(64, (n + 63) & ~(size_t)63); return *p ? 0 : 2; }
+FAKE_API CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+FAKE_API CUresult cuMemHostGetDevicePointer_v2(unsigned long long *d, void *h, unsigned flags) {
+    (void)flags;
+    *d = (uintptr_t)h; /* unified addressing: the same address */
+    return 0;
+}
 FAKE_API CUresult cuModuleLoadData(void **m, const void *image) {
     /* a real fatbin starts with the fatbin magic 0xba55ed50 */
     uint32_t magic;
