@@ -20,6 +20,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "bench_data.h"
+#include "zccl_version.h"
 #include "bytes.h"
 #include "launch.h"
 #include "zccl.h"
@@ -129,6 +130,7 @@ static void usage(FILE *f)
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
+        "      --version            print the version and exit\n"
         "  (-t/--nthreads and -g/--ngpus accept 1 only; -p, -T, -G 0 are accepted for compatibility)\n"
         "\n"
         "Without -np, " NAME " is one rank of a job: run it under zcclrun, torchrun or mpirun (RANK/WORLD_SIZE,\n"
@@ -199,6 +201,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        if (!strcmp(a, "--version")) { printf("zccl-bench (zccl) %s\n", ZCCL_VERSION_STRING); return -1; }
         if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/config.c), then checked */
             size_t need = zccl_config_describe(NULL, 0);
             char *text = malloc(need + 1);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <zccl_zero.h>
 #include "bytes.h"
+#include "zccl_version.h"
 
 #define NAME "zccl-zero-plan"
 
@@ -53,6 +54,7 @@ static void usage(FILE *f)
             "  --bucket-cap BYTES    target size of the other buckets (default: ZCCL_BUCKET_CAP_BYTES, 25M)\n"
             "  --align ELEMS         alignment of every gradient inside its bucket (default: 64 bytes' worth)\n"
             "  --list-buckets        print every bucket with its parameters\n"
+            "  --version             print the version and exit\n"
             "  -h, --help            this text\n"
             "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
 }
@@ -228,6 +230,10 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--version")) {
+            printf("zccl-zero-plan (zccl) %s\n", ZCCL_VERSION_STRING);
             return 0;
         }
         if (!strcmp(a, "--list-buckets")) {

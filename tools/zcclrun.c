@@ -13,6 +13,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "launch.h"
+#include "zccl_version.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,6 +54,7 @@ static void usage(FILE *f)
             "                       (WHAT: core, numa, package or none; default none), like mpirun --bind-to;\n"
             "                       --bind numa binds memory to that node too (machines with several nodes)\n"
             "  --report-bindings    print each rank's binding on stderr\n"
+            "  --version            print the version and exit\n"
             "  -h, --help           show this help\n"
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
@@ -626,6 +628,7 @@ int main(int argc, char **argv)
         if (a[0] != '-' || a[1] == '\0') break; /* the program */
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--version")) { printf("zcclrun (zccl) %s\n", ZCCL_VERSION_STRING); return 0; }
         if (!strcmp(a, "--tag-output")) { o.tag_output = 1; continue; }
         if (!strcmp(a, "--report-bindings")) { report_bindings = 1; continue; }
 
