@@ -19,6 +19,7 @@
 #include <sys/statvfs.h>
 #include <openssl/sha.h>
 #include <unistd.h>
+#include "zccl_version.h"
 #include "bootstrap.h"
 #include "comm.h"
 #include "engine.h"
@@ -378,6 +379,22 @@ static zccl_result_t comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_
     pthread_mutex_init(&comm->exec_mutex, NULL);
     pthread_cond_init(&comm->shrink_cv, NULL);
     zccl__log_set_rank(rank);
+    /* Once per job: rank 0 of the first communicator a process creates (not again for splits or shrinks). */
+    static int first_comm = 1;
+    if (__atomic_exchange_n(&first_comm, 0, __ATOMIC_RELAXED) && rank == 0) {
+#ifdef ZCCL_HAVE_IB
+        const char *ib = "yes";
+#else
+        const char *ib = "no";
+#endif
+#ifdef ZCCL_HAVE_CUDA
+        const char *cuda = "yes (GPUDirect RDMA registration)";
+#else
+        const char *cuda = "no";
+#endif
+        ZCCL_INFO(ZCCL_LOG_INIT, "zccl version %s (IB: %s, CUDA: %s)", ZCCL_VERSION_STRING, ib, cuda);
+        zccl__config_warn_unknown();
+    }
 
     int64_t v, init_ms;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms), res, fail);

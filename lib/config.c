@@ -1,6 +1,9 @@
 /*
  * config.c — the one table of ZCCL_* environment settings. Every setting the library reads is listed here with
  * its default and a one-line description; `zccl-bench --env` prints the table with the values in force.
+ * `.nccl` names NCCL's variable of the same meaning and value grammar: a job set up for NCCL keeps its settings,
+ * the ZCCL_* name winning when both are set. NCCL variables without such a counterpart are ignored
+ * (docs/configuration.md lists them).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,11 +18,13 @@
 bool zccl__ib_built(void) __attribute__((weak));
 
 const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
-    [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE"},
+    [ZCCL_CFG_DEBUG] = {"ZCCL_DEBUG", "", "log level on stderr: NONE, WARN, INFO or TRACE", .nccl = "NCCL_DEBUG"},
     [ZCCL_CFG_DEBUG_SUBSYS] = {"ZCCL_DEBUG_SUBSYS", "",
-                               "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,IB,ALL; ^ excludes"},
+                               "log subsystems: INIT,BOOT,SHM,TCP,COLL,ENV,TOPO,TUNE,IB,ALL; ^ excludes",
+        .nccl = "NCCL_DEBUG_SUBSYS"},
     [ZCCL_CFG_SOCKET_IFNAME] = {"ZCCL_SOCKET_IFNAME", "",
-                                "interfaces for sockets, NCCL grammar: prefixes a,b; ^ excludes; = exact"},
+                                "interfaces for sockets, NCCL grammar: prefixes a,b; ^ excludes; = exact",
+        .nccl = "NCCL_SOCKET_IFNAME"},
     [ZCCL_CFG_TRANSPORT] = {"ZCCL_TRANSPORT", "",
                             "force one transport for every peer: shm, ib (also between ranks of one host) or tcp"},
     [ZCCL_CFG_SECRET] = {"ZCCL_SECRET", "", "job secret, 32 hex digits (set by zcclrun) for zccl_comm_init_env"},
@@ -62,28 +67,29 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
                               "rank finds its entries there, else written after calibration"},
     [ZCCL_CFG_IB_DISABLE] = {"ZCCL_IB_DISABLE", "0", "1: never use the InfiniBand/RoCE verbs transport (TCP between "
                              "hosts)",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1},
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .nccl = "NCCL_IB_DISABLE"},
     [ZCCL_CFG_IB_HCA] = {"ZCCL_IB_HCA", "",
                          "RDMA devices to use, NCCL grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; "
-                         "unset = first active port of any device"},
+                         "unset = first active port of any device", .nccl = "NCCL_IB_HCA"},
     [ZCCL_CFG_IB_GID_INDEX] = {"ZCCL_IB_GID_INDEX", "-1",
                                "GID table index (RoCE); -1 = the first RoCE v2 IPv4-mapped GID, else the first GID",
-        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535},
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535, .nccl = "NCCL_IB_GID_INDEX"},
     [ZCCL_CFG_IB_TIMEOUT] = {"ZCCL_IB_TIMEOUT", "18",
                              "IB local ACK timeout exponent: 4.096 us * 2^value per try, 1..31",
-        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 31},
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 31, .nccl = "NCCL_IB_TIMEOUT"},
     [ZCCL_CFG_IB_RETRY_CNT] = {"ZCCL_IB_RETRY_CNT", "7", "IB transport retries before a send fails, 0..7",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7},
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7, .nccl = "NCCL_IB_RETRY_CNT"},
     [ZCCL_CFG_IB_QPS_PER_CONN] = {"ZCCL_IB_QPS_PER_CONN", "1",
                                   "queue pairs per IB connection (chunks striped over them), 1..16",
-        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16},
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16, .nccl = "NCCL_IB_QPS_PER_CONNECTION"},
     [ZCCL_CFG_IB_ZCOPY_BYTES] = {"ZCCL_IB_ZCOPY_BYTES", "0",
                                  "IB transfers of at least this many bytes use the user's buffer directly through "
                                  "the registration cache (no staging copy); 0 = always stage. The cache cannot see "
                                  "free(): set it only when communication buffers stay allocated",
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = 1ll << 40},
     [ZCCL_CFG_TOPO_FILE] = {"ZCCL_TOPO_FILE", "",
-                            "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"},
+                            "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file",
+        .nccl = "NCCL_TOPO_FILE"},
     [ZCCL_CFG_RING_ORDER] = {"ZCCL_RING_ORDER", "topo",
                              "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
                              "an explicit permutation such as 3,1,0,2"},
@@ -103,15 +109,25 @@ const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT] = {
         .kind = ZCCL_CFG_BYTES, .lo = 1, .hi = INT64_MAX / 2},
 };
 
+const char *zccl__cfg_source(zccl_cfg_id_t id) {
+    if ((unsigned)id >= ZCCL_CFG_COUNT) return NULL;
+    const zccl_cfg_desc_t *d = &zccl__cfg_table[id];
+    const char *v = getenv(d->name);
+    if (v && *v) return d->name;
+    v = d->nccl ? getenv(d->nccl) : NULL;
+    return (v && *v) ? d->nccl : NULL;
+}
+
 const char *zccl__cfg_str(zccl_cfg_id_t id) {
     if ((unsigned)id >= ZCCL_CFG_COUNT) return "";
-    const char *v = getenv(zccl__cfg_table[id].name);
-    return (v && *v) ? v : zccl__cfg_table[id].deflt;
+    const char *src = zccl__cfg_source(id);
+    return src ? getenv(src) : zccl__cfg_table[id].deflt;
 }
 
 zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t *out) {
     const zccl_cfg_desc_t *d = &zccl__cfg_table[id];
     const char *v = zccl__cfg_str(id);
+    const char *name = zccl__cfg_source(id) ? zccl__cfg_source(id) : d->name; /* the variable to blame */
     /* a leading '-' for settings that allow negative values; the rest is bytes.c's grammar (K, M, G, T; KiB; KB) */
     const bool neg = v[0] == '-';
     uint64_t u;
@@ -124,11 +140,11 @@ zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t *out) {
 bad:
     if (d->kind == ZCCL_CFG_BYTES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not a byte count in [%lld, %lld] (suffixes "
-                           "K, M, G, T allowed, also as KiB or KB: powers of 1024)", d->name, v, (long long)d->lo,
+                           "K, M, G, T allowed, also as KiB or KB: powers of 1024)", name, v, (long long)d->lo,
                            (long long)d->hi);
     if (d->lo == 0 && d->hi == 1)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not 0 or 1", d->name, v);
-    return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld]", d->name, v,
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not 0 or 1", name, v);
+    return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=\"%s\" is not an integer in [%lld, %lld]", name, v,
                        (long long)d->lo, (long long)d->hi);
 }
 
@@ -136,10 +152,13 @@ ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
     size_t need = 0;
     for (int i = 0; i < ZCCL_CFG_COUNT; i++) {
         const zccl_cfg_desc_t *d = &zccl__cfg_table[i];
-        const char *v = zccl__cfg_str((zccl_cfg_id_t)i);
+        const char *v = zccl__cfg_str((zccl_cfg_id_t)i), *src = zccl__cfg_source((zccl_cfg_id_t)i);
+        char from[80] = "", also[80] = "";
+        if (src && src == d->nccl) snprintf(from, sizeof from, " (from %s)", src);
+        if (d->nccl) snprintf(also, sizeof also, "; NCCL name %s", d->nccl);
         int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0,
-                         "%s=%s (default %s): %s\n", d->name, *v ? v : "(unset)", *d->deflt ? d->deflt : "unset",
-                         d->help);
+                         "%s=%s%s (default %s%s): %s\n", d->name, *v ? v : "(unset)", from,
+                         *d->deflt ? d->deflt : "unset", also, d->help);
         if (n > 0) need += (size_t)n;
     }
     /* Not a setting, but what decides whether the ZCCL_IB_* settings mean anything. */

@@ -148,12 +148,17 @@ typedef struct {
     const char *help;   /* one line */
     zccl_cfg_kind_t kind;
     int64_t lo, hi;     /* ZCCL_CFG_INT / ZCCL_CFG_BYTES: accepted range, inclusive */
+    const char *nccl;   /* NCCL's variable of the same meaning and grammar, read when `name` is unset; or NULL */
 } zccl_cfg_desc_t;
 
 /** The table, ZCCL_CFG_COUNT entries, in zccl_cfg_id_t order. */
 extern const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT];
-/** The value in force (environment, else default). Never NULL. */
+/** The value in force (the ZCCL_* variable, else its NCCL_* counterpart, else the default). Never NULL. */
 const char *zccl__cfg_str(zccl_cfg_id_t id);
+/** Prints, once per job, the unknown ZCCL_* names (stderr) and the NCCL_* ones read or ignored (INFO). */
+void zccl__config_warn_unknown(void);
+/** The environment variable that sets the value in force (the ZCCL_* or the NCCL_* name), or NULL for the default. */
+const char *zccl__cfg_source(zccl_cfg_id_t id);
 /**
  * Parses an integer or byte-count setting within the table's range (byte counts take bytes.c's suffixes: K/M/G/T
  * = powers of 1024). An invalid value is an error naming the variable, its value and the accepted range.
