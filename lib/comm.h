@@ -118,5 +118,7 @@ void zccl__comm_poison(struct zccl_comm *comm);
 
 /** Host identity: hash of hostname and /proc boot_id. */
 uint64_t zccl__host_hash(void);
+/** The first host of a Slurm node list ("node[01-04],x" -> "node01"); 0, or -1 if malformed or longer than len. */
+int zccl__slurm_first_host(const char *list, char *out, size_t len);
 
 #endif

@@ -791,6 +791,7 @@ static void print_header(struct bench *b)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     const char *lr = getenv("LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID"); /* srun */
     int local = lr ? atoi(lr) : 0;
     memset(mine, 0, sizeof mine);
     snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
