@@ -45,7 +45,7 @@ static void usage(FILE *f)
             "Per-rank memory (parameters, gradients, optimizer state), gradient buckets and communication per step\n"
             "of ZeRO stage S on N ranks, for the parameter shapes in FILE (TSV: name, shape, numel; '#' comments).\n"
             "\n"
-            "  --model FILE          model shape file, e.g. ../shared/models/gpt2-124m.tsv\n"
+            "  --model FILE          model shape file, e.g. examples/models/gpt2-124m.tsv\n"
             "  --ranks N             data-parallel ranks, 1..65536\n"
             "  --stage S             0 (data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
             "  --dtype T             bf16 (default), fp16 or fp32: parameters and gradients\n"
