@@ -3,7 +3,8 @@
  *
  *   zccl-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP] [-c CHECK] [-d TYPE] [-o REDOP]
  *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N] [--algo NAME|all]
- *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce (nccl-tests names such as all_reduce_perf work)
+ *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv (nccl-tests names such as all_reduce_perf
+ *       work; alltoall, gather and scatter will come with those collectives in the API)
  *
  * Runs as one rank of a job started by zcclrun/torchrun/mpirun (zccl_comm_init_env), as a single rank when no
  * launcher variables are set, or starts N local ranks itself with -np N (launch.c). Only rank 0 prints.
@@ -42,7 +43,8 @@
 /* Tables                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_NCOLL };
+/* nccl-tests' alltoall, gather and scatter come when the API has those collectives. */
+enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_SENDRECV, C_NCOLL };
 
 static const struct {
     const char *name;
@@ -55,6 +57,7 @@ static const struct {
     [C_ALLGATHER] = {"allgather", {"all_gather", "all_gather_perf", "allgather_perf", NULL}, 0, 0},
     [C_BROADCAST] = {"broadcast", {"bcast", "broadcast_perf", NULL, NULL}, 0, 1},
     [C_REDUCE] = {"reduce", {"reduce_perf", NULL, NULL, NULL}, 1, 1},
+    [C_SENDRECV] = {"sendrecv", {"sendrecv_perf", "send_recv", NULL, NULL}, 0, 0},
 };
 
 /* nccl-tests' type names first (they are what is printed), then accepted aliases. */
@@ -104,7 +107,8 @@ static void usage(FILE *f)
         "Usage: " NAME " OP [options]\n"
         "Bandwidth benchmark for zccl collectives; options and output as nccl-tests (all_reduce_perf, ...).\n"
         "\n"
-        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce\n"
+        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce | sendrecv\n"
+        "    (sendrecv: rank r sends to r+1 and receives from r-1, modulo the ranks; out of place only)\n"
         "\n"
         "Options (sizes take K, M, G, T suffixes, powers of 1024: 8, 1K, 1.5M, 128MiB):\n"
         "  -b, --minbytes SIZE      smallest size (default 32M)\n"
@@ -221,7 +225,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
                                          colls[c->coll].name);
             c->coll = find_coll(a);
             if (c->coll < 0)
-                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce)%s",
+                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s",
                            a, "");
             continue;
         }
@@ -314,7 +318,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         }
 #undef NUM
     }
-    if (c->coll < 0) return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce)%s%s",
+    if (c->coll < 0) return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s",
                                 "", "");
     if (c->minbytes > c->maxbytes) {
         char a[32], b[32];
@@ -326,6 +330,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         return bad("-i 0 without -f > 1 never reaches the maximum size%s%s", "", "");
     if (c->stepfactor > 1 && c->minbytes == 0)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
+    if (c->coll == C_SENDRECV && c->algo)
+        return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
 }
 
@@ -412,10 +418,28 @@ static double busbw_factor(int coll, int n)
     }
 }
 
+/* nccl-tests' sendrecv: every rank sends to the next rank and receives from the previous one. zccl has no group
+ * calls, and a blocking send of a large message waits for its receive: even ranks send first, odd ranks receive
+ * first, which breaks every wait cycle (with an odd count, rank n-1's send waits for rank 0, whose own send to the
+ * odd rank 1 completes first). On a stream the two are queued in the same order. */
+static zccl_result_t run_sendrecv(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt,
+                                  zccl_stream_t st)
+{
+    const int n = b->nranks, next = (b->rank + 1) % n, prev = (b->rank + n - 1) % n;
+    zccl_result_t res;
+    if (b->rank % 2 == 0) {
+        res = zccl_send(s, count, dt, next, b->comm, st);
+        return res != ZCCL_SUCCESS ? res : zccl_recv(r, count, dt, prev, b->comm, st);
+    }
+    res = zccl_recv(r, count, dt, prev, b->comm, st);
+    return res != ZCCL_SUCCESS ? res : zccl_send(s, count, dt, next, b->comm, st);
+}
+
 static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt, int op,
                               int root, zccl_stream_t st)
 {
     switch (b->c->coll) {
+    case C_SENDRECV: return run_sendrecv(b, s, r, count, dt, st);
     case C_ALLREDUCE: return zccl_allreduce(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_ALLGATHER: return zccl_allgather(s, r, count, dt, b->comm, st);
@@ -447,7 +471,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
                           int root, int in_place)
 {
     const int coll = b->c->coll, rank = b->rank, n = b->nranks;
-    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST;
+    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST || coll == C_SENDRECV;
     bench_check_t ck;
     b->rep++;
     if (bench_check_init(&ck, dt, movement ? BP_BITS : op, n, b->rep) != 0) {
@@ -481,6 +505,10 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         bench_fill(&ck, s, rank, 0, P * (size_t)n);
         if (!in_place) memset(r, sentinel, P * esize);
         break;
+    case C_SENDRECV:
+        bench_fill(&ck, s, rank, 0, P);
+        memset(r, sentinel, P * esize);
+        break;
     }
 
     ZC(b, run_coll(b, s, r, P, dt, op, root, b->stream));
@@ -496,6 +524,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
     case C_ALLGATHER:
         for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, r + (size_t)q * P * esize, q, 0, P);
         break;
+    case C_SENDRECV: wrong += bench_verify_copy(&ck, r, (rank + n - 1) % n, 0, P); break; /* the previous rank's */
     }
     if (!in_place && src_used)
         wrong += bench_verify_copy(&ck, s, rank, 0, coll == C_REDUCE_SCATTER ? P * (size_t)n : P);
@@ -531,6 +560,15 @@ static void bench_time(struct bench *b, const struct sizes *sz, zccl_datatype_t 
 {
     const struct cfg *c = b->c;
     char *s, *r;
+    if (c->coll == C_SENDRECV && in_place) {
+        /* Without group calls one of two neighbours receives before it sends, which would overwrite what it has
+         * to send: sendrecv runs out of place only, and the in-place columns say so. */
+        if (b->rank == 0) {
+            printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+            fflush(stdout);
+        }
+        return;
+    }
     placement(b, sz, esize, in_place, &s, &r);
     zccl_stream_t st = b->stream;
 
@@ -631,7 +669,8 @@ static void time_test(struct bench *b, int ti, int op, int root)
 }
 
 /* ZCCL_ALGO's names of the collectives, in enum coll order. */
-static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce"};
+static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce",
+                                                "sendrecv"};
 
 /* --algo NAME: every rank restricts the tuner to NAME for OP. Returns 0, or 2 after rank 0 explains. */
 static int force_algo(struct bench *b, const char *name)
@@ -855,6 +894,11 @@ static int run_rank(int launched_rank, void *arg)
 
     /* Setup that can fail on one rank only (memory, the JSON file): agree on it before going on. */
     int64_t bad_local = 0, bad_any = 0;
+    if (c->coll == C_SENDRECV && b.nranks < 2) {
+        if (b.rank == 0)
+            fprintf(stderr, NAME ": sendrecv needs at least 2 ranks (zccl_send to oneself is not allowed)\n");
+        bad_local = 2;
+    }
     if (colls[c->coll].has_root && c->root >= b.nranks) {
         if (b.rank == 0)
             fprintf(stderr, NAME ": -r %d: root must be below the number of ranks (%d)\n", c->root, b.nranks);
