@@ -622,8 +622,8 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
             const char *l = getenv(lists[i]);
             if (!l || !*l) continue;
             if (zccl__slurm_first_host(l, slurm_host, sizeof slurm_host) != 0)
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: cannot read the first host of %s=\"%s\"; "
-                                   "set MASTER_ADDR", lists[i], l);
+                return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: cannot read the first host of "
+                                   "%s=\"%s\"; set MASTER_ADDR", lists[i], l);
             addr = slurm_host;
             if (rank == 0)
                 ZCCL_INFO(ZCCL_LOG_INIT, "MASTER_ADDR not set: bootstrap root on %s, the first node of %s", addr,

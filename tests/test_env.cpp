@@ -111,8 +111,8 @@ TEST(EnvNccl, NcclNameIsReadWhenTheZcclNameIsUnset) {
         Env z("ZCCL_IB_QPS_PER_CONN", nullptr), n("NCCL_IB_QPS_PER_CONNECTION", "99");
         int64_t v = 0;
         EXPECT_EQ(zccl__cfg_int(ZCCL_CFG_IB_QPS_PER_CONN, &v), ZCCL_INVALID_ARGUMENT);
-        EXPECT_NE(std::string(zccl__last_error()).find("NCCL_IB_QPS_PER_CONNECTION=\"99\" is not an integer in [1, 16]"),
-                  std::string::npos) << zccl__last_error();
+        const std::string err = zccl__last_error();
+        EXPECT_NE(err.find("NCCL_IB_QPS_PER_CONNECTION=\"99\" is not an integer in [1, 16]"), std::string::npos) << err;
         int bad = -1;
         std::string t = check_text(&bad);
         EXPECT_EQ(bad, 1) << t;
@@ -194,7 +194,8 @@ int free_port_in_slurm_range() {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     int port = 0;
-    for (int i = 0, p = 12000 + (int)(getpid() * 7 % 20000); i < 20000 && !port; i++, p = 12000 + (p - 12000 + 1) % 20000) {
+    int p = 12000 + (int)(getpid() * 7 % 20000);
+    for (int i = 0; i < 20000 && !port; i++, p = 12000 + (p - 12000 + 1) % 20000) {
         a.sin_port = htons((uint16_t)p);
         if (bind(fd, (sockaddr *)&a, sizeof a) == 0) port = p;
     }

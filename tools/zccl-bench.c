@@ -225,8 +225,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
                                          colls[c->coll].name);
             c->coll = find_coll(a);
             if (c->coll < 0)
-                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s",
-                           a, "");
+                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
+                           "sendrecv)%s", a, "");
             continue;
         }
         char opt = 0;
@@ -318,8 +318,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         }
 #undef NUM
     }
-    if (c->coll < 0) return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s",
-                                "", "");
+    if (c->coll < 0)
+        return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s", "",
+                   "");
     if (c->minbytes > c->maxbytes) {
         char a[32], b[32];
         snprintf(a, sizeof a, "%zu", c->minbytes);

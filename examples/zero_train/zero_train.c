@@ -259,7 +259,12 @@ static void cache_path(char *buf, size_t len)
     else buf[0] = '\0';
 }
 
-static int readable(const char *path) { FILE *f = path[0] ? fopen(path, "rb") : NULL; if (f) fclose(f); return f != NULL; }
+static int readable(const char *path)
+{
+    FILE *f = path[0] ? fopen(path, "rb") : NULL;
+    if (f) fclose(f);
+    return f != NULL;
+}
 
 /* The data file when --data is absent: ../shared's copy, else the cache file. When neither exists and fetch is set
  * (rank 0), fetch_digits.sh fills the cache first, telling the user where the file goes. Returns 0 with the path in
@@ -272,7 +277,8 @@ static int find_data(char *buf, size_t len, int fetch, char *err, size_t errlen)
     }
     cache_path(buf, len);
     if (!buf[0]) {
-        snprintf(err, errlen, "no --data given, %s is absent and neither XDG_CACHE_HOME nor HOME is set", ZT_SHARED_DATA);
+        snprintf(err, errlen, "no --data given, %s is absent and neither XDG_CACHE_HOME nor HOME is set",
+                 ZT_SHARED_DATA);
         return -1;
     }
     if (readable(buf)) return 0;
