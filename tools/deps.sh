@@ -7,7 +7,7 @@
 #            Open MPI and PyTorch (launcher lines of the README, the torch binding), pytest, NumPy, Python headers
 #   --vm     adds the soft-RoCE VM test's packages (tests/rdma/): QEMU, Debian's kernel with rdma_rxe, busybox, cpio,
 #            rdma-core's providers and reference tools
-#   --bench  adds the peers of bench/compare: Open MPI, MPICH, Gloo, iperf3
+#   --bench  adds the peers of bench/compare: Open MPI, MPICH, Gloo, iperf3 (and iproute2 for --hosts)
 #   --list   prints the packages that would be installed (missing ones) and exits
 # apt's own progress is shown. .ci/run calls `tools/deps.sh --test --vm`.
 set -euo pipefail
@@ -24,8 +24,8 @@ for a in "$@"; do
            python3-torch libtorch-dev python3-pytest python3-numpy python3-dev) ;;
   --vm)
     pkgs+=(rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86 linux-image-amd64
-           busybox-static cpio) ;;
-  --bench) pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev iperf3) ;;
+           busybox-static cpio iproute2) ;;
+  --bench) pkgs+=(openmpi-bin libopenmpi-dev mpich libmpich-dev libgloo-dev iperf3 iproute2) ;;
   --list) list=1 ;;
   -h | --help) usage; exit 0 ;;
   *) echo "tools/deps.sh: unknown option '$a'" >&2; usage >&2; exit 2 ;;
