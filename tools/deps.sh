@@ -9,7 +9,8 @@
 #            rdma-core's providers and reference tools
 #   --bench  adds the peers of bench/compare: Open MPI, MPICH, Gloo, iperf3 (and iproute2 for --hosts)
 #   --list   prints the packages that would be installed (missing ones) and exits
-# apt's own progress is shown. .ci/run calls `tools/deps.sh --test --vm`.
+# apt's own progress is shown. .ci/run calls `tools/deps.sh --test --vm`. With DEPS_DRY_RUN=1 in the environment
+# nothing is installed: the missing packages are only named (tests/docs/readme_commands.sh runs the README that way).
 set -euo pipefail
 usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 # Building and running: the library (OpenSSL for the handshake, hwloc and libxml2 for the topology, libibverbs and
@@ -42,6 +43,10 @@ if ((list)); then
 fi
 if ((${#missing[@]} == 0)); then
   echo "tools/deps.sh: every package is installed (${#pkgs[@]} checked)"
+  exit 0
+fi
+if [[ "${DEPS_DRY_RUN:-0}" == 1 ]]; then
+  echo "tools/deps.sh: DEPS_DRY_RUN=1: would install ${missing[*]}"
   exit 0
 fi
 SUDO=""

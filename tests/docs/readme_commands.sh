@@ -3,7 +3,8 @@
 # a fresh copy of the source tree (its tracked and untracked-but-not-ignored files, as a clone would have them once
 # committed), each with a deadline, and checks that README.md and tests/docs/readme_commands.txt list the same
 # commands (see that file's header for its format), that README's C program is examples/hello_allreduce.c, and that
-# the installed zccl.pc works without any other .pc file.
+# the installed zccl.pc works without any other .pc file. tools/deps.sh runs with DEPS_DRY_RUN=1: it only names
+# the packages it would install.
 #
 # The copy has no ../shared beside it and its own empty data cache (XDG_CACHE_HOME), so zero_train must fetch the
 # digits set itself; when Debian's archive is unreachable that entry is skipped. To save time the copy's build is
@@ -67,7 +68,8 @@ else
     (cd "$src" && tar cf - --exclude=./build --exclude='./build-*' .) | tar xf - -C "$tree"
 fi
 [[ -f "$tree/README.md" ]] || { failed "could not copy the source tree"; exit 1; }
-export XDG_CACHE_HOME="$work/cache" PREFIX="$work/prefix"
+# DEPS_DRY_RUN: tools/deps.sh only names what it would install (a test installs nothing)
+export XDG_CACHE_HOME="$work/cache" PREFIX="$work/prefix" DEPS_DRY_RUN=1
 unset ZCCL_SECRET RANK WORLD_SIZE MASTER_ADDR MASTER_PORT LOCAL_RANK
 if [[ "${ZCCL_DOCS_FULL_BUILD:-0}" != 1 ]]; then
     (cd "$tree" && cmake -S . -B build -DZCCL_BUILD_TESTS=OFF >"$work/preconfig.log" 2>&1) ||
