@@ -1,5 +1,5 @@
 // test_env.cpp — what the library reads from the environment besides its own ZCCL_* settings: NCCL's names for
-// the settings that have one (lib/config.c, column .nccl), the report of unknown ZCCL_* and ignored NCCL_* names
+// the settings that have one (the settings table, column .nccl), the report of unknown ZCCL_* and ignored NCCL_* names
 // (zccl_config_check), and Slurm's job variables in zccl_comm_init_env.
 #include <gtest/gtest.h>
 
@@ -9,7 +9,9 @@
 #include <vector>
 
 extern "C" {
+#include "api.h"
 #include "core.h"
+#include "comm.h"
 int zccl__slurm_first_host(const char *list, char *out, size_t len);
 }
 #include "harness/harness.h"
@@ -53,13 +55,12 @@ std::string describe() {
 }
 
 zccl_cfg_id_t id_of(const char *name) {
-    for (int i = 0; i < ZCCL_CFG_COUNT; i++)
-        if (std::string(zccl__cfg_table[i].name) == name) return (zccl_cfg_id_t)i;
-    ADD_FAILURE() << name << " is not in the settings table";
-    return ZCCL_CFG_COUNT;
+    zccl_cfg_id_t id = zccl__cfg_find(name, 0);
+    if (!id) ADD_FAILURE() << name << " is not in the settings table";
+    return id;
 }
 
-// The NCCL names zccl honours, written out here independently of lib/config.c (docs/configuration.md's list).
+// The NCCL names zccl honours, written out here independently of the settings table (docs/configuration.md's list).
 const std::map<std::string, std::string> kNcclNames = {
     {"NCCL_DEBUG", "ZCCL_DEBUG"},
     {"NCCL_DEBUG_SUBSYS", "ZCCL_DEBUG_SUBSYS"},
@@ -77,8 +78,8 @@ const std::map<std::string, std::string> kNcclNames = {
 
 TEST(EnvNccl, TableHasExactlyTheDocumentedNames) {
     std::map<std::string, std::string> got;
-    for (int i = 0; i < ZCCL_CFG_COUNT; i++)
-        if (zccl__cfg_table[i].nccl) got[zccl__cfg_table[i].nccl] = zccl__cfg_table[i].name;
+    for (size_t i = 0; i < zccl__cfg_count(); i++)
+        if (zccl__cfg_at(i)->nccl) got[zccl__cfg_at(i)->nccl] = zccl__cfg_at(i)->name;
     EXPECT_EQ(got, kNcclNames);
 }
 
