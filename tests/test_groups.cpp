@@ -175,6 +175,19 @@ int body_errors(zccl_comm_t comm, int rank, int n) {
     zccl_group_start();
     GCHECK(zccl_send(nullptr, 1, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_INVALID_ARGUMENT, "NULL sendbuf");
     GCHECK(zccl_group_end() == ZCCL_SUCCESS, "group after an argument error");
+    /* one communicator, two streams in one group: refused, naming both calls; nothing runs */
+    zccl_stream_t st;
+    GCHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
+    y = 0;
+    zccl_group_start();
+    zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, st);
+    zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+    res = zccl_group_end();
+    GCHECK(res == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "calls 1 and 2") &&
+               strstr(zccl_get_last_error(comm), "different streams"),
+           "two streams: %d %s", res, zccl_get_last_error(comm));
+    GCHECK(zccl_stream_synchronize(st) == ZCCL_SUCCESS && y == 0, "a refused group ran");
+    zccl_stream_destroy(st);
     /* the communicator still works */
     GCHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS && y == n, "allreduce after");
     return 0;

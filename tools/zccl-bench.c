@@ -3,7 +3,8 @@
  *
  *   zccl-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP] [-c CHECK] [-d TYPE] [-o REDOP]
  *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N] [--algo NAME|all]
- *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce (nccl-tests names such as all_reduce_perf work)
+ *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv (nccl-tests names such as all_reduce_perf
+ *       work; alltoall, gather and scatter will come with those collectives in the API)
  *
  * Runs as one rank of a job started by zcclrun/torchrun/mpirun (zccl_comm_init_env), as a single rank when no
  * launcher variables are set, or starts N local ranks itself with -np N (launch.c). Only rank 0 prints.
@@ -20,6 +21,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "bench_data.h"
+#include "zccl_version.h"
 #include "bytes.h"
 #include "launch.h"
 #include "zccl.h"
@@ -41,7 +43,8 @@
 /* Tables                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_NCOLL };
+/* nccl-tests' alltoall, gather and scatter come when the API has those collectives. */
+enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_SENDRECV, C_NCOLL };
 
 static const struct {
     const char *name;
@@ -54,6 +57,7 @@ static const struct {
     [C_ALLGATHER] = {"allgather", {"all_gather", "all_gather_perf", "allgather_perf", NULL}, 0, 0},
     [C_BROADCAST] = {"broadcast", {"bcast", "broadcast_perf", NULL, NULL}, 0, 1},
     [C_REDUCE] = {"reduce", {"reduce_perf", NULL, NULL, NULL}, 1, 1},
+    [C_SENDRECV] = {"sendrecv", {"sendrecv_perf", "send_recv", NULL, NULL}, 0, 0},
 };
 
 /* nccl-tests' type names first (they are what is printed), then accepted aliases. */
@@ -103,7 +107,8 @@ static void usage(FILE *f)
         "Usage: " NAME " OP [options]\n"
         "Bandwidth benchmark for zccl collectives; options and output as nccl-tests (all_reduce_perf, ...).\n"
         "\n"
-        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce\n"
+        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce | sendrecv\n"
+        "    (sendrecv: rank r sends to r+1 and receives from r-1, modulo the ranks; out of place only)\n"
         "\n"
         "Options (sizes take K, M, G, T suffixes, powers of 1024: 8, 1K, 1.5M, 128MiB):\n"
         "  -b, --minbytes SIZE      smallest size (default 32M)\n"
@@ -129,6 +134,7 @@ static void usage(FILE *f)
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
+        "      --version            print the version and exit\n"
         "  (-t/--nthreads and -g/--ngpus accept 1 only; -p, -T, -G 0 are accepted for compatibility)\n"
         "\n"
         "Without -np, " NAME " is one rank of a job: run it under zcclrun, torchrun or mpirun (RANK/WORLD_SIZE,\n"
@@ -184,135 +190,97 @@ static int find_coll(const char *s)
 }
 
 /* Returns 0, or the exit status for a parse error / --help (-1 for help). */
-static int parse_args(int argc, char **argv, struct cfg *c)
+/* --env: every ZCCL_* setting with the value in force (the settings table), then checked; exit 2 if invalid. */
+static void print_env(void)
 {
-    *c = (struct cfg){.coll = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
-                      .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1, .type = 7,
-                      .op = ZCCL_SUM, .root = 0, .average = 3};
-    static const struct { char s; const char *l; } longs[] = {
-        {'t', "nthreads"}, {'g', "ngpus"}, {'b', "minbytes"}, {'e', "maxbytes"}, {'i', "stepbytes"},
-        {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
-        {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
-        {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/util/config.c), then checked */
-            size_t need = zccl_config_describe(NULL, 0);
-            char *text = malloc(need + 1);
-            if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
-            int ninvalid = 0;
-            need = zccl_config_check(NULL, 0, &ninvalid);
-            text = malloc(need + 1);
-            if (text) { zccl_config_check(text, need + 1, NULL); fputs(text, stderr); free(text); }
-            if (ninvalid) {
-                fprintf(stderr, "zccl-bench: %d invalid setting%s (above)\n", ninvalid, ninvalid == 1 ? "" : "s");
-                exit(2);
-            }
-            return -1;
-        }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (c->coll >= 0) return bad("unexpected argument '%s' (the operation is already '%s')", a,
-                                         colls[c->coll].name);
-            c->coll = find_coll(a);
-            if (c->coll < 0)
-                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce)%s",
-                           a, "");
-            continue;
-        }
-        char opt = 0;
-        const char *val = NULL;
-        char optname[48];
-        if (!strcmp(a, "-np") || !strncmp(a, "-np=", 4) || (!strncmp(a, "-np", 3) && a[3] >= '0' && a[3] <= '9')) {
-            opt = 'N';
-            if (a[3]) val = a + 3 + (a[3] == '=');
-            snprintf(optname, sizeof optname, "-np");
-        } else if (a[1] == '-') {
-            const char *eq = strchr(a, '=');
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
-                if (strlen(longs[k].l) == len && !strncmp(a + 2, longs[k].l, len)) opt = longs[k].s;
-            if (!opt) return bad("unknown option '%s'%s", a, "");
-            if (eq) val = eq + 1;
-            snprintf(optname, sizeof optname, "%.*s", (int)(len + 2), a);
-        } else {
-            opt = a[1];
-            if (!strchr("tgbeifnmwpcodrzyTGCaJ", opt)) return bad("unknown option '%s'%s", a, "");
-            if (a[2]) val = a + 2;
-            snprintf(optname, sizeof optname, "-%c", opt);
-        }
-        if (!val) {
-            if (i + 1 >= argc) return bad("option '%s' needs a value%s", optname, "");
-            val = argv[++i];
-        }
-        long v = 0;
-        size_t sz = 0;
-#define NUM(min, max, what)                                                                                       \
-    do {                                                                                                          \
-        if (parse_long(val, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
-    } while (0)
-        switch (opt) {
-        case 'b':
-        case 'e':
-        case 'i':
-            if (parse_size(val, &sz) != 0)
-                return bad("%s: invalid size '%s' (a number of bytes below 2^62, optionally with K, M, G or T)",
-                           optname, val);
-            if (opt == 'b') c->minbytes = sz;
-            else if (opt == 'e') c->maxbytes = sz;
-            else c->stepbytes = sz;
-            break;
-        case 'f': NUM(2, 1 << 20, "an integer step factor >= 2 (use -i for additive steps)"); c->stepfactor = (size_t)v; break;
-        case 'n': NUM(1, INT_MAX, "an iteration count >= 1"); c->iters = (int)v; break;
-        case 'w': NUM(0, INT_MAX, "an iteration count >= 0"); c->warmup = (int)v; break;
-        case 'm': NUM(1, 1 << 20, "a count >= 1"); c->agg = (int)v; break;
-        case 'c': NUM(0, 1000, "a check count >= 0"); c->check = (int)v; break;
-        case 'z': NUM(0, 1, "0 or 1"); c->blocking = (int)v; break;
-        case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
-        case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
-        case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
-        case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
-        case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
-        case 't':
-        case 'g':
-            NUM(1, 1, "supported (zccl-bench runs one rank per process: use -np or a launcher)");
-            break;
-        case 'G': NUM(0, 0, "supported (no CUDA graphs in zccl)"); break;
-        case 'p':
-        case 'T': NUM(LONG_MIN, LONG_MAX, "a number"); break; /* accepted, no effect */
-        case 'd':
-            if (!strcmp(val, "all")) c->type = -1;
-            else if ((c->type = find_type(val)) < 0)
-                return bad("-d: unknown datatype '%s' (int8 uint8 int32 uint32 int64 uint64 half float double "
-                           "bfloat16 all)%s", val, "");
-            break;
-        case 'o':
-            if (!strcmp(val, "all")) {
-                c->op = -1;
-            } else {
-                c->op = -2;
-                for (int k = 0; k < NOPS; k++)
-                    if (!strcmp(val, opnames[k])) c->op = k;
-                if (c->op == -2) return bad("-o: unknown reduction '%s' (sum prod max min avg all)%s", val, "");
-            }
-            break;
-        case 'A':
-            if (!*val || strpbrk(val, ";:,^ "))
-                return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
-            c->algo = val;
-            break;
-        case 'J':
-            if (!*val) return bad("-J: empty file name%s%s", "", "");
-            c->json = val;
-            break;
-        default: break;
-        }
-#undef NUM
+    size_t need = zccl_config_describe(NULL, 0);
+    char *text = malloc(need + 1);
+    if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
+    int ninvalid = 0;
+    need = zccl_config_check(NULL, 0, &ninvalid);
+    text = malloc(need + 1);
+    if (text) { zccl_config_check(text, need + 1, NULL); fputs(text, stderr); free(text); }
+    if (ninvalid) {
+        fprintf(stderr, "zccl-bench: %d invalid setting%s (above)\n", ninvalid, ninvalid == 1 ? "" : "s");
+        exit(2);
     }
-    if (c->coll < 0) return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce)%s%s",
-                                "", "");
+}
+
+/* One option's value into c: opt is its short letter (nccl-tests' names), optname as the user spelt it. */
+static int set_option(struct cfg *c, char opt, const char *val, const char *optname)
+{
+    long v = 0;
+    size_t sz = 0;
+#define NUM(min, max, what)                                                                                       \
+do {                                                                                                          \
+    if (parse_long(val, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
+} while (0)
+    switch (opt) {
+    case 'b':
+    case 'e':
+    case 'i':
+        if (parse_size(val, &sz) != 0)
+            return bad("%s: invalid size '%s' (a number of bytes below 2^62, optionally with K, M, G or T)",
+                       optname, val);
+        if (opt == 'b') c->minbytes = sz;
+        else if (opt == 'e') c->maxbytes = sz;
+        else c->stepbytes = sz;
+        break;
+    case 'f': NUM(2, 1 << 20, "an integer step factor >= 2 (use -i for additive steps)"); c->stepfactor = (size_t)v; break;
+    case 'n': NUM(1, INT_MAX, "an iteration count >= 1"); c->iters = (int)v; break;
+    case 'w': NUM(0, INT_MAX, "an iteration count >= 0"); c->warmup = (int)v; break;
+    case 'm': NUM(1, 1 << 20, "a count >= 1"); c->agg = (int)v; break;
+    case 'c': NUM(0, 1000, "a check count >= 0"); c->check = (int)v; break;
+    case 'z': NUM(0, 1, "0 or 1"); c->blocking = (int)v; break;
+    case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
+    case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
+    case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
+    case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
+    case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
+    case 't':
+    case 'g':
+        NUM(1, 1, "supported (zccl-bench runs one rank per process: use -np or a launcher)");
+        break;
+    case 'G': NUM(0, 0, "supported (no CUDA graphs in zccl)"); break;
+    case 'p':
+    case 'T': NUM(LONG_MIN, LONG_MAX, "a number"); break; /* accepted, no effect */
+    case 'd':
+        if (!strcmp(val, "all")) c->type = -1;
+        else if ((c->type = find_type(val)) < 0)
+            return bad("-d: unknown datatype '%s' (int8 uint8 int32 uint32 int64 uint64 half float double "
+                       "bfloat16 all)%s", val, "");
+        break;
+    case 'o':
+        if (!strcmp(val, "all")) {
+            c->op = -1;
+        } else {
+            c->op = -2;
+            for (int k = 0; k < NOPS; k++)
+                if (!strcmp(val, opnames[k])) c->op = k;
+            if (c->op == -2) return bad("-o: unknown reduction '%s' (sum prod max min avg all)%s", val, "");
+        }
+        break;
+    case 'A':
+        if (!*val || strpbrk(val, ";:,^ "))
+            return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
+        c->algo = val;
+        break;
+    case 'J':
+        if (!*val) return bad("-J: empty file name%s%s", "", "");
+        c->json = val;
+        break;
+    default: break;
+    }
+#undef NUM
+    return 0;
+}
+
+/* The whole configuration's consistency, once every option is read. */
+static int check_cfg(const struct cfg *c)
+{
+    if (c->coll < 0)
+        return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s", "",
+                   "");
     if (c->minbytes > c->maxbytes) {
         char a[32], b[32];
         snprintf(a, sizeof a, "%zu", c->minbytes);
@@ -323,7 +291,74 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         return bad("-i 0 without -f > 1 never reaches the maximum size%s%s", "", "");
     if (c->stepfactor > 1 && c->minbytes == 0)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
+    if (c->coll == C_SENDRECV && c->algo)
+        return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
+}
+
+/* Which option argv[*i] is (short, long or -np), and its value (attached or the next argument). */
+static int split_option(int argc, char **argv, int *i, char *opt, const char **val, char *optname, size_t len)
+{
+    static const struct { char s; const char *l; } longs[] = {
+        {'t', "nthreads"}, {'g', "ngpus"}, {'b', "minbytes"}, {'e', "maxbytes"}, {'i', "stepbytes"},
+        {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
+        {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
+        {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
+        {'N', "np"}, {'A', "algo"},
+    };
+    const char *a = argv[*i];
+    *opt = 0;
+    *val = NULL;
+    if (!strcmp(a, "-np") || !strncmp(a, "-np=", 4) || (!strncmp(a, "-np", 3) && a[3] >= '0' && a[3] <= '9')) {
+        *opt = 'N';
+        if (a[3]) *val = a + 3 + (a[3] == '=');
+        snprintf(optname, len, "-np");
+    } else if (a[1] == '-') {
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
+            if (strlen(longs[k].l) == n && !strncmp(a + 2, longs[k].l, n)) *opt = longs[k].s;
+        if (!*opt) return bad("unknown option '%s'%s", a, "");
+        if (eq) *val = eq + 1;
+        snprintf(optname, len, "%.*s", (int)(n + 2), a);
+    } else {
+        *opt = a[1];
+        if (!strchr("tgbeifnmwpcodrzyTGCaJ", *opt)) return bad("unknown option '%s'%s", a, "");
+        if (a[2]) *val = a + 2;
+        snprintf(optname, len, "-%c", *opt);
+    }
+    if (!*val) {
+        if (*i + 1 >= argc) return bad("option '%s' needs a value%s", optname, "");
+        *val = argv[++*i];
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct cfg *c)
+{
+    *c = (struct cfg){.coll = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
+                      .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1, .type = 7,
+                      .op = ZCCL_SUM, .root = 0, .average = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        if (!strcmp(a, "--version")) { printf("zccl-bench (zccl) %s\n", ZCCL_VERSION_STRING); return -1; }
+        if (!strcmp(a, "--env")) { print_env(); return -1; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (c->coll >= 0) return bad("unexpected argument '%s' (the operation is already '%s')", a,
+                                         colls[c->coll].name);
+            c->coll = find_coll(a);
+            if (c->coll < 0)
+                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
+                           "sendrecv)%s", a, "");
+            continue;
+        }
+        char opt, optname[48];
+        const char *val;
+        if (split_option(argc, argv, &i, &opt, &val, optname, sizeof optname) != 0) return 2;
+        if (set_option(c, opt, val, optname) != 0) return 2;
+    }
+    return check_cfg(c);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -409,10 +444,28 @@ static double busbw_factor(int coll, int n)
     }
 }
 
+/* nccl-tests' sendrecv: every rank sends to the next rank and receives from the previous one. zccl has no group
+ * calls, and a blocking send of a large message waits for its receive: even ranks send first, odd ranks receive
+ * first, which breaks every wait cycle (with an odd count, rank n-1's send waits for rank 0, whose own send to the
+ * odd rank 1 completes first). On a stream the two are queued in the same order. */
+static zccl_result_t run_sendrecv(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt,
+                                  zccl_stream_t st)
+{
+    const int n = b->nranks, next = (b->rank + 1) % n, prev = (b->rank + n - 1) % n;
+    zccl_result_t res;
+    if (b->rank % 2 == 0) {
+        res = zccl_send(s, count, dt, next, b->comm, st);
+        return res != ZCCL_SUCCESS ? res : zccl_recv(r, count, dt, prev, b->comm, st);
+    }
+    res = zccl_recv(r, count, dt, prev, b->comm, st);
+    return res != ZCCL_SUCCESS ? res : zccl_send(s, count, dt, next, b->comm, st);
+}
+
 static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt, int op,
                               int root, zccl_stream_t st)
 {
     switch (b->c->coll) {
+    case C_SENDRECV: return run_sendrecv(b, s, r, count, dt, st);
     case C_ALLREDUCE: return zccl_allreduce(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_ALLGATHER: return zccl_allgather(s, r, count, dt, b->comm, st);
@@ -444,7 +497,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
                           int root, int in_place)
 {
     const int coll = b->c->coll, rank = b->rank, n = b->nranks;
-    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST;
+    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST || coll == C_SENDRECV;
     bench_check_t ck;
     b->rep++;
     if (bench_check_init(&ck, dt, movement ? BP_BITS : op, n, b->rep) != 0) {
@@ -478,6 +531,10 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         bench_fill(&ck, s, rank, 0, P * (size_t)n);
         if (!in_place) memset(r, sentinel, P * esize);
         break;
+    case C_SENDRECV:
+        bench_fill(&ck, s, rank, 0, P);
+        memset(r, sentinel, P * esize);
+        break;
     }
 
     ZC(b, run_coll(b, s, r, P, dt, op, root, b->stream));
@@ -493,6 +550,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
     case C_ALLGATHER:
         for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, r + (size_t)q * P * esize, q, 0, P);
         break;
+    case C_SENDRECV: wrong += bench_verify_copy(&ck, r, (rank + n - 1) % n, 0, P); break; /* the previous rank's */
     }
     if (!in_place && src_used)
         wrong += bench_verify_copy(&ck, s, rank, 0, coll == C_REDUCE_SCATTER ? P * (size_t)n : P);
@@ -528,6 +586,15 @@ static void bench_time(struct bench *b, const struct sizes *sz, zccl_datatype_t 
 {
     const struct cfg *c = b->c;
     char *s, *r;
+    if (c->coll == C_SENDRECV && in_place) {
+        /* Without group calls one of two neighbours receives before it sends, which would overwrite what it has
+         * to send: sendrecv runs out of place only, and the in-place columns say so. */
+        if (b->rank == 0) {
+            printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+            fflush(stdout);
+        }
+        return;
+    }
     placement(b, sz, esize, in_place, &s, &r);
     zccl_stream_t st = b->stream;
 
@@ -628,7 +695,8 @@ static void time_test(struct bench *b, int ti, int op, int root)
 }
 
 /* ZCCL_ALGO's names of the collectives, in enum coll order. */
-static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce"};
+static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce",
+                                                "sendrecv"};
 
 /* --algo NAME: every rank restricts the tuner to NAME for OP. Returns 0, or 2 after rank 0 explains. */
 static int force_algo(struct bench *b, const char *name)
@@ -788,6 +856,7 @@ static void print_header(struct bench *b)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     const char *lr = getenv("LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID"); /* srun */
     int local = lr ? atoi(lr) : 0;
     memset(mine, 0, sizeof mine);
     snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
@@ -851,6 +920,11 @@ static int run_rank(int launched_rank, void *arg)
 
     /* Setup that can fail on one rank only (memory, the JSON file): agree on it before going on. */
     int64_t bad_local = 0, bad_any = 0;
+    if (c->coll == C_SENDRECV && b.nranks < 2) {
+        if (b.rank == 0)
+            fprintf(stderr, NAME ": sendrecv needs at least 2 ranks (zccl_send to oneself is not allowed)\n");
+        bad_local = 2;
+    }
     if (colls[c->coll].has_root && c->root >= b.nranks) {
         if (b.rank == 0)
             fprintf(stderr, NAME ": -r %d: root must be below the number of ranks (%d)\n", c->root, b.nranks);
