@@ -10,7 +10,7 @@
 #include "stream.h"
 #include "tuner.h"
 
-static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 ZCCL_API size_t zccl_type_size(zccl_datatype_t dt) {
     return ((unsigned)dt < ZCCL_NUM_TYPES) ? type_sizes[dt] : 0;
@@ -68,7 +68,7 @@ typedef struct {
 } op_desc_t;
 
 static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16",
-                                               "float32", "float64", "bfloat16"};
+                                               "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 static const char *op_names[ZCCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
 
 static void describe(const op_desc_t *d, char *buf, size_t len) {
