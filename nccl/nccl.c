@@ -20,11 +20,6 @@
 #endif
 #include <nccl.h>
 #include <zccl.h>
-#ifdef ZCCL_NCCL_PENDING_API
-#include "zccl_pending.h"
-#else
-#define PENDING(fn) 0
-#endif
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -306,15 +301,12 @@ static ncclResult_t run_op(const struct op *o) {
     case OP_SEND: r = zccl_send(o->sendbuf, o->count, dt, o->root, z, NULL); break;
     case OP_RECV: r = zccl_recv(o->recvbuf, o->count, dt, o->root, z, NULL); break;
     case OP_ALLTOALL:
-        if (PENDING(zccl_alltoall)) return fail(ncclInvalidUsage, "%s: this libzccl has no zccl_alltoall", o->fname);
         r = zccl_alltoall(o->sendbuf, o->recvbuf, o->count, dt, z, NULL);
         break;
     case OP_GATHER:
-        if (PENDING(zccl_gather)) return fail(ncclInvalidUsage, "%s: this libzccl has no zccl_gather", o->fname);
         r = zccl_gather(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, NULL);
         break;
     case OP_SCATTER:
-        if (PENDING(zccl_scatter)) return fail(ncclInvalidUsage, "%s: this libzccl has no zccl_scatter", o->fname);
         r = zccl_scatter(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, NULL);
         break;
     default: return fail(ncclInternalError, "%s: unknown operation kind %d", o->fname, (int)o->kind);
@@ -362,14 +354,11 @@ struct part {
 static void run_part(struct part *p) {
     p->result = ncclSuccess;
     p->msg[0] = 0;
-    int zgroup = !PENDING(zccl_group_start);
-    if (zgroup) {
-        zccl_result_t zr = zccl_group_start();
-        if (zr != ZCCL_SUCCESS) {
-            p->result = from_zccl(zr, "ncclGroupEnd (zccl_group_start)");
-            snprintf(p->msg, sizeof p->msg, "%s", last_err);
-            return;
-        }
+    zccl_result_t zr = zccl_group_start();
+    if (zr != ZCCL_SUCCESS) {
+        p->result = from_zccl(zr, "ncclGroupEnd (zccl_group_start)");
+        snprintf(p->msg, sizeof p->msg, "%s", last_err);
+        return;
     }
     for (size_t i = 0; i < p->nops; i++) {
         ncclResult_t r = run_op(p->ops[i]);
@@ -378,12 +367,10 @@ static void run_part(struct part *p) {
             snprintf(p->msg, sizeof p->msg, "ncclGroupEnd: grouped call %zu on this communicator: %.900s", i + 1, last_err);
         }
     }
-    if (zgroup) {
-        zccl_result_t zr = zccl_group_end();
-        if (zr != ZCCL_SUCCESS && p->result == ncclSuccess) {
-            p->result = from_zccl(zr, "ncclGroupEnd");
-            snprintf(p->msg, sizeof p->msg, "%s", last_err);
-        }
+    zr = zccl_group_end();
+    if (zr != ZCCL_SUCCESS && p->result == ncclSuccess) {
+        p->result = from_zccl(zr, "ncclGroupEnd");
+        snprintf(p->msg, sizeof p->msg, "%s", last_err);
     }
 }
 
@@ -531,21 +518,13 @@ static void *job_thread(void *arg) {
     zccl_comm_t z = NULL;
     zccl_result_t zr;
     if (j->kind == 0) {
-        if (PENDING(zccl_comm_init_rank_config)) {
-            zr = zccl_comm_init_rank(&z, j->nranks, j->id, j->rank);
-        } else {
-            zccl_config_t zc;
-            zconfig_from(&zc, &j->pc, 1);
-            zr = zccl_comm_init_rank_config(&z, j->nranks, j->id, j->rank, &zc);
-        }
+        zccl_config_t zc;
+        zconfig_from(&zc, &j->pc, 1);
+        zr = zccl_comm_init_rank_config(&z, j->nranks, j->id, j->rank, &zc);
     } else if (j->kind == 1) {
-        if (PENDING(zccl_comm_split_config)) {
-            zr = zccl_comm_split(j->parent->z, j->color, j->key, &z);
-        } else {
-            zccl_config_t zc;
-            zconfig_from(&zc, &j->pc, 1);
-            zr = zccl_comm_split_config(j->parent->z, j->color, j->key, &z, &zc);
-        }
+        zccl_config_t zc;
+        zconfig_from(&zc, &j->pc, 1);
+        zr = zccl_comm_split_config(j->parent->z, j->color, j->key, &z, &zc);
     } else {
         zr = zccl_comm_shrink(j->parent->z, j->exclude, j->nexclude, &z);
     }
@@ -602,14 +581,9 @@ static ncclResult_t init_common(const char *fname, ncclComm_t *comm, int nranks,
         *comm = c;
         return ncclSuccess;
     }
-    zccl_result_t zr;
-    if (PENDING(zccl_comm_init_rank_config)) {
-        zr = zccl_comm_init_rank(&c->z, nranks, zid, rank);
-    } else {
-        zccl_config_t zc;
-        zconfig_from(&zc, &pc, blocking);
-        zr = zccl_comm_init_rank_config(&c->z, nranks, zid, rank, &zc);
-    }
+    zccl_config_t zc;
+    zconfig_from(&zc, &pc, blocking);
+    zccl_result_t zr = zccl_comm_init_rank_config(&c->z, nranks, zid, rank, &zc);
     r = from_zccl(zr, fname);
     if (r == ncclSuccess || r == ncclInProgress) {
         *comm = c;
@@ -709,14 +683,9 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
         return ncclSuccess;
     }
     zccl_comm_t z = NULL;
-    zccl_result_t zr;
-    if (PENDING(zccl_comm_split_config)) {
-        zr = zccl_comm_split(comm->z, color, key, &z);
-    } else {
-        zccl_config_t zc;
-        zconfig_from(&zc, &pc, 1); /* zccl completes a split before returning in both modes */
-        zr = zccl_comm_split_config(comm->z, color, key, &z, &zc);
-    }
+    zccl_config_t zc;
+    zconfig_from(&zc, &pc, 1); /* zccl completes a split before returning in both modes */
+    zccl_result_t zr = zccl_comm_split_config(comm->z, color, key, &z, &zc);
     r = from_zccl(zr, fname);
     if (r != ncclSuccess) {
         if (z) zccl_comm_destroy(z);
@@ -788,7 +757,6 @@ PALIAS(ncclCommShrink);
 EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     ncclResult_t r = check_comm("ncclCommFinalize", comm);
     if (r != ncclSuccess) return r;
-    if (PENDING(zccl_comm_finalize)) return ncclSuccess; /* every call has completed already */
     return from_zccl(zccl_comm_finalize(comm->z), "ncclCommFinalize");
 }
 PALIAS(ncclCommFinalize);
@@ -1005,8 +973,6 @@ EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, nccl
     if (r != ncclSuccess) return r;
     if (!op) return fail(ncclInvalidArgument, "%s: 'op' is NULL", fname);
     if ((r = check_host(fname, "scalar", scalar)) != ncclSuccess) return r;
-    if (PENDING(zccl_redop_create_premulsum))
-        return fail(ncclInvalidUsage, "%s: this libzccl has no zccl_redop_create_premulsum", fname);
     zccl_redop_t zop;
     r = from_zccl(zccl_redop_create_premulsum(&zop, scalar, (zccl_datatype_t)datatype,
                                               (zccl_scalar_residence_t)residence, comm->z), fname);
@@ -1018,8 +984,6 @@ PALIAS(ncclRedOpCreatePreMulSum);
 EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     ncclResult_t r = check_comm("ncclRedOpDestroy", comm);
     if (r != ncclSuccess) return r;
-    if (PENDING(zccl_redop_destroy))
-        return fail(ncclInvalidUsage, "ncclRedOpDestroy: this libzccl has no zccl_redop_destroy");
     return from_zccl(zccl_redop_destroy((zccl_redop_t)op, comm->z), "ncclRedOpDestroy");
 }
 PALIAS(ncclRedOpDestroy);
