@@ -275,6 +275,7 @@ struct job {
     int color, key;
     int *exclude, nexclude;
     struct parsed_config pc;
+    int has_config; /* else zccl's plain creation/split */
     ncclResult_t result;
     char msg[1024];
 };
@@ -518,13 +519,21 @@ static void *job_thread(void *arg) {
     zccl_comm_t z = NULL;
     zccl_result_t zr;
     if (j->kind == 0) {
-        zccl_config_t zc;
-        zconfig_from(&zc, &j->pc, 1);
-        zr = zccl_comm_init_rank_config(&z, j->nranks, j->id, j->rank, &zc);
+        if (!j->has_config) {
+            zr = zccl_comm_init_rank(&z, j->nranks, j->id, j->rank);
+        } else {
+            zccl_config_t zc;
+            zconfig_from(&zc, &j->pc, 1);
+            zr = zccl_comm_init_rank_config(&z, j->nranks, j->id, j->rank, &zc);
+        }
     } else if (j->kind == 1) {
-        zccl_config_t zc;
-        zconfig_from(&zc, &j->pc, 1);
-        zr = zccl_comm_split_config(j->parent->z, j->color, j->key, &z, &zc);
+        if (!j->has_config) {
+            zr = zccl_comm_split(j->parent->z, j->color, j->key, &z);
+        } else {
+            zccl_config_t zc;
+            zconfig_from(&zc, &j->pc, 1);
+            zr = zccl_comm_split_config(j->parent->z, j->color, j->key, &z, &zc);
+        }
     } else {
         zr = zccl_comm_shrink(j->parent->z, j->exclude, j->nexclude, &z);
     }
@@ -572,7 +581,8 @@ static ncclResult_t init_common(const char *fname, ncclComm_t *comm, int nranks,
             comm_free(c);
             return fail(ncclSystemError, "%s: out of memory", fname);
         }
-        *j = (struct job){.comm = c, .fname = fname, .kind = 0, .nranks = nranks, .rank = rank, .id = zid, .pc = pc};
+        *j = (struct job){.comm = c, .fname = fname, .kind = 0, .nranks = nranks, .rank = rank, .id = zid, .pc = pc,
+                          .has_config = config != NULL};
         if ((r = start_job(j)) != ncclSuccess) {
             free(j);
             comm_free(c);
@@ -581,9 +591,14 @@ static ncclResult_t init_common(const char *fname, ncclComm_t *comm, int nranks,
         *comm = c;
         return ncclSuccess;
     }
-    zccl_config_t zc;
-    zconfig_from(&zc, &pc, blocking);
-    zccl_result_t zr = zccl_comm_init_rank_config(&c->z, nranks, zid, rank, &zc);
+    zccl_result_t zr;
+    if (!config) { /* plain ncclCommInitRank: zccl's plain creation */
+        zr = zccl_comm_init_rank(&c->z, nranks, zid, rank);
+    } else {
+        zccl_config_t zc;
+        zconfig_from(&zc, &pc, blocking);
+        zr = zccl_comm_init_rank_config(&c->z, nranks, zid, rank, &zc);
+    }
     r = from_zccl(zr, fname);
     if (r == ncclSuccess || r == ncclInProgress) {
         *comm = c;
@@ -673,7 +688,8 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
             if (c) comm_free(c);
             return fail(ncclSystemError, "%s: out of memory", fname);
         }
-        *j = (struct job){.comm = c, .fname = fname, .kind = 1, .parent = comm, .color = color, .key = key, .pc = pc};
+        *j = (struct job){.comm = c, .fname = fname, .kind = 1, .parent = comm, .color = color, .key = key, .pc = pc,
+                          .has_config = config != NULL};
         if ((r = start_job(j)) != ncclSuccess) {
             free(j);
             if (c) comm_free(c);
@@ -683,9 +699,14 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
         return ncclSuccess;
     }
     zccl_comm_t z = NULL;
-    zccl_config_t zc;
-    zconfig_from(&zc, &pc, 1); /* zccl completes a split before returning in both modes */
-    zccl_result_t zr = zccl_comm_split_config(comm->z, color, key, &z, &zc);
+    zccl_result_t zr;
+    if (!config) {
+        zr = zccl_comm_split(comm->z, color, key, &z);
+    } else {
+        zccl_config_t zc;
+        zconfig_from(&zc, &pc, 1); /* zccl completes a split before returning in both modes */
+        zr = zccl_comm_split_config(comm->z, color, key, &z, &zc);
+    }
     r = from_zccl(zr, fname);
     if (r != ncclSuccess) {
         if (z) zccl_comm_destroy(z);
