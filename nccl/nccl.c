@@ -77,7 +77,10 @@ static int warn_enabled(void) {
     return v && (!strcasecmp(v, "WARN") || !strcasecmp(v, "INFO") || !strcasecmp(v, "TRACE"));
 }
 
-__attribute__((format(printf, 2, 3))) static ncclResult_t fail(ncclResult_t r, const char *fmt, ...) {
+/* also used by device_api.c (hidden: not exported) */
+__attribute__((format(printf, 2, 3))) ncclResult_t zccl_nccl_fail(ncclResult_t r, const char *fmt, ...);
+#define fail zccl_nccl_fail
+__attribute__((format(printf, 2, 3))) ncclResult_t zccl_nccl_fail(ncclResult_t r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_err, sizeof last_err, fmt, ap);

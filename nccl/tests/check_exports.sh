@@ -1,8 +1,10 @@
 #!/bin/sh
-# check_exports.sh LIB HEADER — every function NCCL's header declares is exported by LIB under its nccl* name and
-# its pnccl* alias, LIB exports nothing else, and its SONAME is libnccl.so.2.
+# check_exports.sh LIB HEADER [REAL_LIB] — every function NCCL's header declares is exported by LIB under its nccl*
+# name and its pnccl* alias, LIB exports nothing else, and its SONAME is libnccl.so.2. With REAL_LIB (NVIDIA's
+# libnccl.so.2, only read with nm, never loaded): every nccl*/pnccl* symbol it exports is exported by LIB too
+# (the device API's host functions, which nccl.h does not declare, included).
 # Exit 77 (skipped) when HEADER is absent.
-lib=$1 header=$2
+lib=$1 header=$2 real=$3
 if [ ! -f "$header" ]; then
     echo "SKIP: $header is absent (CUDA's NCCL header), so there is no NVIDIA declaration list to check against"
     exit 77
@@ -22,6 +24,12 @@ for f in $want; do
 done
 extra=$(nm -D --defined-only "$lib" | awk '{print $3}' | sed 's/@.*//' | grep -vE '^p?nccl' | grep -v '^$')
 if [ -n "$extra" ]; then echo "FAIL: $lib exports symbols outside NCCL's API:"; echo "$extra"; fail=1; fi
+if [ -n "$real" ] && [ -f "$real" ]; then
+    for f in $(nm -D --defined-only "$real" | awk '{print $3}' | sed 's/@.*//' | grep -E '^p?nccl'); do
+        if ! echo "$exported" | grep -qx "$f"; then echo "FAIL: $f is exported by $real but not by $lib"; fail=1; fi
+    done
+    echo "checked against the exports of $real"
+fi
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 if [ "$soname" != "libnccl.so.2" ]; then echo "FAIL: SONAME is '$soname', not libnccl.so.2"; fail=1; fi
 [ $fail -eq 0 ] && echo "OK: $(echo "$want" | grep -c .) functions ($n declared in $header) exported, SONAME $soname"

@@ -17,6 +17,7 @@
 #endif
 #include <nccl.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -564,6 +565,20 @@ static int bad_input(ncclComm_t comm, int rank, int n) {
     CHECK(ncclCommGetAsyncError(comm, &ae));
     if (ae != ncclSuccess) failf("ncclCommGetAsyncError after bad input: %d", (int)ae);
     if (strcmp(ncclGetErrorString(ncclRemoteError), "") == 0) failf("empty error string");
+    /* the device API's host functions (nccl_device.h, C++ only) exist and refuse with a message */
+    typedef ncclResult_t (*devcomm_create_fn)(ncclComm_t, const void *, void *);
+    devcomm_create_fn dcc = (devcomm_create_fn)dlsym(RTLD_DEFAULT, "ncclDevCommCreate");
+    char devcomm[256];
+    if (!dcc) failf("ncclDevCommCreate is not exported");
+    else EXPECT_ERR(dcc(comm, NULL, devcomm), ncclInvalidUsage, "device API");
+    typedef struct { int nRanks, rank, stride; } team_t;
+    team_t (*world)(ncclComm_t) = (team_t(*)(ncclComm_t))dlsym(RTLD_DEFAULT, "ncclTeamWorld");
+    if (!world) failf("ncclTeamWorld is not exported");
+    else {
+        team_t t = world(comm);
+        if (t.nRanks != n || t.rank != rank || t.stride != 1)
+            failf("ncclTeamWorld: {%d, %d, %d}", t.nRanks, t.rank, t.stride);
+    }
     return 0;
 }
 
