@@ -566,8 +566,19 @@ static ncclResult_t start_job(struct job *j) {
     return ncclSuccess;
 }
 
+/* NCCL_DEBUG=VERSION (or INFO, TRACE) prints the version once, at the first communicator, as NCCL does. */
+static pthread_once_t banner_once = PTHREAD_ONCE_INIT;
+static void print_banner(void) {
+    const char *d = getenv("NCCL_DEBUG");
+    if (!d) d = getenv("ZCCL_DEBUG");
+    if (d && (!strcasecmp(d, "VERSION") || !strcasecmp(d, "INFO") || !strcasecmp(d, "TRACE")))
+        fprintf(stderr, "NCCL version %d.%d.%d (zccl %d.%d.%d: libnccl.so.2 over zccl, host memory only)\n",
+                NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, ZCCL_MAJOR, ZCCL_MINOR, ZCCL_PATCH);
+}
+
 static ncclResult_t init_common(const char *fname, ncclComm_t *comm, int nranks, const ncclUniqueId *id, int rank,
                                 ncclConfig_t *config) {
+    pthread_once(&banner_once, print_banner);
     if (!comm) return fail(ncclInvalidArgument, "%s: 'comm' is NULL", fname);
     *comm = NULL;
     struct parsed_config pc;
