@@ -7,7 +7,8 @@
 static const char *algo_names[ZCCL_ALGO_COUNT] = {"ring", "direct", "tree", "rabenseifner", "recdbl", "bruck",
                                                   "hier"};
 static const char *coll_names[ZCCL_COLL_COUNT] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                                  "reduce", "send", "recv"};
+                                                  "reduce", "send", "recv", "all-to-all", "all-to-allv",
+                                                  "gather", "scatter"};
 
 const char *zccl__algo_name(int algo) {
     return (algo >= 0 && algo < ZCCL_ALGO_COUNT) ? algo_names[algo] : "?";
@@ -32,7 +33,11 @@ bool zccl__algo_supports(int algo, zccl_coll_t coll) {
     case ZCCL_COLL_BROADCAST:
     case ZCCL_COLL_REDUCE:
     case ZCCL_COLL_SEND:
-    case ZCCL_COLL_RECV: return true;
+    case ZCCL_COLL_RECV:
+    case ZCCL_COLL_ALLTOALL:
+    case ZCCL_COLL_ALLTOALLV:
+    case ZCCL_COLL_GATHER:
+    case ZCCL_COLL_SCATTER: return true;
     default: return false;
     }
 }
@@ -145,6 +150,10 @@ zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *
                                           .peer = a->root, .count = a->count});
         zccl__sched_end_phase(s);
         break;
+    case ZCCL_COLL_ALLTOALL: zccl__sched_direct_alltoall(a, s); break;
+    case ZCCL_COLL_ALLTOALLV: zccl__sched_direct_alltoallv(a, s); break;
+    case ZCCL_COLL_GATHER: zccl__sched_direct_gather(a, s); break;
+    case ZCCL_COLL_SCATTER: zccl__sched_direct_scatter(a, s); break;
     default: return zccl__error(ZCCL_INTERNAL_ERROR, "schedule requested for unknown collective %d", (int)a->coll);
     }
     if (s->oom) {
