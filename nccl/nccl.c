@@ -124,9 +124,14 @@ static int is_device_pointer(const void *p) {
         void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
         if (!h) return 0;
         pthread_mutex_lock(&cu_lock);
-        fn = (cu_ptr_attr_fn)dlsym(h, "cuPointerGetAttribute");
-        if (fn) __atomic_store_n(&cu_ptr_attr, fn, __ATOMIC_RELEASE);
+        fn = __atomic_load_n(&cu_ptr_attr, __ATOMIC_ACQUIRE);
+        int keep = 0;
+        if (!fn && (fn = (cu_ptr_attr_fn)dlsym(h, "cuPointerGetAttribute")) != NULL) {
+            __atomic_store_n(&cu_ptr_attr, fn, __ATOMIC_RELEASE);
+            keep = 1; /* this reference keeps the driver loaded for the function pointer */
+        }
         pthread_mutex_unlock(&cu_lock);
+        if (!keep) dlclose(h);
         if (!fn) return 0;
     }
     unsigned int memtype = 0, managed = 0;
@@ -584,7 +589,7 @@ static ncclResult_t init_common(const char *fname, ncclComm_t *comm, int nranks,
     struct parsed_config pc;
     ncclResult_t r = parse_config(fname, config, &pc);
     if (r != ncclSuccess) return r;
-    int blocking = pc.blocking >= 0 ? pc.blocking : default_blocking();
+    int blocking = pc.blocking >= 0 ? pc.blocking : (config ? default_blocking() : 1);
     struct ncclComm *c = comm_new(blocking);
     if (!c) return fail(ncclSystemError, "%s: out of memory", fname);
     zccl_unique_id_t zid;

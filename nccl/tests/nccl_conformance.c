@@ -7,6 +7,8 @@
  *                                           non-blocking init and calls, bad input
  *   nccl_conformance initall K [DEADLINE_S] one process, K ranks from ncclCommInitAll, grouped collectives
  *   nccl_conformance timeout [DEADLINE_S]   2 ranks: a grouped send whose receive never comes (set ZCCL_TIMEOUT_MS)
+ *   nccl_conformance devptr FAKE_LIBCUDA    1 rank: with a stand-in CUDA driver loaded, its "device" memory is
+ *                                           refused with a message and host memory still works
  *
  * Rank 0 makes the unique id and hands it to the others through a pipe. The parent kills every rank and fails
  * once DEADLINE_S (default 240) passes. Every expected value is computed here, from the inputs, in double
@@ -686,6 +688,32 @@ static int initall(int k) {
     return g_failures ? 1 : 0;
 }
 
+/* The program has loaded "the CUDA driver" (a stand-in whose fake_device_memory is device memory): the layer must
+ * ask it about every buffer and refuse device memory, naming the argument. */
+static int devptr(const char *fake_libcuda) {
+    g_rank = 0;
+    void *h = dlopen(fake_libcuda, RTLD_NOW | RTLD_GLOBAL);
+    if (!h) { failf("cannot load %s: %s", fake_libcuda, dlerror()); return 1; }
+    char *dev = dlsym(h, "fake_device_memory");
+    if (!dev) { failf("no fake_device_memory in %s", fake_libcuda); return 1; }
+    ncclUniqueId id;
+    ncclComm_t comm;
+    CHECK(ncclGetUniqueId(&id));
+    CHECK(ncclCommInitRank(&comm, 1, id, 0));
+    float host[16] = {1}, out[16];
+    EXPECT_ERR(ncclAllReduce(dev, out, 16, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage, "'sendbuff'");
+    EXPECT_ERR(ncclAllReduce(host, dev, 16, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage, "device memory");
+    EXPECT_ERR(ncclRecv(dev + 64, 4, ncclFloat32, 0, comm, NULL), ncclInvalidUsage, "'recvbuff'");
+    EXPECT_ERR(ncclMemFree(dev), ncclInvalidUsage, "device memory");
+    void *hd = NULL;
+    EXPECT_ERR(ncclCommRegister(comm, dev, 64, &hd), ncclInvalidUsage, "device memory");
+    CHECK(ncclAllReduce(host, out, 16, ncclFloat32, ncclSum, comm, NULL));
+    if (out[0] != 1.0f) failf("host all-reduce with the driver loaded: %g", (double)out[0]);
+    CHECK(ncclCommDestroy(comm));
+    if (g_failures == 0) printf("device pointers refused, host memory used: checks passed\n");
+    return g_failures ? 1 : 0;
+}
+
 typedef int (*rank_fn)(int, int, int, int);
 
 static int run_ranks(int n, rank_fn fn, double deadline_s) {
@@ -741,6 +769,7 @@ int main(int argc, char **argv) {
         if (n < 1 || n > 8) { fprintf(stderr, "N must be 1..8\n"); return 2; }
         return run_ranks(n, world_rank, argc > 3 ? atof(argv[3]) : 240);
     }
+    if (!strcmp(argv[1], "devptr") && argc >= 3) return devptr(argv[2]);
     if (!strcmp(argv[1], "timeout")) return run_ranks(2, timeout_rank, argc > 2 ? atof(argv[2]) : 120);
     if (!strcmp(argv[1], "initall") && argc >= 3) {
         int k = atoi(argv[2]);
