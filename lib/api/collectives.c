@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "api.h"
 #include "comm.h"
+#include "kernels.h"
 #include "engine.h"
 #include "stream.h"
 #include "tuner.h"
@@ -17,18 +19,21 @@ ZCCL_API size_t zccl_type_size(zccl_datatype_t dt) {
 }
 
 static const char *coll_names[ZCCL_COLL_COUNT] = {"zccl_allreduce", "zccl_reduce_scatter", "zccl_allgather",
-                                                  "zccl_broadcast", "zccl_reduce", "zccl_send", "zccl_recv"};
+                                                  "zccl_broadcast", "zccl_reduce", "zccl_send", "zccl_recv",
+                                                  "zccl_alltoall", "zccl_alltoallv", "zccl_gather", "zccl_scatter"};
 
 /* Checks the arguments every collective shares; on success *bytes is count*elemsize*mult. */
 static zccl_result_t check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
                                   int has_op, zccl_redop_t op, size_t *bytes) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    ZCCL_CHECK(zccl__comm_ready(comm, fn)); /* a non-blocking communicator still being created: ZCCL_IN_PROGRESS */
     if ((unsigned)dt >= ZCCL_NUM_TYPES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d is not a zccl_datatype_t (0..%d)", fn,
                            (int)dt, ZCCL_NUM_TYPES - 1);
-    if (has_op && (unsigned)op >= ZCCL_NUM_OPS)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d is not a zccl_redop_t (0..%d)", fn, (int)op,
-                           ZCCL_NUM_OPS - 1);
+    if (has_op && (int)op < 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d is not a zccl_redop_t (0..%d) nor a "
+                           "PreMulSum handle", fn, (int)op, ZCCL_NUM_OPS - 1);
+    if (has_op && (unsigned)op >= ZCCL_NUM_OPS) ZCCL_CHECK(zccl__redop_check(comm, op, dt, fn));
     size_t total;
     if (!zccl__mul_ok(count, mult, &total) || !zccl__mul_ok(total, zccl_type_size(dt), bytes) || *bytes > SIZE_MAX / 2)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu elements (x%zu ranks) of %zu bytes "
@@ -86,7 +91,8 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
     op_desc_t *all = calloc((size_t)n, sizeof *all);
     if (!all) return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_CHECK: out of memory for %d descriptions", n);
     const bool has_op = o->coll == ZCCL_COLL_ALLREDUCE || o->coll == ZCCL_COLL_REDUCE_SCATTER || o->coll == ZCCL_COLL_REDUCE;
-    const bool has_root = o->coll == ZCCL_COLL_BROADCAST || o->coll == ZCCL_COLL_REDUCE;
+    const bool has_root = o->coll == ZCCL_COLL_BROADCAST || o->coll == ZCCL_COLL_REDUCE ||
+                          o->coll == ZCCL_COLL_GATHER || o->coll == ZCCL_COLL_SCATTER;
     op_desc_t *me = &all[comm->rank];
     memset(me, 0, sizeof *me);
     me->seq = comm->seq;
@@ -124,7 +130,17 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o) 
     return res;
 }
 
+static zccl_result_t op_run(const zccl_op_t *o);
+
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
+    const char *old = zccl__log_set_tag(o->comm ? o->comm->name : NULL); /* comm_name in this op's log lines */
+    zccl_result_t res = o->group ? o->run_group(o->group) /* a group's part on one communicator (group.c) */
+                                 : op_run(o);
+    zccl__log_set_tag(old);
+    return res;
+}
+
+static zccl_result_t op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
     if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
@@ -161,6 +177,25 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         a.displs = b.vcounts + comm->nranks;
         a.count = b.vcounts[comm->rank];
     }
+    a.a2av = b.a2av;
+    /* PreMulSum: this rank's input times the scalar, in the datatype's precision, into a buffer of its own; then an
+     * out-of-place sum from there (recvbuf may be the original input: it is no longer read). */
+    void *premul_buf = NULL;
+    if (b.premul) {
+        size_t in_elems = b.count;
+        if (b.coll == ZCCL_COLL_REDUCE_SCATTER)
+            in_elems = b.vcounts ? b.vcounts[2 * comm->nranks - 1] + b.vcounts[comm->nranks - 1]
+                                 : b.count * (size_t)comm->nranks;
+        premul_buf = malloc(in_elems * es > 0 ? in_elems * es : 1);
+        if (!premul_buf)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for the PreMulSum products (%zu bytes)",
+                               coll_names[b.coll], in_elems * es);
+        zccl_kernel_premul(premul_buf, b.sendbuf, in_elems, b.dt, b.scalar);
+        b.sendbuf = premul_buf;
+        b.op = ZCCL_SUM;
+        b.in_place = false;
+        a.in_place = false;
+    }
     pthread_mutex_lock(&comm->exec_mutex);
     zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
     if (a.counts) a.algo = ZCCL_ALGO_RING; /* uneven blocks: only the ring schedules take them */
@@ -180,6 +215,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         in_engine = true;
         zccl__sched_free(&s);
     }
+    free(premul_buf);
     /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system
      * error, even scratch memory this rank could not get while its peers went ahead) leaves the ranks out of step:
      * later operations on this communicator cannot succeed, so they fail at once instead of running (and failing)
@@ -206,8 +242,8 @@ ZCCL_API zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = (sendbuf == recvbuf);
     ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, false, sendbuf, recvbuf, count, datatype, op, 0, in_place, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLREDUCE, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype, .op = op, .root = 0, .in_place = in_place, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -222,8 +258,8 @@ ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, s
     const size_t rbytes = total / (size_t)comm->nranks;
     bool in_place = ((const char *)recvbuf == (const char *)sendbuf + (size_t)comm->rank * rbytes);
     ZCCL_CHECK(check_overlap(fn, sendbuf, total, recvbuf, rbytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, recvcount, datatype, op, 0, in_place, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_REDUCE_SCATTER, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = recvcount, .dt = datatype, .op = op, .root = 0, .in_place = in_place, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
@@ -237,8 +273,8 @@ ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t
     const size_t sbytes = total / (size_t)comm->nranks;
     bool in_place = ((const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes);
     ZCCL_CHECK(check_overlap(fn, sendbuf, sbytes, recvbuf, total, in_place));
-    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, sendbuf, recvbuf, sendcount, datatype, ZCCL_SUM, 0, in_place, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = sendcount, .dt = datatype, .op = ZCCL_SUM, .root = 0, .in_place = in_place, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 /* Validates and copies the per-rank counts of a _v collective: *out holds nranks counts then nranks displacements
@@ -287,8 +323,8 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_v(const void *sendbuf, void *recvbuf,
     if (mine && (res = check_buf(fn, "recvbuf", recvbuf)) != ZCCL_SUCCESS) goto done;
     bool in_place = mine && ((const char *)recvbuf == (const char *)sendbuf + moff * es);
     if (mine && (res = check_overlap(fn, sendbuf, tbytes, recvbuf, mine * es, in_place)) != ZCCL_SUCCESS) goto done;
-    zccl_op_t o = {ZCCL_COLL_REDUCE_SCATTER, false, sendbuf, recvbuf, mine, datatype, op, 0, in_place, comm, v};
-    return zccl__op_issue(&o, stream); /* the op owns v now */
+    zccl_op_t o = {.coll = ZCCL_COLL_REDUCE_SCATTER, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = mine, .dt = datatype, .op = op, .root = 0, .in_place = in_place, .comm = comm, .vcounts = v};
+    return zccl__api_issue(&o, stream); /* the op owns v now */
 done:
     free(v);
     return res;
@@ -307,9 +343,8 @@ ZCCL_API zccl_result_t zccl_allgather_v(const void *sendbuf, void *recvbuf, cons
     if ((res = check_buf(fn, "recvbuf", recvbuf)) != ZCCL_SUCCESS) goto done;
     bool in_place = mine == 0 || ((const char *)sendbuf == (const char *)recvbuf + moff * es);
     if (mine && (res = check_overlap(fn, sendbuf, mine * es, recvbuf, tbytes, in_place)) != ZCCL_SUCCESS) goto done;
-    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, mine ? sendbuf : (const char *)recvbuf + moff * es, recvbuf, mine,
-                   datatype, ZCCL_SUM, 0, in_place, comm, v};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .barrier = false, .sendbuf = mine ? sendbuf : (const char *)recvbuf + moff * es, .recvbuf = recvbuf, .count = mine, .dt = datatype, .op = ZCCL_SUM, .root = 0, .in_place = in_place, .comm = comm, .vcounts = v};
+    return zccl__api_issue(&o, stream);
 done:
     free(v);
     return res;
@@ -327,8 +362,8 @@ ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = (sendbuf == recvbuf);
     if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_BROADCAST, false, sendbuf, recvbuf, count, datatype, ZCCL_SUM, root, in_place, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_BROADCAST, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype, .op = ZCCL_SUM, .root = root, .in_place = in_place, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
@@ -343,8 +378,8 @@ ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t co
     if (is_root) ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
     bool in_place = is_root && (sendbuf == recvbuf);
     if (is_root) ZCCL_CHECK(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    zccl_op_t o = {ZCCL_COLL_REDUCE, false, sendbuf, recvbuf, count, datatype, op, root, in_place, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_REDUCE, .barrier = false, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype, .op = op, .root = root, .in_place = in_place, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer,
@@ -353,13 +388,14 @@ ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatyp
     size_t bytes;
     ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
     ZCCL_CHECK(check_root(fn, "peer", comm, peer));
-    if (peer == comm->rank)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; sending to oneself is "
-                           "not supported", fn, peer);
+    if (peer == comm->rank && !zccl__group_open())
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank: a send to oneself "
+                           "completes only against a zccl_recv from oneself in the same group (zccl_group_start)", fn,
+                           peer);
     if (count == 0) return ZCCL_SUCCESS;
     ZCCL_CHECK(check_buf(fn, "sendbuf", sendbuf));
-    zccl_op_t o = {ZCCL_COLL_SEND, false, sendbuf, NULL, count, datatype, ZCCL_SUM, peer, false, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_SEND, .barrier = false, .sendbuf = sendbuf, .recvbuf = NULL, .count = count, .dt = datatype, .op = ZCCL_SUM, .root = peer, .in_place = false, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
@@ -368,17 +404,34 @@ ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t da
     size_t bytes;
     ZCCL_CHECK(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
     ZCCL_CHECK(check_root(fn, "peer", comm, peer));
-    if (peer == comm->rank)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; receiving from "
-                           "oneself is not supported", fn, peer);
+    if (peer == comm->rank && !zccl__group_open())
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank: a receive from "
+                           "oneself completes only against a zccl_send to oneself in the same group "
+                           "(zccl_group_start)", fn, peer);
     if (count == 0) return ZCCL_SUCCESS;
     ZCCL_CHECK(check_buf(fn, "recvbuf", recvbuf));
-    zccl_op_t o = {ZCCL_COLL_RECV, false, NULL, recvbuf, count, datatype, ZCCL_SUM, peer, false, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_RECV, .barrier = false, .sendbuf = NULL, .recvbuf = recvbuf, .count = count, .dt = datatype, .op = ZCCL_SUM, .root = peer, .in_place = false, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_barrier: argument 'comm' is NULL");
-    zccl_op_t o = {ZCCL_COLL_ALLREDUCE, true, NULL, NULL, 1, ZCCL_UINT8, ZCCL_SUM, 0, false, comm, NULL};
-    return zccl__op_issue(&o, stream);
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLREDUCE, .barrier = true, .sendbuf = NULL, .recvbuf = NULL, .count = 1, .dt = ZCCL_UINT8, .op = ZCCL_SUM, .root = 0, .in_place = false, .comm = comm, .vcounts = NULL};
+    return zccl__api_issue(&o, stream);
 }
+
+/* ---- shared with the other entry points of this layer (api.h) ------------------------------------------------ */
+
+zccl_result_t zccl__check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
+                                 int has_op, zccl_redop_t op, size_t *bytes) {
+    return check_common(fn, comm, count, mult, dt, has_op, op, bytes);
+}
+zccl_result_t zccl__check_root(const char *fn, const char *what, zccl_comm_t comm, int root) {
+    return check_root(fn, what, comm, root);
+}
+zccl_result_t zccl__check_buf(const char *fn, const char *name, const void *p) { return check_buf(fn, name, p); }
+zccl_result_t zccl__check_overlap(const char *fn, const void *s, size_t sbytes, const void *r, size_t rbytes,
+                                  bool in_place) {
+    return check_overlap(fn, s, sbytes, r, rbytes, in_place);
+}
+const char *zccl__coll_api_name(zccl_coll_t c) { return (unsigned)c < ZCCL_COLL_COUNT ? coll_names[c] : "?"; }

@@ -134,7 +134,7 @@ typedef struct {
 
 /* All-gather of `bytes` bytes per rank over comm, as one ordinary collective (same order rules, same errors). */
 static zccl_result_t allgather_bytes(zccl_comm_t comm, const void *mine, void *all, size_t bytes) {
-    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, mine, all, bytes, ZCCL_UINT8, ZCCL_SUM, 0, false, comm, NULL};
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .barrier = false, .sendbuf = mine, .recvbuf = all, .count = bytes, .dt = ZCCL_UINT8, .op = ZCCL_SUM, .root = 0, .in_place = false, .comm = comm, .vcounts = NULL};
     return zccl__op_run(&o);
 }
 

@@ -47,6 +47,14 @@ struct zccl_comm {
     uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
     uint64_t splits;           /* zccl_comm_split calls made on this communicator */
     char async_msg[512];       /* the text of tc.async_error (first remote error or timeout) */
+    /* zccl_config_t (lib/api/comm_config.c) */
+    char name[64];             /* comm_name: shown in log lines and messages; "" = none */
+    bool nonblocking;          /* created with blocking = 0 */
+    int nb_state;              /* non-blocking creation: ZCCL_IN_PROGRESS while it runs, then its result */
+    bool nb_thread_running;
+    pthread_t nb_thread;
+    bool keep_shell;           /* zccl__comm_free frees everything but the struct (a failed non-blocking creation) */
+    char nb_msg[1024];         /* the failed creation's message */
 };
 
 /* ---- the communicator's own parts (comm.c) and the setup steps of its creation (comm_setup.c) ---- */
