@@ -510,6 +510,27 @@ static int nonblocking(ncclComm_t comm, int rank, int n) {
     return 0;
 }
 
+/* ---- ncclCommInitRankScalable with two ids (zccl uses the first) and the pnccl* aliases ----------------------- */
+static int scalable(ncclComm_t comm, int rank, int n) {
+    ncclUniqueId ids[2];
+    memset(ids, 0, sizeof ids);
+    if (rank == 0) CHECK(ncclGetUniqueId(&ids[0]));
+    if (rank == n - 1) CHECK(ncclGetUniqueId(&ids[1]));
+    CHECK(ncclBroadcast(&ids[0], &ids[0], sizeof ids[0], ncclUint8, 0, comm, NULL));
+    CHECK(ncclBroadcast(&ids[1], &ids[1], sizeof ids[1], ncclUint8, n - 1, comm, NULL));
+    ncclComm_t sc = NULL;
+    CHECK(ncclCommInitRankScalable(&sc, n, rank, 2, ids, NULL));
+    int cnt = -1, r = -1;
+    CHECK(ncclCommCount(sc, &cnt));
+    CHECK(pncclCommUserRank(sc, &r));
+    if (cnt != n || r != rank) failf("ncclCommInitRankScalable: rank %d of %d", r, cnt);
+    int64_t v = rank + 1, sum = 0;
+    CHECK(pncclAllReduce(&v, &sum, 1, ncclInt64, ncclSum, sc, NULL)); /* the profiling alias does the same */
+    if (sum != (int64_t)n * (n + 1) / 2) failf("pncclAllReduce on the scalable communicator: %lld", (long long)sum);
+    CHECK(ncclCommDestroy(sc));
+    return 0;
+}
+
 /* ---- bad input: clear errors, no hang ----------------------------------------------------------------------- */
 static int bad_input(ncclComm_t comm, int rank, int n) {
     ncclUniqueId id;
@@ -611,6 +632,7 @@ static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
     if (!what || strstr(what, "group")) groups(comm, rank, n);
     if (!what || strstr(what, "split")) split_shrink(comm, rank, n);
     if (!what || strstr(what, "nonblocking")) nonblocking(comm, rank, n);
+    if (!what || strstr(what, "scalable")) scalable(comm, rank, n);
     if (!what || strstr(what, "bad")) bad_input(comm, rank, n);
     CHECK(ncclCommFinalize(comm));
     CHECK(ncclCommDestroy(comm));
@@ -680,6 +702,24 @@ static int initall(int k) {
                 failf("ncclCommInitAll + grouped allreduce: comm %d [%zu] = %d", i, e, buf[i][e]);
                 break;
             }
+    /* split every rank from this one thread in one group (parity colors), then a grouped all-reduce on the halves */
+    ncclComm_t subs[8];
+    int vals[8];
+    CHECK(ncclGroupStart());
+    for (int i = 0; i < k; i++) CHECK(ncclCommSplit(comms[i], i % 2, i, &subs[i], NULL));
+    CHECK(ncclGroupEnd());
+    CHECK(ncclGroupStart());
+    for (int i = 0; i < k; i++) {
+        vals[i] = i;
+        CHECK(ncclAllReduce(&vals[i], &vals[i], 1, ncclInt32, ncclSum, subs[i], NULL));
+    }
+    CHECK(ncclGroupEnd());
+    for (int i = 0; i < k; i++) {
+        int want = 0;
+        for (int q = i % 2; q < k; q += 2) want += q;
+        if (vals[i] != want) failf("grouped split of ncclCommInitAll ranks: comm %d sum %d, expected %d", i, vals[i], want);
+        CHECK(ncclCommDestroy(subs[i]));
+    }
     for (int i = 0; i < k; i++) {
         CHECK(ncclCommDestroy(comms[i]));
         free(buf[i]);
