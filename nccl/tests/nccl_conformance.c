@@ -7,6 +7,7 @@
  *                                           non-blocking init and calls, bad input
  *   nccl_conformance initall K [DEADLINE_S] one process, K ranks from ncclCommInitAll, grouped collectives
  *   nccl_conformance timeout [DEADLINE_S]   2 ranks: a grouped send whose receive never comes (set ZCCL_TIMEOUT_MS)
+ *   nccl_conformance env                    the NCCL_* -> ZCCL_* mapping done at load (ctest sets the NCCL_* values)
  *   nccl_conformance devptr FAKE_LIBCUDA    1 rank: with a stand-in CUDA driver loaded, its "device" memory is
  *                                           refused with a message and host memory still works
  *
@@ -531,6 +532,44 @@ static int scalable(ncclComm_t comm, int rank, int n) {
     return 0;
 }
 
+/* ---- configs from older and newer headers: read by their size ---------------------------------------------- */
+static int config_versions(ncclComm_t comm, int rank, int n) {
+    for (int which = 0; which < 2; which++) {
+        ncclUniqueId id;
+        if (rank == 0) CHECK(ncclGetUniqueId(&id));
+        CHECK(ncclBroadcast(&id, &id, sizeof id, ncclUint8, 0, comm, NULL));
+        /* 0: NCCL 2.14's layout (fields up to netName); 1: a later header with fields appended after ours */
+        struct {
+            ncclConfig_t c;
+            int future[6];
+        } big;
+        memset(&big, 0x7f, sizeof big); /* fields beyond `size` hold garbage: they must not be read */
+        ncclConfig_t init = NCCL_CONFIG_INITIALIZER;
+        if (which == 0) {
+            memcpy(&big.c, &init, offsetof(ncclConfig_t, splitShare));
+            big.c.size = offsetof(ncclConfig_t, splitShare);
+            big.c.version = NCCL_VERSION(2, 14, 3);
+        } else {
+            big.c = init;
+            big.c.size = sizeof big;
+            big.c.version = NCCL_VERSION(2, 99, 0);
+        }
+        big.c.blocking = 1;
+        ncclComm_t c = NULL;
+        ncclResult_t r = ncclCommInitRankConfig(&c, n, id, rank, &big.c);
+        if (r != ncclSuccess) {
+            failf("config of size %zu (version %u) refused: %d: %s", big.c.size, big.c.version, (int)r,
+                  ncclGetLastError(NULL));
+            return -1;
+        }
+        int v = 1, sum = 0;
+        CHECK(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, c, NULL));
+        if (sum != n) failf("allreduce on a communicator from a size-%zu config: %d", big.c.size, sum);
+        CHECK(ncclCommDestroy(c));
+    }
+    return 0;
+}
+
 /* ---- bad input: clear errors, no hang ----------------------------------------------------------------------- */
 static int bad_input(ncclComm_t comm, int rank, int n) {
     ncclUniqueId id;
@@ -633,6 +672,7 @@ static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
     if (!what || strstr(what, "split")) split_shrink(comm, rank, n);
     if (!what || strstr(what, "nonblocking")) nonblocking(comm, rank, n);
     if (!what || strstr(what, "scalable")) scalable(comm, rank, n);
+    if (!what || strstr(what, "config")) config_versions(comm, rank, n);
     if (!what || strstr(what, "bad")) bad_input(comm, rank, n);
     CHECK(ncclCommFinalize(comm));
     CHECK(ncclCommDestroy(comm));
@@ -754,6 +794,33 @@ static int devptr(const char *fake_libcuda) {
     return g_failures ? 1 : 0;
 }
 
+/* nccl/env.c ran when the library was loaded, before main: the ZCCL_* variables already hold the translations of
+ * the NCCL_* values that Nccl.env_mapping sets (see nccl/tests/CMakeLists.txt). */
+static int env_mapping(void) {
+    static const struct { const char *var, *want; } expect[] = {
+        {"ZCCL_DEBUG_SUBSYS", "^TCP,IB,TOPO"}, /* NCCL_DEBUG_SUBSYS=^NET,GRAPH,CALL: CALL has no counterpart */
+        {"ZCCL_ALGO", "allreduce:tree;reducescatter:ring"}, /* NCCL_ALGO=allreduce:Tree;reducescatter:Ring */
+        {"ZCCL_SOCKET_IFNAME", "=lo"},                        /* copied */
+        {"ZCCL_IB_HCA", "mlx5_1"},                            /* set by the user: NCCL_IB_HCA=mlx5_0 loses */
+        {"ZCCL_IB_TIMEOUT", "20"},
+        {"ZCCL_IB_QPS_PER_CONN", "2"},                        /* NCCL_IB_QPS_PER_CONNECTION */
+    };
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
+        const char *v = getenv(expect[i].var);
+        if (!v || strcmp(v, expect[i].want)) failf("%s is '%s', expected '%s'", expect[i].var, v ? v : "(unset)",
+                                                   expect[i].want);
+    }
+    /* the mapping runs once at load; calling ncclResetDebugInit runs it again for variables set since */
+    setenv("NCCL_IB_GID_INDEX", "3", 1);
+    if (getenv("ZCCL_IB_GID_INDEX")) failf("ZCCL_IB_GID_INDEX set before NCCL_IB_GID_INDEX was");
+    void (*reset)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "ncclResetDebugInit"); /* deprecated in the header */
+    if (reset) reset();
+    const char *g = getenv("ZCCL_IB_GID_INDEX");
+    if (!g || strcmp(g, "3")) failf("after ncclResetDebugInit ZCCL_IB_GID_INDEX is '%s', expected 3", g ? g : "(unset)");
+    if (g_failures == 0) printf("environment mapping: checks passed\n");
+    return g_failures ? 1 : 0;
+}
+
 typedef int (*rank_fn)(int, int, int, int);
 
 static int run_ranks(int n, rank_fn fn, double deadline_s) {
@@ -810,6 +877,7 @@ int main(int argc, char **argv) {
         return run_ranks(n, world_rank, argc > 3 ? atof(argv[3]) : 240);
     }
     if (!strcmp(argv[1], "devptr") && argc >= 3) return devptr(argv[2]);
+    if (!strcmp(argv[1], "env")) return env_mapping();
     if (!strcmp(argv[1], "timeout")) return run_ranks(2, timeout_rank, argc > 2 ? atof(argv[2]) : 120);
     if (!strcmp(argv[1], "initall") && argc >= 3) {
         int k = atoi(argv[2]);
