@@ -296,6 +296,23 @@ static __thread struct {
     size_t njobs, capjobs;
 } grp;
 
+/* The recording arrays of a thread are freed when it exits. */
+static pthread_key_t grp_key;
+static pthread_once_t grp_key_once = PTHREAD_ONCE_INIT;
+static void grp_free(void *unused) {
+    (void)unused;
+    free(grp.ops);
+    free(grp.jobs);
+    grp.ops = NULL;
+    grp.jobs = NULL;
+    grp.capops = grp.capjobs = grp.nops = grp.njobs = 0;
+}
+static void grp_key_make(void) { pthread_key_create(&grp_key, grp_free); }
+static void grp_track(void) {
+    pthread_once(&grp_key_once, grp_key_make);
+    pthread_setspecific(grp_key, &grp_key); /* any non-NULL value: the destructor runs at thread exit */
+}
+
 static ncclResult_t run_op(const struct op *o) {
     zccl_comm_t z = o->comm->z;
     zccl_datatype_t dt = (zccl_datatype_t)o->datatype;
@@ -343,6 +360,7 @@ static ncclResult_t submit(const struct op *o) {
         size_t cap = grp.capops ? 2 * grp.capops : 64;
         struct op *n = realloc(grp.ops, cap * sizeof *n);
         if (!n) return fail(ncclSystemError, "%s: out of memory recording the call in the group", o->fname);
+        if (!grp.ops) grp_track();
         grp.ops = n;
         grp.capops = cap;
     }
@@ -562,6 +580,7 @@ static ncclResult_t start_job(struct job *j) {
         size_t cap = grp.capjobs ? 2 * grp.capjobs : 16;
         struct job **n = realloc(grp.jobs, cap * sizeof *n);
         if (!n) return fail(ncclSystemError, "%s: out of memory", j->fname);
+        if (!grp.jobs) grp_track();
         grp.jobs = n;
         grp.capjobs = cap;
     }
