@@ -423,8 +423,8 @@ zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl
  * receives in one group (zccl_group_start): grouped transfers progress together in any posting order.
  * @param peer  0 <= peer < nranks. peer == the caller's rank (a local copy) is allowed only inside a group, where
  *              the send is matched by a zccl_recv from the caller's rank with the same count and datatype in the
- *              same group; outside a group it is ZCCL_INVALID_USAGE ("a send to oneself completes only against a
- *              receive from oneself in the same group").
+ *              same group; outside a group it is ZCCL_INVALID_ARGUMENT naming 'peer' ("a send to oneself completes
+ *              only against a zccl_recv from oneself in the same group").
  */
 zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
                         zccl_stream_t stream);
@@ -540,9 +540,12 @@ typedef enum {
  * @param[out] op   the new handle: ZCCL_NUM_OPS (5), 6, ... (freed numbers are reused).
  * @param scalar    points to one element of `datatype`.
  * @param residence ZCCL_SCALAR_HOST_IMMEDIATE: *scalar is read now. ZCCL_SCALAR_DEVICE: the pointer is kept and
- *                  *scalar is read each time an operation with the handle starts; it must be host memory in this
- *                  build (a pointer that is not ordinary host memory: ZCCL_INVALID_ARGUMENT "device-resident
+ *                  *scalar is read each time an operation with the handle is issued (called, or recorded in a
+ *                  group); it must be host memory in this build (a pointer that is not ordinary host memory: ZCCL_INVALID_ARGUMENT "device-resident
  *                  scalars need GPU memory support").
+ * Use: pass the handle as the `op` of zccl_allreduce, zccl_reduce, zccl_reduce_scatter or zccl_reduce_scatter_v
+ * with the same datatype and communicator; a handle used with another datatype, on another communicator or after
+ * zccl_redop_destroy is ZCCL_INVALID_ARGUMENT naming 'op' and saying which.
  * Errors: ZCCL_INVALID_ARGUMENT naming op/scalar/datatype/residence/comm; ZCCL_SYSTEM_ERROR (out of memory).
  */
 zccl_result_t zccl_redop_create_premulsum(zccl_redop_t *op, void *scalar, zccl_datatype_t datatype,

@@ -597,13 +597,14 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
 }
 #endif /* ZCCL_HAVE_IB */
 
-static void ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
     if (!comm->peers[comm->rank].ib.addr.sa.ss_family)
         snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
     else if (!comm->peers[peer].ib.addr.sa.ss_family)
         snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
     else
         snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");
+    return ZCCL_INVALID_ARGUMENT;
 }
 
 const zccl_transport_ops_t zccl_transport_ib = {

@@ -130,9 +130,10 @@ typedef struct zccl_xfer {
 typedef struct zccl_transport_ops {
     const char *name;          /* as ZCCL_TRANSPORT names it */
     zccl_link_class_t link;    /* its link class (the tuner's cost model) */
-    /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it (writes a
-     *  sentence into buf). NULL: a generic message. */
-    void (*why_unreachable)(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len);
+    /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it and for the INFO
+     *  log (writes a sentence into buf). Returns the error class: ZCCL_SYSTEM_ERROR for a resource limit of this
+     *  host, ZCCL_INVALID_ARGUMENT otherwise. NULL: "another host". */
+    zccl_result_t (*why_unreachable)(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len);
     /** Comm-wide setup once every rank's info is known (map segments, probe capabilities). */
     zccl_result_t (*comm_setup)(zccl_tp_comm_t *comm);
     /** Whether this transport can carry traffic between this rank and peer. */

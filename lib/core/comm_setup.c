@@ -33,12 +33,10 @@ zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm) {
         const zccl_transport_ops_t *pick = NULL;
         if (force) {
             if (!force->can_reach(tc, r)) {
-                char why[400] = "";
-                if (force->why_unreachable) force->why_unreachable(tc, r, why, sizeof why);
-                if (*why) return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d: %s",
-                                             force->name, r, why);
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d (another host)",
-                                   force->name, r);
+                char why[400] = "another host";
+                const zccl_result_t cls = force->why_unreachable ? force->why_unreachable(tc, r, why, sizeof why)
+                                                                 : ZCCL_INVALID_ARGUMENT;
+                return zccl__error(cls, "ZCCL_TRANSPORT=%s cannot reach rank %d: %s", force->name, r, why);
             }
             pick = force;
         } else {

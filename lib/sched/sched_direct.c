@@ -7,7 +7,8 @@
  * (the "latency-optimal" end of the alpha-beta trade-off, Thakur, Rabenseifner & Gropp, IJHPCA 2005). Because
  * every rank combines the same values in the same order, all ranks get bitwise-identical results.
  */
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 void zccl__sched_direct_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s) {
     const int n = a->nranks, r = a->rank;
@@ -103,3 +104,55 @@ void zccl__sched_direct_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s
     }
     zccl__sched_end_phase(s);
 }
+
+/* ---- cost model ---- */
+
+/* Direct reduce-scatter / all-gather (sched_direct.c): one step, each rank exchanging one block with each of the
+ * n-1 others (reduce-scatter then reduces the n-1 received blocks). Across hosts the step also waits for the
+ * busiest host link, which carries ranks_h x (n - ranks_h) blocks. */
+static double direct_step(const zccl_tune_layout_t *L, const zccl_tune_params_t *p, double b) {
+    const int n = L->nranks;
+    const double own = (n - 1) * b * p->intra.beta, across = L->direct_cross * b * p->inter.beta;
+    return zccl__flat_link(L, p).alpha * (1.0 + (n - 2) * ZCCL_TUNE_RHO) + (across > own ? across : own);
+}
+static double predict_direct(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const double m = (double)bytes;
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE: return direct_step(L, p, m) + (n - 1) * m * p->gamma;
+    case ZCCL_COLL_REDUCE_SCATTER: return direct_step(L, p, m / n) + (n - 1) * (m / n) * p->gamma;
+    case ZCCL_COLL_ALLGATHER: return direct_step(L, p, m / n);
+    default: return HUGE_VAL;
+    }
+}
+
+static double formula_direct(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
+    zccl_formula_terms_t t;
+    zccl__formula_terms(a, p, &t);
+    const double fn = t.fn, A = t.A, B = t.B, G = t.G;
+    switch (a->coll) {
+    case ZCCL_COLL_ALLREDUCE: return A + (fn - 1) * t.m * B + (fn - 1) * t.m * G;
+    case ZCCL_COLL_REDUCE_SCATTER: return A + (fn - 1) / fn * t.m * (B + G);
+    case ZCCL_COLL_ALLGATHER: return A + (fn - 1) / fn * t.m * B;
+    default: return -1;
+    }
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_direct = {
+    .name = "direct",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_direct_allreduce,
+        [ZCCL_COLL_REDUCE_SCATTER] = zccl__sched_direct_reduce_scatter,
+        [ZCCL_COLL_ALLGATHER] = zccl__sched_direct_allgather,
+        /* sched_alltoall.c; these collectives have no other algorithm (schedule.c: algo_free) */
+        [ZCCL_COLL_ALLTOALL] = zccl__sched_direct_alltoall,
+        [ZCCL_COLL_ALLTOALLV] = zccl__sched_direct_alltoallv,
+        [ZCCL_COLL_GATHER] = zccl__sched_direct_gather,
+        [ZCCL_COLL_SCATTER] = zccl__sched_direct_scatter,
+    },
+    .predict = predict_direct,
+    .formula = formula_direct,
+};
