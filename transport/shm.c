@@ -30,6 +30,8 @@
 #include <unistd.h>
 #include "transport.h"
 
+extern const zccl_transport_ops_t zccl_transport_shm; /* defined at the end of this file */
+
 #define SEG_MAGIC 0x7a63636c73686d31ull /* "zcclshm1" */
 #define SLOT_INLINE 1u
 #define SLOT_CMA 2u

@@ -130,6 +130,7 @@ typedef struct zccl_xfer {
 typedef struct zccl_transport_ops {
     const char *name;          /* as ZCCL_TRANSPORT names it */
     zccl_link_class_t link;    /* its link class (the tuner's cost model) */
+    unsigned fds_per_peer;     /* file descriptors it opens per remote peer (checked against RLIMIT_NOFILE) */
     /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it and for the INFO
      *  log (writes a sentence into buf). Returns the error class: ZCCL_SYSTEM_ERROR for a resource limit of this
      *  host, ZCCL_INVALID_ARGUMENT otherwise. NULL: "another host". */
@@ -160,10 +161,6 @@ typedef struct zccl_transport_ops {
      *  inbox failed and wake the host's ranks). The listening socket stays, so zccl_comm_shrink still works. */
     void (*poison)(zccl_tp_comm_t *comm);
 } zccl_transport_ops_t;
-
-extern const zccl_transport_ops_t zccl_transport_shm;
-extern const zccl_transport_ops_t zccl_transport_tcp;
-extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c; never reaches a peer when built without verbs */
 
 /** The registration table (transport/registry.c): every transport of this build in order of preference (a peer
  *  gets the first that can reach it), NULL-terminated. The one place a new transport is added. */
