@@ -605,6 +605,16 @@ static int bad_input(ncclComm_t comm, int rank, int n) {
     CHECK(ncclRedOpDestroy(op_here, comm));
     ncclResult_t r = ncclAllReduce(&x, &y, 1, ncclFloat32, op, comm, NULL);
     if (r != ncclInvalidArgument) failf("PreMulSum handle of another communicator: %d, expected ncclInvalidArgument", (int)r);
+    /* the same call inside a group: ncclGroupEnd reports it, naming the grouped call; the group's other call runs */
+    int gi = 1, go = 0;
+    CHECK(ncclGroupStart());
+    CHECK(ncclAllReduce(&gi, &go, 1, ncclInt32, ncclSum, comm, NULL));
+    ncclAllReduce(&x, &y, 1, ncclFloat32, op, comm, NULL); /* may fail here already or at ncclGroupEnd */
+    r = ncclGroupEnd();
+    if (r != ncclInvalidArgument) failf("grouped PreMulSum handle of another communicator: ncclGroupEnd -> %d", (int)r);
+    else if (!strstr(ncclGetLastError(NULL), "call 2"))
+        failf("ncclGroupEnd's message does not name the grouped call: %s", ncclGetLastError(NULL));
+    if (go != n) failf("the valid call of the failed group: %d, expected %d", go, n);
     EXPECT_ERR(ncclRedOpDestroy(op, comm), ncclInvalidArgument, "");
     CHECK(ncclRedOpDestroy(op, other));
     CHECK(ncclCommDestroy(other));
