@@ -459,8 +459,9 @@ zccl_result_t zccl_group_start(void);
  * order of first use (as with separate calls).
  * Streams: the group runs where its operations were issued. If every operation of a communicator named the same
  * stream, that communicator's part is queued on it as one operation and this call returns once it is queued
- * (synchronize the stream to wait); operations with a NULL stream run before zccl_group_end returns. Mixing several
- * non-NULL streams on one communicator in a group is ZCCL_INVALID_USAGE.
+ * (synchronize the stream to wait); operations with a NULL stream run before zccl_group_end returns. The
+ * operations of one communicator in a group must all name the same stream (NULL included), else
+ * ZCCL_INVALID_USAGE. Creating a communicator inside a group runs at once (not deferred to the group's end).
  * Errors: ZCCL_INVALID_USAGE without a matching zccl_group_start, or for a self send/recv without its counterpart
  * in the group; any error of a recorded operation, with the message naming it: "zccl_group_end: call 3 (zccl_send
  * to peer 2, count 1024): ..." (calls numbered from 1 in recording order). A group whose transfers fail part-way

@@ -119,7 +119,10 @@ int body_mixed(zccl_comm_t comm, int rank, int n) {
 /* One group over two communicators: comm and a copy made by split (same ranks, reversed order). */
 int body_two_comms(zccl_comm_t comm, int rank, int n) {
     zccl_comm_t other;
+    /* creating a communicator inside a group runs at once (its exchanges are not recorded in the group) */
+    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
     GCHECK(zccl_comm_split(comm, 0, n - rank, &other) == ZCCL_SUCCESS, "split: %s", zccl_get_last_error(comm));
+    GCHECK(zccl_group_end() == ZCCL_SUCCESS, "group_end around split: %s", zccl_get_last_error(comm));
     int orank;
     zccl_comm_rank(other, &orank);
     std::vector<int32_t> a(n), b(n), c(n), d(n, -1), e(n, -1);
@@ -172,6 +175,19 @@ int body_errors(zccl_comm_t comm, int rank, int n) {
     zccl_group_start();
     GCHECK(zccl_send(nullptr, 1, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_INVALID_ARGUMENT, "NULL sendbuf");
     GCHECK(zccl_group_end() == ZCCL_SUCCESS, "group after an argument error");
+    /* one communicator, two streams in one group: refused, naming both calls; nothing runs */
+    zccl_stream_t st;
+    GCHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
+    y = 0;
+    zccl_group_start();
+    zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, st);
+    zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+    res = zccl_group_end();
+    GCHECK(res == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "calls 1 and 2") &&
+               strstr(zccl_get_last_error(comm), "different streams"),
+           "two streams: %d %s", res, zccl_get_last_error(comm));
+    GCHECK(zccl_stream_synchronize(st) == ZCCL_SUCCESS && y == 0, "a refused group ran");
+    zccl_stream_destroy(st);
     /* the communicator still works */
     GCHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS && y == n, "allreduce after");
     return 0;

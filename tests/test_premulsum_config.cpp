@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -166,12 +167,46 @@ int premul_body(zccl_comm_t comm, int rank, int n) {
     return 0;
 }
 
+/* fp8 through the collectives (the kernels are tested exhaustively in test_fp8.cpp): every op on values whose
+ * results are exact in both formats. x_r[i] = 1 + (i + r) % 2 (1 or 2): sums <= 8, products <= 16, AVG (on 1, 2
+ * and 4 ranks: power-of-two divisors) multiples of 1/4, all exact. */
+int fp8_body(zccl_comm_t comm, int rank, int n) {
+    const size_t c = 101;
+    for (zccl_datatype_t dt : {ZCCL_FLOAT8E4M3, ZCCL_FLOAT8E5M2}) {
+        for (zccl_redop_t op : {ZCCL_SUM, ZCCL_PROD, ZCCL_MAX, ZCCL_MIN, ZCCL_AVG}) {
+            if (op == ZCCL_AVG && (n & (n - 1))) continue;
+            std::vector<uint8_t> in(c), out(c), want(c);
+            for (size_t i = 0; i < c; i++) {
+                put(dt, in.data(), i, 1.0 + (double)((i + (size_t)rank) % 2));
+                double acc = op == ZCCL_PROD ? 1 : op == ZCCL_MIN ? 1e9 : op == ZCCL_MAX ? -1e9 : 0;
+                for (int r = 0; r < n; r++) {
+                    const double v = 1.0 + (double)((i + (size_t)r) % 2);
+                    acc = op == ZCCL_PROD ? acc * v : op == ZCCL_MAX ? std::max(acc, v) : op == ZCCL_MIN ? std::min(acc, v) : acc + v;
+                }
+                if (op == ZCCL_AVG) acc /= n;
+                put(dt, want.data(), i, acc);
+            }
+            zccl_result_t res = zccl_allreduce(in.data(), out.data(), c, dt, op, comm, nullptr);
+            PCHECK(res == ZCCL_SUCCESS, "fp8 allreduce dt %d op %d: %s", dt, op, zccl_get_last_error(comm));
+            for (size_t i = 0; i < c; i++)
+                PCHECK(out[i] == want[i], "fp8 allreduce dt %d op %d [%zu] = 0x%02x, want 0x%02x", dt, op, i, out[i], want[i]);
+        }
+    }
+    return 0;
+}
+
 class PreMulSum : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 TEST_P(PreMulSum, EveryTypeAndHandleRules) {
     Options o;
     o.deadline_s = 120;
     o.env = {{"ZCCL_TRANSPORT", std::get<0>(GetParam())}, {"ZCCL_TIMEOUT_MS", std::string("60000")}};
     run_ranks(std::get<1>(GetParam()), premul_body, o);
+}
+TEST_P(PreMulSum, Fp8EveryOpThroughAllreduce) {
+    Options o;
+    o.deadline_s = 120;
+    o.env = {{"ZCCL_TRANSPORT", std::get<0>(GetParam())}, {"ZCCL_TIMEOUT_MS", std::string("60000")}};
+    run_ranks(std::get<1>(GetParam()), fp8_body, o);
 }
 INSTANTIATE_TEST_SUITE_P(Transports, PreMulSum,
                          ::testing::Combine(::testing::Values(std::string("shm"), std::string("tcp")),

@@ -35,6 +35,10 @@ const char *zccl__coll_api_name(zccl_coll_t c);
 /** Every entry point's last step: resolves a PreMulSum handle, then records the operation in the calling thread's
  *  open group, or queues it on the stream / runs it now (zccl__op_issue). Takes ownership of what op owns. */
 zccl_result_t zccl__api_issue(const zccl_op_t *op, zccl_stream_t stream);
+/** Creating a communicator inside a group runs its internal collectives at once: the group is set aside meanwhile
+ *  (returns the depth to give back to zccl__group_resume). */
+int zccl__group_suspend(void);
+void zccl__group_resume(int saved);
 /** Whether the calling thread has a group open (zccl_group_start without its zccl_group_end yet). */
 bool zccl__group_open(void);
 

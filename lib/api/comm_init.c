@@ -37,8 +37,19 @@ zccl_result_t zccl__comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t
     return zccl__comm_init_into(comm, out, nranks, id, rank);
 }
 
+static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                    int rank);
+
 zccl_result_t zccl__comm_init_into(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
                                    int rank) {
+    const int group = zccl__group_suspend(); /* the creation's own collectives are not part of a caller's group */
+    const zccl_result_t res = comm_init_body(comm, out, nranks, id, rank);
+    zccl__group_resume(group);
+    return res;
+}
+
+static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                    int rank) {
     zccl_result_t res;
     comm->rank = comm->tc.rank = rank;
     comm->nranks = comm->tc.nranks = nranks;

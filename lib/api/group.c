@@ -38,6 +38,14 @@ static _Thread_local int next_index;
 
 bool zccl__group_open(void) { return depth > 0; }
 
+int zccl__group_suspend(void) {
+    const int d = depth;
+    depth = 0;
+    return d;
+}
+
+void zccl__group_resume(int saved) { depth = saved; }
+
 static bool has_op(zccl_coll_t c) {
     return c == ZCCL_COLL_ALLREDUCE || c == ZCCL_COLL_REDUCE_SCATTER || c == ZCCL_COLL_REDUCE;
 }
