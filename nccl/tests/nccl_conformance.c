@@ -676,8 +676,15 @@ static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
     CHECK(ncclCommUserRank(comm, &r));
     if (cnt != n || r != rank) failf("communicator: rank %d of %d, expected %d of %d", r, cnt, rank, n);
     const char *what = getenv("NCCL_CONFORMANCE_PARTS"); /* default: all */
-    if (!what || strstr(what, "reduce")) { reduction_matrix(comm, rank, n, 1031); reduction_matrix(comm, rank, n, 1); }
-    if (!what || strstr(what, "move")) movement_matrix(comm, rank, n, 517);
+    if (!what || strstr(what, "reduce")) {
+        reduction_matrix(comm, rank, n, 1031);
+        reduction_matrix(comm, rank, n, 1);
+        reduction_matrix(comm, rank, n, 70001); /* several chunks per block: the pipelined paths */
+    }
+    if (!what || strstr(what, "move")) {
+        movement_matrix(comm, rank, n, 517);
+        movement_matrix(comm, rank, n, 33333);
+    }
     if (!what || strstr(what, "group")) groups(comm, rank, n);
     if (!what || strstr(what, "split")) split_shrink(comm, rank, n);
     if (!what || strstr(what, "nonblocking")) nonblocking(comm, rank, n);
