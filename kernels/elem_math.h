@@ -12,7 +12,8 @@
  *    value of the same sign (448 for E4M3, 57344 for E5M2), as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ..)
  *    which NCCL's fp8 types use. A NaN stays NaN (E4M3: S.1111.111, E5M2: S.11111.11), keeping its sign.
  *  - MAX and MIN follow fmax/fmin: a NaN operand yields the other operand, and -0 orders below +0.
- * Needs only <stdint.h> and <string.h> (memcpy for the bit casts, which nvcc also accepts in device code).
+ * Needs only <stdint.h> and <string.h> (memcpy for the bit casts, which nvcc also accepts in device code). Valid C11
+ * and C++11 (no hexadecimal float literals); checked to compile with nvcc for host and device (tests/cuda/elem_math_nvcc.cu).
  */
 #ifndef ZCCL_ELEM_MATH_H
 #define ZCCL_ELEM_MATH_H
@@ -50,7 +51,7 @@ ZCCL_EM_FN float zccl_em_half_to_float(uint16_t h)
      * Subnormal (and zero): the value is mag * 2^-24. The integer converts to float exactly (mag < 2^10) and the
      * product is a normal binary32 (>= 2^-24), so this is exact even with flush-to-zero or denormals-are-zero.
      */
-    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 0x1p-24f);
+    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 5.9604644775390625e-08f); /* 2^-24 */
     const uint32_t r = mag < 0x0400u ? subnormal : mag >= 0x7c00u ? inf_nan : normal;
     return zccl_em_from_bits32(sign | r);
 }
@@ -129,7 +130,7 @@ ZCCL_EM_FN float zccl_em_e4m3_to_float(uint8_t v)
     const uint32_t sign = (uint32_t)(v & 0x80u) << 24;
     const uint32_t mag = v & 0x7fu;
     const uint32_t normal = (mag << 20) + (120u << 23); /* rebias 7 -> 127 */
-    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 0x1p-9f); /* mag < 8 here: exact */
+    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 0.001953125f); /* 2^-9; mag < 8: exact */
     const uint32_t r = mag == 0x7fu ? 0x7fc00000u : mag < 0x08u ? subnormal : normal;
     return zccl_em_from_bits32(sign | r);
 }
@@ -143,7 +144,7 @@ ZCCL_EM_FN float zccl_em_e5m2_to_float(uint8_t v)
     const uint32_t sign = (uint32_t)(v & 0x80u) << 24;
     const uint32_t mag = v & 0x7fu;
     const uint32_t normal = (mag << 21) + (112u << 23); /* rebias 15 -> 127 */
-    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 0x1p-16f); /* mag < 4 here: exact */
+    const uint32_t subnormal = zccl_em_bits32((float)(int32_t)mag * 1.52587890625e-05f); /* 2^-16; mag < 4: exact */
     const uint32_t r = mag > 0x7cu ? 0x7fc00000u : mag == 0x7cu ? 0x7f800000u : mag < 0x04u ? subnormal : normal;
     return zccl_em_from_bits32(sign | r);
 }
