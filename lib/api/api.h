@@ -55,4 +55,11 @@ void zccl__redop_forget(zccl_comm_t comm);
  *  if that creation failed. */
 zccl_result_t zccl__comm_ready(zccl_comm_t comm, const char *fn);
 
+/** The first host of a Slurm node list ("node[01-04],x" -> "node01"); 0, or -1 if malformed or longer than len. */
+int zccl__slurm_first_host(const char *list, char *out, size_t len);
+
+/** Prints, once per job, the unknown ZCCL_* names (stderr) and the NCCL_* ones read or ignored (INFO)
+ *  (config_check.c). */
+void zccl__config_warn_unknown(void);
+
 #endif
