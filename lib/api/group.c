@@ -155,7 +155,7 @@ static zccl_result_t run_p2p(part_t *p) {
         free(which);
         return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_group_end: out of memory for %zu transfers", nx);
     }
-    size_t si = 0, ri = 0, k = 0;
+    size_t si = 0, k = 0;
     for (size_t i = 0; i < p->n; i++) {
         const rec_t *r = &p->recs[i];
         if (!is_p2p(r)) continue;
@@ -165,7 +165,6 @@ static zccl_result_t run_p2p(part_t *p) {
             while (!(is_self(&p->recs[si]) && p->recs[si].op.coll == ZCCL_COLL_SEND)) si++;
             const zccl_op_t *s = &p->recs[si++].op;
             if (s->sendbuf != r->op.recvbuf) memmove(r->op.recvbuf, s->sendbuf, r->op.count * zccl_type_size(r->op.dt));
-            ri++;
             continue;
         }
         zccl_xfer_t *x = &xs[k];
@@ -181,7 +180,6 @@ static zccl_result_t run_p2p(part_t *p) {
             x->dst = r->op.recvbuf;
         }
     }
-    (void)ri;
     zccl_result_t res = zccl__engine_run_xfers(comm, xs, nx);
     if (res != ZCCL_SUCCESS) {
         size_t bad = 0;
