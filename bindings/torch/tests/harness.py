@@ -20,7 +20,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results):
+def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_after_s, stack_file):
+    import faulthandler
+
+    stacks = open(stack_file, "w")
+    faulthandler.dump_traceback_later(dump_after_s, exit=False, file=stacks)  # a hung rank shows where it hung
     try:
         os.environ.update(env)
         import torch
@@ -62,7 +66,10 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     else:
         raise ValueError(init)
-    procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results),
+    stack_dir = tempfile.mkdtemp(prefix="zccl_torch_stacks_")
+    stack_file = lambda r: os.path.join(stack_dir, f"rank{r}.txt")  # noqa: E731
+    procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results,
+                                                       max(1.0, timeout - 3), stack_file(r)),
                          daemon=True) for r in range(n)]
     for p in procs:
         p.start()
@@ -93,7 +100,14 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
         raise RankFailure("\n".join(errors))
     missing = [r for r in range(n) if r not in got and r not in expect_dead]
     if hung:
-        raise RankFailure(f"ranks {hung} did not finish within {timeout} s (killed)")
+        stacks = ""
+        for r in hung:
+            try:
+                with open(stack_file(r)) as f:
+                    stacks += f"\n--- rank {r}, {timeout - 3:.0f} s after it started:\n" + f.read()
+            except OSError:
+                pass
+        raise RankFailure(f"ranks {hung} did not finish within {timeout} s (killed){stacks}")
     if missing:
         raise RankFailure(f"ranks {missing} exited without reporting (exit codes "
                           f"{[procs[r].exitcode for r in missing]})")

@@ -1,0 +1,40 @@
+"""Ranks that fail on purpose: one killed inside an all-reduce, and ranks that disagree on size or dtype."""
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def killed_mid_allreduce(rank, n, victim):
+    """The victim starts a large all-reduce and kills itself while it runs; the others report what wait() raised
+    and how long it took."""
+    dist.all_reduce(torch.ones(8))  # everyone connected
+    big = torch.ones(16 << 20)  # 64 MiB: the all-reduce is still running when the victim dies
+    work = dist.all_reduce(big, async_op=True)
+    if rank == victim:
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        work.wait()
+        while True:  # the first call may have finished before the victim died: the next one cannot
+            dist.all_reduce(big)
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}
+
+
+def mismatched(rank, n, what):
+    """Rank 0 passes a different element count (what='size') or dtype (what='dtype') from the others."""
+    dist.all_reduce(torch.ones(8))
+    if what == "size":
+        t = torch.ones(4096 + (1000 if rank == 0 else 0))
+    else:
+        t = torch.ones(4096, dtype=torch.float64 if rank == 0 else torch.float32)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        return {"error": None, "seconds": time.monotonic() - t0}
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}

@@ -1,0 +1,32 @@
+"""Failures must surface as errors that name their cause, within the process group's timeout, never as hangs."""
+import pytest
+
+pytest.importorskip("torch", reason="torch is not importable by this python (apt-get install python3-torch)")
+
+import fault_worker  # noqa: E402
+import harness  # noqa: E402
+
+PG_TIMEOUT_S = 10
+
+
+def test_killed_rank_is_named_within_timeout():
+    res = harness.run_ranks(fault_worker.killed_mid_allreduce, 3, args=(2,), expect_dead=(2,),
+                            pg_timeout_s=PG_TIMEOUT_S, timeout=60)
+    for rank in (0, 1):
+        err = res[rank]["error"]
+        assert "rank 2" in err, f"rank {rank}'s error does not name the killed rank: {err}"
+        assert res[rank]["seconds"] < PG_TIMEOUT_S, f"rank {rank} took {res[rank]['seconds']:.1f} s"
+
+
+@pytest.mark.parametrize("what", ["size", "dtype"])
+@pytest.mark.parametrize("check", ["0", "1"])
+def test_mismatch_is_an_error_not_a_hang(what, check):
+    res = harness.run_ranks(fault_worker.mismatched, 2, args=(what,), pg_timeout_s=PG_TIMEOUT_S, timeout=45,
+                            env={"ZCCL_CHECK": check})
+    for rank, r in res.items():
+        assert r["error"] is not None, f"rank {rank}: a mismatched all-reduce succeeded"
+        assert r["seconds"] < PG_TIMEOUT_S + 2, f"rank {rank}: the error took {r['seconds']:.1f} s"
+        if check == "1":  # zccl's argument check names both calls
+            assert "ZCCL_CHECK: ranks called different collectives" in r["error"], r["error"]
+        else:
+            assert "rank" in r["error"], r["error"]
