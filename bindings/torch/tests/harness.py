@@ -50,7 +50,8 @@ class RankFailure(AssertionError):
 
 
 def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeout_s=60, args=(), expect_dead=()):
-    """Returns {rank: fn's result}. init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently."""
+    """Returns {rank: fn's result} (return plain data or numpy arrays: tensors travel as shared-memory handles that
+    die with their process). init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently."""
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
