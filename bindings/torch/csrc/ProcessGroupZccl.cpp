@@ -2,6 +2,8 @@
  * ProcessGroupZccl.cpp — the "zccl" torch.distributed backend: argument checks in the caller's thread, the zccl
  * calls and the local work around them on the group's lane threads (see ProcessGroupZccl.hpp).
  */
+#include <Python.h> /* first, as Python asks; only for releasing the GIL in the destructor */
+
 #include "ProcessGroupZccl.hpp"
 
 #include <cstdlib>
@@ -272,7 +274,15 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
 }
 
-ProcessGroupZccl::~ProcessGroupZccl() { shutdown(); }
+ProcessGroupZccl::~ProcessGroupZccl() {
+    /* Python drops the last reference with the GIL held (destroy_process_group). Joining the lanes and closing
+     * the communicators must not hold it: a lane may be completing a future whose callbacks need it, and other
+     * Python threads (multiprocessing's queue feeder) would stall meanwhile. */
+    PyThreadState *saved = nullptr;
+    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+    shutdown();
+    if (saved) PyEval_RestoreThread(saved);
+}
 
 void ProcessGroupZccl::stopLanes() {
     for (auto &l : lanes_) {
@@ -291,7 +301,16 @@ void ProcessGroupZccl::shutdown() {
     shut_ = true;
     stopLanes(); /* the lanes finish what is queued first */
     if (!aborted_)
-        for (auto &l : lanes_) zccl_comm_destroy(l.comm);
+        for (auto &l : lanes_) {
+            /* a communicator broken by a lost peer or a deadline has nothing left to complete: abort it, which
+             * closes its connections without waiting for anyone */
+            zccl_result_t broken = ZCCL_SUCCESS;
+            zccl_comm_get_async_error(l.comm, &broken);
+            if (broken != ZCCL_SUCCESS)
+                zccl_comm_abort(l.comm);
+            else
+                zccl_comm_destroy(l.comm);
+        }
     for (auto &l : lanes_) l.comm = nullptr;
 }
 

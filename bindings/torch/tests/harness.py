@@ -20,11 +20,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_after_s, stack_file):
+def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file):
     import faulthandler
 
     stacks = open(stack_file, "w")
-    faulthandler.dump_traceback_later(dump_after_s, exit=False, file=stacks)  # a hung rank shows where it hung
+    # a hung rank shows where it hung, just before the parent's deadline (the child starts seconds late: imports)
+    faulthandler.dump_traceback_later(max(1.0, dump_at - time.time()), exit=False, file=stacks)
     try:
         os.environ.update(env)
         import torch
@@ -70,7 +71,7 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
     stack_dir = tempfile.mkdtemp(prefix="zccl_torch_stacks_")
     stack_file = lambda r: os.path.join(stack_dir, f"rank{r}.txt")  # noqa: E731
     procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results,
-                                                       max(1.0, timeout - 3), stack_file(r)),
+                                                       time.time() + timeout - 3, stack_file(r)),
                          daemon=True) for r in range(n)]
     for p in procs:
         p.start()
@@ -105,7 +106,7 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
         for r in hung:
             try:
                 with open(stack_file(r)) as f:
-                    stacks += f"\n--- rank {r}, {timeout - 3:.0f} s after it started:\n" + f.read()
+                    stacks += f"\n--- rank {r}, 3 s before the deadline:\n" + f.read()
             except OSError:
                 pass
         raise RankFailure(f"ranks {hung} did not finish within {timeout} s (killed){stacks}")
