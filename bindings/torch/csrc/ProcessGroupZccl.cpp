@@ -791,6 +791,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::barrier(const c10d::BarrierOpti
     });
 }
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::endCoalescing() {
+    return enqueue(0, c10d::OpType::UNKNOWN, "endCoalescing", {}, [](zccl_comm_t) {});
+}
+#endif
+
 /* Monitored barrier through the store, as gloo's reports: every rank checks in under a per-call key, rank 0 waits
  * for all of them until the timeout and names the ranks that did not arrive, then releases the others. */
 void ProcessGroupZccl::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks) {

@@ -112,6 +112,13 @@ class ProcessGroupZccl : public BackendBase {
     c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts = c10d::BarrierOptions()) override;
     void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks = false) override;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    /* torch >= 2.1's coalescing manager. zccl has no group calls yet, so the operations of a coalescing block run
+     * one after the other on lane 0; the Work of endCoalescing completes after the last of them. On torch 1.x the
+     * base class's no-op start/endCoalescing apply (same behaviour). */
+    void startCoalescing() override {}
+    c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+#endif
 
     /* Frees the communicators without waiting for peers: operations in progress fail within ~50 ms, queued ones
      * fail without running. The group cannot be used afterwards. */
