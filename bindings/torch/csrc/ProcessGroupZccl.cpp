@@ -314,9 +314,19 @@ void ProcessGroupZccl::shutdown() {
     for (auto &l : lanes_) l.comm = nullptr;
 }
 
+/* zccl_comm_abort frees the communicator and may be called while another thread is blocked inside one of its
+ * calls. Each lane checks `aborted_` under its mutex before it starts a job, and abort() holds that mutex while it
+ * aborts the lane's communicator, so an idle lane never touches a freed one. A busy lane is normally blocked inside
+ * zccl (the reason to abort), which the abort wakes; a job made of several zccl calls (all-to-all, bitwise
+ * reductions) that is between two of them at that instant can still reach the freed communicator: zccl's API has
+ * no way to close that window until it offers an abort that does not free. */
 void ProcessGroupZccl::abort() {
-    if (shut_ || aborted_.exchange(true)) return;
-    for (auto &l : lanes_) zccl_comm_abort(l.comm); /* blocked calls return within ~50 ms, later ones fail */
+    if (shut_) return;
+    for (auto &l : lanes_) {
+        std::lock_guard<std::mutex> g(l.mutex);
+        aborted_ = true;
+        zccl_comm_abort(l.comm); /* blocked calls return within ~50 ms; queued jobs fail without running */
+    }
     shutdown();
 }
 
@@ -355,15 +365,17 @@ void ProcessGroupZccl::runLane(int lane) {
     at::NoGradGuard no_grad; /* in-place copies into tensors that require grad (DDP's buckets do not) */
     for (;;) {
         std::pair<c10::intrusive_ptr<WorkZccl>, std::function<void(zccl_comm_t)>> job;
+        bool aborted = false;
         {
             std::unique_lock<std::mutex> g(l.mutex);
             l.cv.wait(g, [&] { return l.stop || !l.queue.empty(); });
             if (l.queue.empty()) return;
             job = std::move(l.queue.front());
             l.queue.pop_front();
+            aborted = aborted_; /* under the lane's mutex: see abort() */
         }
         std::exception_ptr error;
-        if (aborted_) {
+        if (aborted) {
             error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
         } else {
             try {

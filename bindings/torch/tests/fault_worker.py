@@ -38,3 +38,22 @@ def mismatched(rank, n, what):
         return {"error": None, "seconds": time.monotonic() - t0}
     except RuntimeError as e:
         return {"error": str(e), "seconds": time.monotonic() - t0}
+
+
+def abort_unblocks(rank, n):
+    """Rank 0 starts an all-reduce that rank 1 never joins, then aborts the group from its main thread: wait()
+    must raise promptly instead of waiting for the peer or the timeout."""
+    dist.all_reduce(torch.ones(8))
+    if rank == 1:
+        time.sleep(3.0)  # stays away from the collective until rank 0 has aborted
+        return {"error": None, "seconds": 0.0}
+    pg = dist.distributed_c10d._get_default_group()
+    work = dist.all_reduce(torch.ones(1 << 16), async_op=True)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    pg.abort()
+    try:
+        work.wait()
+        return {"error": None, "seconds": time.monotonic() - t0}
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}

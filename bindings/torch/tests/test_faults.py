@@ -30,3 +30,9 @@ def test_mismatch_is_an_error_not_a_hang(what, check):
             assert "ZCCL_CHECK: ranks called different collectives" in r["error"], r["error"]
         else:
             assert "rank" in r["error"], r["error"]
+
+
+def test_abort_unblocks_a_waiting_collective():
+    res = harness.run_ranks(fault_worker.abort_unblocks, 2, pg_timeout_s=PG_TIMEOUT_S, timeout=45)
+    assert res[0]["error"] is not None, "an all-reduce without its peer completed"
+    assert res[0]["seconds"] < 2.0, f"abort took {res[0]['seconds']:.1f} s to unblock wait()"
