@@ -25,19 +25,24 @@ def killed_mid_allreduce(rank, n, victim):
         return {"error": str(e), "seconds": time.monotonic() - t0}
 
 
-def mismatched(rank, n, what):
-    """Rank 0 passes a different element count (what='size') or dtype (what='dtype') from the others."""
-    dist.all_reduce(torch.ones(8))
-    if what == "size":
-        t = torch.ones(4096 + (1000 if rank == 0 else 0))
-    else:
-        t = torch.ones(4096, dtype=torch.float64 if rank == 0 else torch.float32)
-    t0 = time.monotonic()
-    try:
-        dist.all_reduce(t)
-        return {"error": None, "seconds": time.monotonic() - t0}
-    except RuntimeError as e:
-        return {"error": str(e), "seconds": time.monotonic() - t0}
+def mismatched(rank, n):
+    """Rank 0 passes a different element count ("size"), then a different dtype ("dtype"), from the others; each
+    case on its own group (a failed collective breaks its communicators for good)."""
+    groups = {"size": None, "dtype": dist.new_group(list(range(n)))}
+    out = {}
+    for what, group in groups.items():
+        dist.all_reduce(torch.ones(8), group=group)
+        if what == "size":
+            t = torch.ones(4096 + (1000 if rank == 0 else 0))
+        else:
+            t = torch.ones(4096, dtype=torch.float64 if rank == 0 else torch.float32)
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(t, group=group)
+            out[what] = {"error": None, "seconds": time.monotonic() - t0}
+        except RuntimeError as e:
+            out[what] = {"error": str(e), "seconds": time.monotonic() - t0}
+    return out
 
 
 def abort_unblocks(rank, n):

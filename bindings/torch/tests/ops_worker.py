@@ -249,6 +249,22 @@ def run(rank, n):
         except (ValueError, RuntimeError) as e:
             check(fails, "not supported" in str(e), f"recvAnysource error unclear: {e}")
 
+    # ---- every dtype over isend/irecv (a ring), and a broadcast into a non-contiguous view ----
+    if n > 1:
+        for dt in ALL:
+            got = torch.zeros(COUNT, dtype=dt)
+            reqs = [dist.isend(values(rank, dt), (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]
+            for q in reqs:
+                q.wait()
+            check(fails, same(got, values((rank - 1) % n, dt)), f"isend/irecv {dt}")
+    base = torch.zeros(COUNT, 3)
+    view = base[:, 1]  # stride 3
+    if rank == 0:
+        view.copy_(values(0, torch.float32))
+    dist.broadcast(view, src=0)
+    check(fails, same(base[:, 1].contiguous(), values(0, torch.float32)) and not base[:, 0].any(),
+          "broadcast into a strided view")
+
     # ---- barriers ----
     dist.barrier()
     if n > 1:

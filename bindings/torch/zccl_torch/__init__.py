@@ -8,7 +8,16 @@ import inspect
 import torch
 import torch.distributed as dist  # binds ProcessGroup/Backend, the base class of ours
 
-from ._C import ProcessGroupZccl, zccl_version  # noqa: F401
+try:
+    from ._C import ProcessGroupZccl, zccl_version  # noqa: F401
+except ImportError as e:
+    import os
+
+    raise ImportError(
+        f"zccl_torch: the compiled part (zccl_torch._C) is missing next to {os.path.dirname(__file__)} ({e}). "
+        "This is probably the source tree's copy: build it in place (cd bindings/torch && python3 setup.py "
+        "build_ext --inplace), or put the build tree's copy (build/bindings/torch/python) first on PYTHONPATH, "
+        "or pip install ./bindings/torch") from e
 
 __all__ = ["ProcessGroupZccl", "zccl_version", "BACKEND"]
 
