@@ -807,6 +807,41 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::barrier(const c10d::BarrierOpti
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::endCoalescing() {
     return enqueue(0, c10d::OpType::UNKNOWN, "endCoalescing", {}, [](zccl_comm_t) {});
 }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                                 std::vector<at::Tensor> &inputs,
+                                                                                 const c10d::AllgatherOptions &) {
+    const char *op = "allgather_into_tensor_coalesced";
+    if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
+    std::vector<Dense> ins, outs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+        check_tensor(op, inputs[i], "input");
+        check_tensor(op, outputs[i], "output");
+        check_same_dtype(op, inputs[i], outputs[i], "an output");
+        check_numel(op, outputs[i], inputs[i].numel() * size_, "an output");
+        ins.push_back(Dense::in(inputs[i]));
+        outs.push_back(Dense::out(outputs[i]));
+    }
+    return enqueue(0, c10d::OpType::ALLGATHER_COALESCED, op, outputs, [ins, outs](zccl_comm_t comm) {
+        for (size_t i = 0; i < ins.size(); i++) {
+            zcheck(zccl_allgather(ins[i].ptr(), outs[i].ptr(), nbytes(ins[i].buf), ZCCL_UINT8, comm, nullptr));
+            outs[i].finish();
+        }
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
+    const char *op = "reduce_scatter_tensor_coalesced";
+    if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
+    std::vector<c10::intrusive_ptr<c10d::Work>> parts;
+    for (size_t i = 0; i < inputs.size(); i++) /* each one is checked, then queued; they run in this order */
+        parts.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+    /* a Work that completes after the last part (same lane, in order) and carries every output */
+    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, outputs, [parts](zccl_comm_t) {
+        for (auto &w : parts) w->wait(); /* already complete: rethrows a part's error */
+    });
+}
 #endif
 
 /* Monitored barrier through the store, as gloo's reports: every rank checks in under a per-call key, rank 0 waits

@@ -118,6 +118,13 @@ class ProcessGroupZccl : public BackendBase {
      * base class's no-op start/endCoalescing apply (same behaviour). */
     void startCoalescing() override {}
     c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+    /* FSDP's coalesced forms: one job that runs the tensors' all-gathers / reduce-scatters one after another. */
+    c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions()) override;
 #endif
 
     /* Frees the communicators without waiting for peers: operations in progress fail within ~50 ms, queued ones
