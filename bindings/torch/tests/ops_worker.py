@@ -215,6 +215,15 @@ def run(rank, n):
         dist.all_to_all(outs, ins)
         check(fails, all(same(outs[p], values(p, dt, p + rank + 1, salt=rank)) for p in range(n)), f"all_to_all {dt}")
 
+    # all-to-all with 4 MiB blocks: larger than zccl's shared-memory FIFO, so its sends block until received and
+    # only the round order of compose_alltoallv keeps this from deadlocking
+    blk = 1 << 20
+    inp = torch.cat([values(rank, torch.float32, blk, salt=p) for p in range(n)])
+    out = torch.empty(n * blk)
+    dist.all_to_all_single(out, inp)
+    check(fails, all(same(out[p * blk:(p + 1) * blk], values(p, torch.float32, blk, salt=rank)) for p in range(n)),
+          "all_to_all_single 4 MiB blocks")
+
     # all_gather_coalesced (deprecated API, still a c10d op)
     outs = [[torch.zeros(3), torch.zeros(2, 2)] for _ in range(n)]
     dist.all_gather_coalesced(outs, [values(rank, torch.float32, 3), values(rank, torch.float32, 4).view(2, 2)])
