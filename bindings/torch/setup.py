@@ -31,7 +31,7 @@ def find_zccl():
         try:
             inc = subprocess.check_output(["pkg-config", "--variable=includedir", "zccl"], text=True).strip()
             lib = subprocess.check_output(["pkg-config", "--variable=libdir", "zccl"], text=True).strip()
-            return inc, lib
+            return os.path.normpath(inc), os.path.normpath(lib)
         except subprocess.CalledProcessError:
             pass
     raise SystemExit("libzccl not found: set ZCCL_HOME to its install prefix, build the repository into "
