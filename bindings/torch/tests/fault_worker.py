@@ -62,3 +62,21 @@ def abort_unblocks(rank, n):
         return {"error": None, "seconds": time.monotonic() - t0}
     except RuntimeError as e:
         return {"error": str(e), "seconds": time.monotonic() - t0}
+
+
+def timeout_names_peer(rank, n):
+    """A group created with a 3 s timeout: rank 1 stays away from its all-reduce for 6 s, so rank 0's fails after
+    about 3 s (zccl's deadline, taken from the group's timeout), naming rank 1."""
+    import datetime
+
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
+    dist.all_reduce(torch.ones(8), group=g)
+    if rank == 1:
+        time.sleep(6.0)
+        return {"error": None, "seconds": 0.0}
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1 << 16), group=g)
+        return {"error": None, "seconds": time.monotonic() - t0}
+    except RuntimeError as e:
+        return {"error": str(e), "seconds": time.monotonic() - t0}

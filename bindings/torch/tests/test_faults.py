@@ -36,3 +36,11 @@ def test_abort_unblocks_a_waiting_collective():
     res = harness.run_ranks(fault_worker.abort_unblocks, 2, pg_timeout_s=PG_TIMEOUT_S, timeout=45)
     assert res[0]["error"] is not None, "an all-reduce without its peer completed"
     assert res[0]["seconds"] < 2.0, f"abort took {res[0]['seconds']:.1f} s to unblock wait()"
+
+
+def test_group_timeout_is_the_collective_deadline():
+    res = harness.run_ranks(fault_worker.timeout_names_peer, 2, pg_timeout_s=PG_TIMEOUT_S, timeout=45)
+    err, secs = res[0]["error"], res[0]["seconds"]
+    assert err is not None, "an all-reduce without its peer completed"
+    assert "rank 1" in err and "timed out" in err, err
+    assert 2.5 < secs < 5.5, f"the 3 s group timeout fired after {secs:.1f} s"
