@@ -8,6 +8,7 @@ import datetime
 import multiprocessing
 import os
 import queue
+import shutil
 import socket
 import tempfile
 import time
@@ -75,6 +76,15 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
                          daemon=True) for r in range(n)]
     for p in procs:
         p.start()
+    try:
+        return _collect(procs, results, n, timeout, expect_dead, stack_file)
+    finally:
+        shutil.rmtree(stack_dir, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _collect(procs, results, n, timeout, expect_dead, stack_file):
     got, errors = {}, []
     deadline = time.monotonic() + timeout
     want = n - len(expect_dead)
