@@ -337,10 +337,13 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     __atomic_store_n(&me->seq, comm->seq, __ATOMIC_RELEASE);
     *started = true;
     ring_all(comm);
+    /* A rank whose own buffers are not registered knows the answer already (every rank will read its descriptor and
+     * fall back): it does not wait for the others' descriptors, so unregistered programs pay one cache-line write. */
+    const bool need_recv = o->coll == ZCCL_COLL_ALLREDUCE;
+    if (sid == 0 || (need_recv && rid == 0)) return ZCCL_SUCCESS;
     ZCCL_CHECK(wait_all(comm, offsetof(desc_t, seq), comm->seq, "buffer descriptors"));
 
     /* The decision, from descriptors every rank reads alike. */
-    const bool need_recv = o->coll == ZCCL_COLL_ALLREDUCE;
     for (int r = 0; r < n; r++) {
         const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
         if (d->send_id == 0 || (need_recv && d->recv_id == 0)) return ZCCL_SUCCESS; /* the normal path */
