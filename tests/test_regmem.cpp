@@ -2,7 +2,8 @@
  * test_regmem.cpp — zccl_mem_alloc / zccl_mem_free / zccl_comm_register / zccl_comm_deregister: argument errors
  * name the argument; memory from zccl_mem_alloc is page-aligned, zeroed and shared (a forked child sees the
  * parent's writes); a registered range of malloc'd memory is accepted but never enables the direct path, and
- * registered all-reduces stay right when the registration ends between calls. The conformance matrix over
+ * registered all-reduces stay right when the registration ends between calls; a rank lost before a registered call
+ * is an error naming it, not a hang. The conformance matrix over
  * registered buffers is in test_collectives.cpp (Registered/CollectivesMatrix).
  */
 #include <gtest/gtest.h>
@@ -110,4 +111,35 @@ TEST(RegMem, RegistrationErrorsAndMixedBuffersFallBack) {
     o.deadline_s = 120;
     o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
     run_ranks(3, register_body, o);
+}
+
+namespace {
+
+/* Rank 1 registers like rank 0, then exits without calling the collective: rank 0, waiting for its descriptor,
+ * must fail naming the lost rank instead of hanging. */
+int lost_peer_body(zccl_comm_t comm, int rank, int) {
+    const size_t count = 1 << 18;
+    float *s = nullptr, *r = nullptr;
+    void *hs = nullptr, *hr = nullptr;
+    if (zccl_mem_alloc((void **)&s, count * 4) != ZCCL_SUCCESS || zccl_mem_alloc((void **)&r, count * 4) != ZCCL_SUCCESS ||
+        zccl_comm_register(comm, s, count * 4, &hs) != ZCCL_SUCCESS ||
+        zccl_comm_register(comm, r, count * 4, &hr) != ZCCL_SUCCESS)
+        return 2;
+    if (rank == 1) _exit(0);
+    zccl_result_t res = zccl_allreduce(s, r, count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr);
+    std::string msg = zccl_get_last_error(comm);
+    if (res != ZCCL_REMOTE_ERROR || msg.find("rank 1") == std::string::npos) {
+        fprintf(stderr, "expected ZCCL_REMOTE_ERROR naming rank 1, got %d: %s\n", (int)res, msg.c_str());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+TEST(RegMem, LostPeerDuringRegisteredCallIsAnErrorNotAHang) {
+    Options o;
+    o.deadline_s = 60;
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    run_ranks(2, lost_peer_body, o);
 }
