@@ -435,7 +435,9 @@ size_t zccl_type_size(zccl_datatype_t datatype);
  */
 zccl_result_t zccl_mem_alloc(void **ptr, size_t bytes);
 /** Frees memory from zccl_mem_alloc. ptr NULL: nothing. Errors: ZCCL_INVALID_ARGUMENT (ptr is not the start of a
- *  zccl_mem_alloc block, or was freed already). Deregister it from every communicator first. */
+ *  zccl_mem_alloc block, or was freed already). Deregister it from every communicator first. Peers that used the
+ *  block in a collective keep it mapped until their communicator is destroyed, so its pages return to the system
+ *  only then. */
 zccl_result_t zccl_mem_free(void *ptr);
 /**
  * Registers [buf, buf + bytes) with comm, locally (no communication; ranks may register in any order). A collective
