@@ -242,44 +242,55 @@ typedef struct {
 } desc_t;
 _Static_assert(sizeof(desc_t) <= ZCCL_SHM_REG_AREA_BYTES, "descriptor must fit the shm header's area");
 
-/* Waits until every local peer's word at `field` reaches `want`; sleeps on the doorbell as the engine does. */
+/* Whether every rank's word at `field` of its descriptor area has reached `want`. */
+static bool all_reached(struct zccl_comm *comm, size_t field, uint64_t want) {
+    for (int r = 0; r < comm->nranks; r++) {
+        const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
+        if (__atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) < want) return false;
+    }
+    return true;
+}
+
+static bool reached(struct zccl_comm *comm, int r, size_t field, uint64_t want) {
+    const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
+    return __atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) >= want;
+}
+
+/* Waits until every local peer's word at `field` reaches `want`; sleeps on the doorbell as the engine does, and
+ * every 50 ms checks that the peers it still waits for are alive, and the ZCCL_TIMEOUT_MS deadline. */
 static zccl_result_t wait_all(struct zccl_comm *comm, size_t field, uint64_t want, const char *what) {
-    const int n = comm->nranks;
     uint64_t idle_since = zccl__now_ns(), last_check = idle_since;
     for (unsigned spin = 0;; spin++) {
-        bool ready = true;
-        for (int r = 0; r < n && ready; r++) {
-            const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
-            ready = __atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) >= want;
-        }
-        if (ready) return ZCCL_SUCCESS;
+        if (all_reached(comm, field, want)) return ZCCL_SUCCESS;
         if ((spin & 63) != 0 || zccl__now_ns() - idle_since < comm->spin_ns) {
             __builtin_ia32_pause();
             continue;
         }
         uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
         __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        ready = true;
-        for (int r = 0; r < n && ready; r++) {
-            const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
-            ready = __atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) >= want;
-        }
-        if (!ready) zccl__doorbell_wait(&comm->tc, seen, 50);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
+        if (!all_reached(comm, field, want)) zccl__doorbell_wait(&comm->tc, seen, 50);
         __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
                                (unsigned long long)comm->seq);
+        /* Look again before judging the peers: one that set its word, woke us and then left (its call done, its
+         * communicator destroyed) is not lost. */
+        if (all_reached(comm, field, want)) return ZCCL_SUCCESS;
         const uint64_t now = zccl__now_ns();
-        if (now - last_check > 50000000ull) {
-            last_check = now;
-            for (int r = 0; r < n; r++)
-                if (r != comm->rank) ZCCL_CHECK(comm->tc.tp[r]->check_peer(&comm->tc, r));
-            if (comm->timeout_ms > 0 && now - idle_since > (uint64_t)comm->timeout_ms * 1000000ull)
-                return zccl__error(ZCCL_TIMEOUT, "rank %d: waited %lld ms for the peers' %s of %s (collective #%llu)",
-                                   comm->rank, (long long)comm->timeout_ms, what, comm->op_name,
-                                   (unsigned long long)comm->seq);
+        if (now - last_check < 50000000ull) continue;
+        last_check = now;
+        for (int r = 0; r < comm->nranks; r++) {
+            const zccl_transport_ops_t *tp = comm->tc.tp[r];
+            if (r == comm->rank || reached(comm, r, field, want) || (tp->departed && tp->departed(&comm->tc, r)))
+                continue; /* only a peer still awaited can be lost to this wait */
+            const zccl_result_t res = tp->check_peer(&comm->tc, r);
+            if (res != ZCCL_SUCCESS && !reached(comm, r, field, want)) return res; /* it did not finish first */
         }
+        if (comm->timeout_ms > 0 && now - idle_since > (uint64_t)comm->timeout_ms * 1000000ull)
+            return zccl__error(ZCCL_TIMEOUT, "rank %d: waited %lld ms for the peers' %s of %s (collective #%llu)",
+                               comm->rank, (long long)comm->timeout_ms, what, comm->op_name,
+                               (unsigned long long)comm->seq);
     }
 }
 
