@@ -617,6 +617,43 @@ size_t zccl_config_check(char *buf, size_t len, int *ninvalid);
 /** Size in bytes of one element of datatype, or 0 if datatype is out of range. */
 size_t zccl_type_size(zccl_datatype_t datatype);
 
+/* ---- zccl-allocated buffers (the shapes of ncclMemAlloc / ncclMemFree / ncclCommRegister / ncclCommDeregister) ----
+ *
+ * A collective whose buffers were allocated by zccl_mem_alloc and registered with zccl_comm_register on EVERY rank
+ * of a communicator whose ranks all share one host (shared-memory transport) runs in one pass straight out of the
+ * peers' buffers, with no staging copy: all-reduce, reduce-scatter and all-gather of at least
+ * ZCCL_SHM_REG_MIN_BYTES bytes (the whole vector; default 32 KiB), in place or not. If any rank's buffer is not
+ * registered the call takes the normal path, with the same results; so registering is only ever an optimisation.
+ * Every rank's registered buffers may be read and written by its peers while a collective that uses them runs, and
+ * only then: the call returns when no peer touches them any more.
+ */
+
+/**
+ * Allocates `bytes` bytes (rounded up to whole pages; 0 gives one page) of host memory that the other processes
+ * of this host can map: a POSIX shared-memory object named /zccl-mem-<id>-p<pid>, mapped shared and read and write,
+ * page-aligned, zero-filled and already faulted in. The name exists until zccl_mem_free (a process that dies
+ * leaves it; the next communicator created on the host removes it an hour later).
+ * Errors: ZCCL_INVALID_ARGUMENT (ptr NULL); ZCCL_SYSTEM_ERROR (shm_open, ftruncate or mmap failed, the message
+ * names which and why, e.g. /dev/shm too small).
+ */
+zccl_result_t zccl_mem_alloc(void **ptr, size_t bytes);
+/** Frees memory from zccl_mem_alloc. ptr NULL: nothing. Errors: ZCCL_INVALID_ARGUMENT (ptr is not the start of a
+ *  zccl_mem_alloc block, or was freed already). Deregister it from every communicator first. Peers that used the
+ *  block in a collective keep it mapped until their communicator is destroyed, so its pages return to the system
+ *  only then. */
+zccl_result_t zccl_mem_free(void *ptr);
+/**
+ * Registers [buf, buf + bytes) with comm, locally (no communication; ranks may register in any order). A collective
+ * on comm uses the direct path for a buffer lying entirely inside a registered range that is also inside one
+ * zccl_mem_alloc block; a range elsewhere (malloc'd memory) is accepted and recorded but never enables it.
+ * Overlapping registrations are allowed. *handle identifies the registration for zccl_comm_deregister.
+ * Errors: ZCCL_INVALID_ARGUMENT (comm, buf or handle NULL, bytes 0); ZCCL_SYSTEM_ERROR (out of memory).
+ */
+zccl_result_t zccl_comm_register(zccl_comm_t comm, void *buf, size_t bytes, void **handle);
+/** Ends a registration. Destroying the communicator ends all of its registrations. Errors: ZCCL_INVALID_ARGUMENT
+ *  (comm NULL, or handle not a live registration of comm). */
+zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle);
+
 #ifdef __cplusplus
 }
 #endif

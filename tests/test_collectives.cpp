@@ -154,6 +154,23 @@ class Matrix {
             child_log(rank_, "zccl_stream_create failed: %s", zccl_get_last_error(nullptr));
             return 2;
         }
+        /* ZT_MATRIX_REGISTER=all: every rank's buffers live in zccl_mem_alloc memory registered with the
+         * communicator (the direct path of lib/core/regmem.c); =rank0: only rank 0's (the others' are private, so
+         * every call must take the normal path). */
+        const char *regv = getenv("ZT_MATRIX_REGISTER");
+        const bool reg = regv && (!strcmp(regv, "all") || (!strcmp(regv, "rank0") && rank_ == 0));
+        const size_t skip_l = getenv("ZT_MATRIX_SKIP_LARGE") && strcmp(getenv("ZT_MATRIX_SKIP_LARGE"), "0") != 0;
+        const size_t cap = std::max((size_t)n_ * (skip_l ? 1023 : kLarge), (size_t)100003 /* inexact() */) * 8 +
+                           2 * GuardedBuf::kGuard;
+        void *mem[2] = {nullptr, nullptr}, *handle[2] = {nullptr, nullptr};
+        for (int k = 0; k < 2 && reg; k++) {
+            if (zccl_mem_alloc(&mem[k], cap) != ZCCL_SUCCESS ||
+                zccl_comm_register(comm_, mem[k], cap, &handle[k]) != ZCCL_SUCCESS) {
+                child_log(rank_, "zccl_mem_alloc/zccl_comm_register of %zu bytes: %s", cap, zccl_get_last_error(comm_));
+                return 2;
+            }
+            (k ? b_ : a_).use_memory((uint8_t *)mem[k], cap);
+        }
         double t_large = 0;
         const char *skip = getenv("ZT_MATRIX_SKIP_LARGE");
         const bool skip_large = skip && *skip && strcmp(skip, "0") != 0;
@@ -188,6 +205,11 @@ class Matrix {
         add_time(7, t7 - t_start);
         zccl_result_t res = zccl_stream_destroy(stream_);
         if (res != ZCCL_SUCCESS) fail("zccl_stream_destroy", zccl_get_last_error(nullptr));
+        for (int k = 0; k < 2 && reg; k++) {
+            if (zccl_comm_deregister(comm_, handle[k]) != ZCCL_SUCCESS) fail("zccl_comm_deregister", zccl_get_last_error(comm_));
+            (k ? b_ : a_).use_memory(nullptr, 0);
+            if (zccl_mem_free(mem[k]) != ZCCL_SUCCESS) fail("zccl_mem_free", zccl_get_last_error(nullptr));
+        }
         sh_->checks[rank_] = checks_;
         sh_->failures[rank_] = failures_;
         if (failures_ || fatal_)
@@ -621,6 +643,14 @@ EnvList variant_env(const std::string &variant, int n) {
         add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "ib-zcopy") { /* IB verbs: user buffers registered through the cache, no staging */
         add("ZCCL_IB_ZCOPY_BYTES", "1");
+    } else if (variant == "shm-reg") { /* every rank's buffers registered: one pass out of the peers' buffers */
+        add("ZT_MATRIX_REGISTER", "all");
+        add("ZCCL_SHM_REG_MIN_BYTES", "1"); /* every size, so small counts test it too */
+        add("ZCCL_CHUNK_BYTES", "4096");    /* 1023 elements cross several bounce-buffer steps */
+    } else if (variant == "shm-reg-some") { /* only rank 0 registered: every call must fall back */
+        add("ZT_MATRIX_REGISTER", "rank0");
+        add("ZCCL_SHM_REG_MIN_BYTES", "1");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "tcp-tiny") {
         add("ZCCL_CHUNK_BYTES", "4096");
         add("ZCCL_RS_ROUND_BYTES", "1024"); /* 64 would cost one TCP round trip per 64 bytes: slow, not better */
@@ -692,6 +722,10 @@ INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("shm-tiny"), std::string("shm-cma"),
                                                               std::string("tcp-tiny")),
                                             ::testing::Values(2, 3, 5)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Registered, CollectivesMatrix,
+                         ::testing::Combine(::testing::Values(std::string("shm-reg"), std::string("shm-reg-some")),
+                                            ::testing::Values(2, 3, 4)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(PermutedRing, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("shm-ring"), std::string("tcp-ring")),

@@ -96,6 +96,7 @@ struct cfg {
     int stream_null; /* -y */
     int average;   /* -a: 0 rank 0, 1 avg, 2 min, 3 max */
     int cputime;   /* -C */
+    int registered; /* -R: buffers from zccl_mem_alloc, registered with the communicator */
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
@@ -130,6 +131,8 @@ static void usage(FILE *f)
         "  -a, --average 0..3       time reported: 0 rank 0's, 1 average, 2 min, 3 max over ranks (default 3)\n"
         "  -C, --report_cputime 0|1 report the time to issue the operations instead of completing them\n"
         "  -J, --json FILE          also write the results as JSON to FILE (rank 0)\n"
+        "  -R, --registered 0|1     1: send and receive buffers from zccl_mem_alloc, registered with zccl_comm_register\n"
+        "                           (one-pass collectives straight out of the peers' buffers on one host; default 0)\n"
         "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
@@ -234,6 +237,7 @@ do {                                                                            
     case 'z': NUM(0, 1, "0 or 1"); c->blocking = (int)v; break;
     case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
     case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
+    case 'R': NUM(0, 1, "0 or 1"); c->registered = (int)v; break;
     case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
     case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
     case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
@@ -304,7 +308,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"},
+        {'N', "np"}, {'A', "algo"}, {'R', "registered"},
     };
     const char *a = argv[*i];
     *opt = 0;
@@ -323,7 +327,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         snprintf(optname, len, "%.*s", (int)(n + 2), a);
     } else {
         *opt = a[1];
-        if (!strchr("tgbeifnmwpcodrzyTGCaJ", *opt)) return bad("unknown option '%s'%s", a, "");
+        if (!strchr("tgbeifnmwpcodrzyTGCaJR", *opt)) return bad("unknown option '%s'%s", a, "");
         if (a[2]) *val = a + 2;
         snprintf(optname, len, "-%c", *opt);
     }
@@ -371,6 +375,7 @@ struct bench {
     zccl_stream_t stream; /* NULL with -z 1 / -y 1 */
     int rank, nranks;
     char *sendbuf, *recvbuf;
+    void *reg_handle[2];  /* -R 1: registrations of sendbuf and recvbuf */
     size_t bufbytes;
     uint64_t rep;         /* check seed counter, identical on every rank */
     int errors;           /* results with #wrong > 0 */
@@ -945,12 +950,21 @@ static int run_rank(int launched_rank, void *arg)
         bad_local = 2;
     }
     if (!bad_local) {
-        if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
+        if (c->registered) {
+            if (zccl_mem_alloc((void **)&b.sendbuf, b.bufbytes) != ZCCL_SUCCESS ||
+                zccl_mem_alloc((void **)&b.recvbuf, b.bufbytes) != ZCCL_SUCCESS ||
+                zccl_comm_register(b.comm, b.sendbuf, b.bufbytes, &b.reg_handle[0]) != ZCCL_SUCCESS ||
+                zccl_comm_register(b.comm, b.recvbuf, b.bufbytes, &b.reg_handle[1]) != ZCCL_SUCCESS) {
+                fprintf(stderr, NAME ": rank %d: -R 1: %s\n", b.rank, zccl_get_last_error(b.comm));
+                bad_local = 1;
+            }
+        } else if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
             posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
             fprintf(stderr, NAME ": rank %d: cannot allocate 2 x %zu bytes for -e %zu\n", b.rank, b.bufbytes,
                     c->maxbytes);
             bad_local = 1;
-        } else {
+        }
+        if (!bad_local) {
             memset(b.sendbuf, 0, b.bufbytes);
             memset(b.recvbuf, 0, b.bufbytes);
         }
@@ -1024,6 +1038,14 @@ static int run_rank(int launched_rank, void *arg)
         b.json = NULL;
     }
     if (b.stream) ZC(&b, zccl_stream_destroy(b.stream));
+    if (c->registered) {
+        for (int k = 0; k < 2; k++)
+            if (b.reg_handle[k]) ZC(&b, zccl_comm_deregister(b.comm, b.reg_handle[k]));
+        ZC(&b, zccl_comm_destroy(b.comm));
+        ZC(&b, zccl_mem_free(b.sendbuf));
+        ZC(&b, zccl_mem_free(b.recvbuf));
+        return rc;
+    }
     ZC(&b, zccl_comm_destroy(b.comm));
     free(b.sendbuf);
     free(b.recvbuf);

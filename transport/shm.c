@@ -68,7 +68,9 @@ typedef struct {
                           part in this communicator's collectives again (its peers fail instead of waiting) */
     uint32_t departed; /* set (release) when the owner destroyed its communicator cleanly: every message it sent is
                           already in its peers' inboxes, so its exit is not a loss */
+    _Alignas(64) uint8_t reg_area[ZCCL_SHM_REG_AREA_BYTES]; /* written by the owner only: lib/core/regmem.c */
 } seg_hdr_t;
+_Static_assert(sizeof(seg_hdr_t) <= 4096, "the segment header must fit its page");
 
 typedef struct zccl_shm_comm {
     int nlocal;
@@ -468,6 +470,12 @@ bool zccl__local_pid_exited(int pid) {
         }
     }
     return dead;
+}
+
+void *zccl__shm_reg_area(zccl_tp_comm_t *comm, int rank) {
+    shm_comm_t *s = SHM_OF(comm);
+    if (!s || !s->seg || s->local_index[rank] < 0 || !s->seg[s->local_index[rank]]) return NULL;
+    return hdr_of(s, s->local_index[rank])->reg_area;
 }
 
 static zccl_result_t shm_check_peer(zccl_tp_comm_t *comm, int peer) {

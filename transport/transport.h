@@ -191,6 +191,11 @@ bool zccl__local_pid_exited(int pid);
 
 /** Wakes the given local rank's engine if it sleeps (shm doorbell; no-op for ranks without shm). */
 void zccl__doorbell_ring(zccl_tp_comm_t *comm, int peer);
+/** Bytes of the area in every shm rank's segment header that only its owner writes and every local peer reads
+ *  (registered-buffer descriptors, lib/core/regmem.c). */
+#define ZCCL_SHM_REG_AREA_BYTES 256
+/** That area of `rank` (this rank included), or NULL if rank is not reached through shared memory. Defined in shm.c. */
+void *zccl__shm_reg_area(zccl_tp_comm_t *comm, int rank);
 /** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c). */
 void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);
 

@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "kernels.h"
 #include "engine.h"
+#include "regmem.h"
 #include "stream.h"
 #include "tuner.h"
 
@@ -222,9 +223,11 @@ static zccl_result_t op_run(const zccl_op_t *o) {
     zccl_result_t res = ZCCL_SUCCESS;
     if (comm->check && b.coll != ZCCL_COLL_SEND && b.coll != ZCCL_COLL_RECV && comm->nranks > 1)
         res = check_matching(comm, &b);
-    if (res == ZCCL_SUCCESS) res = zccl__sched_build(&a, &s);
     bool in_engine = false; /* the ranks may have begun moving data */
-    if (res == ZCCL_SUCCESS) {
+    bool direct = false;    /* ran straight out of the peers' registered buffers (lib/core/regmem.c) */
+    if (res == ZCCL_SUCCESS) res = zccl__reg_try_run(comm, &b, &direct, &in_engine);
+    if (res == ZCCL_SUCCESS && !direct) res = zccl__sched_build(&a, &s);
+    if (res == ZCCL_SUCCESS && !direct) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
                    coll_names[b.coll], (unsigned long long)comm->seq, b.count, (int)b.dt, (int)b.op, b.root,
                    (int)b.in_place, s.nphases);

@@ -13,6 +13,7 @@
 #include <openssl/sha.h>
 #include "bootstrap.h"
 #include "comm.h"
+#include "regmem.h"
 
 uint64_t zccl__host_hash(void) {
     char buf[512] = {0};
@@ -136,6 +137,7 @@ void zccl__comm_free(struct zccl_comm *comm) {
         if (write(comm->stop_pipe[1], "x", 1) < 0) { /* the thread also exits when the pipe closes */ }
         pthread_join(comm->service_thread, NULL);
     }
+    zccl__reg_comm_gone(comm); /* before teardown: the peers' mapped regions and this comm's registrations */
     for (size_t t = 0; zccl__transports[t]; t++) zccl__transports[t]->comm_teardown(&comm->tc);
     if (comm->stop_pipe[0] >= 0) close(comm->stop_pipe[0]);
     if (comm->stop_pipe[1] >= 0) close(comm->stop_pipe[1]);

@@ -10,6 +10,7 @@
  *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
  *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
+ * "Median" above is the fastest run instead when the host's ranks fit its cores (fastest_is_cost, below).
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
  * same way (all-reduce MAX of its hash h and of ~h: equal on every rank only if every rank has the same filter).
@@ -109,9 +110,16 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Median seconds of `iters` runs of schedule s (one untimed run first lines the ranks up). */
+/* Whether the fastest run, not the median, stands for a link's cost: when this host's ranks fit its cores, every
+ * run slower than the fastest was slowed by something else on the machine (other jobs, a build), and a median
+ * taken on a loaded machine varied 10-80x between inits (alpha 1 us to 79 us on the 2-core VM), flipping the
+ * algorithm chosen for 64 KiB - 4 MiB from one run to the next. When the host has more ranks than cores, waiting
+ * for a descheduled peer is part of every step, so the median keeps it. Decided by measure(), passed down (two
+ * communicators may calibrate at once in different threads). */
+/* Median (or fastest, see fastest_is_cost) seconds of `iters` runs of schedule s (one untimed run first lines the
+ * ranks up). */
 static zccl_result_t time_sched(struct zccl_comm *comm, zccl_schedule_t *s, int iters, void *sbuf, void *rbuf,
-                                double *out) {
+                                bool fastest_is_cost, double *out) {
     double t[ALPHA_ITERS > BETA_ITERS ? ALPHA_ITERS : BETA_ITERS];
     if (s->oom) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
     zccl_result_t res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
@@ -120,13 +128,16 @@ static zccl_result_t time_sched(struct zccl_comm *comm, zccl_schedule_t *s, int 
         res = zccl__engine_run(comm, s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
         t[i] = (double)(zccl__now_ns() - t0) * 1e-9;
     }
-    if (res == ZCCL_SUCCESS) *out = median(t, iters);
+    if (res == ZCCL_SUCCESS) {
+        const double m = median(t, iters); /* sorts t */
+        *out = fastest_is_cost ? t[0] : m;
+    }
     return res;
 }
 
 /* Median seconds of `iters` shifts of `bytes` (send to `to`, receive from `from`); 0 when this rank has no part. */
 static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t bytes, int iters, void *sbuf,
-                                void *rbuf, double *out) {
+                                void *rbuf, bool fastest_is_cost, double *out) {
     *out = 0;
     if (to < 0) return ZCCL_SUCCESS;
     zccl_schedule_t s = {0};
@@ -135,7 +146,7 @@ static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t
     zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
                                        .peer = from, .count = bytes});
     zccl__sched_end_phase(&s);
-    zccl_result_t res = time_sched(comm, &s, iters, sbuf, rbuf, out);
+    zccl_result_t res = time_sched(comm, &s, iters, sbuf, rbuf, fastest_is_cost, out);
     zccl__sched_free(&s);
     return res;
 }
@@ -144,7 +155,7 @@ static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t
  * divided by its 2(k-1) dependent steps — each step waits for the previous one's data, as in every algorithm, which
  * back-to-back independent shifts do not show (they overlap their wake-ups). 0 when this rank has no part. */
 static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int k, void *sbuf, void *rbuf,
-                                 double *out) {
+                                 bool fastest_is_cost, double *out) {
     *out = 0;
     int idx = -1;
     for (int i = 0; i < k; i++)
@@ -158,7 +169,7 @@ static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int
     for (size_t i = 0; i < s.nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
         if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
     double t = 0;
-    zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, &t);
+    zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, fastest_is_cost, &t);
     zccl__sched_free(&s);
     *out = t / (2.0 * (k - 1));
     return res;
@@ -196,14 +207,16 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     double v[P_N] = {0};
     int to, from;
     double a = 0, b = 0;
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const bool fastest_is_cost = ncpu > 0 && nl <= ncpu;
     /* Every rank runs every measurement in the same order; a rank without a part returns at once. */
     ring_peers(local, nl, me, &to, &from);
-    ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, &a), res, out);
-    ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, fastest_is_cost, &a), res, out);
+    ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &b), res, out);
     if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
     ring_peers(heads, nh, me, &to, &from);
-    ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, &a), res, out);
-    ZCCL_CHECK_GOTO(shift_time(comm, to, from, INTER_BETA_BYTES, BETA_ITERS, sbuf, rbuf, &b), res, out);
+    ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, fastest_is_cost, &a), res, out);
+    ZCCL_CHECK_GOTO(shift_time(comm, to, from, INTER_BETA_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &b), res, out);
     if (to >= 0) v[P_INTER_A] = a, v[P_INTER_B] = fmax(b - a, b * 0.1) / INTER_BETA_BYTES;
     /* gamma and copy, in cache */
     double tg[5], tc[5];
@@ -219,6 +232,7 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     }
     v[P_GAMMA] = median(tg, 5);
     v[P_COPY] = median(tc, 5);
+    if (fastest_is_cost) v[P_GAMMA] = tg[0], v[P_COPY] = tc[0]; /* median() sorted them */
     if (nl <= 1) v[P_INTRA_A] = v[P_INTRA_B] = 0; /* alone on its host: other hosts measure, MAX takes theirs */
     if (nh <= 1) v[P_INTER_A] = v[P_INTER_B] = 0;
     params_from(v, p);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace zt {
@@ -379,15 +380,21 @@ size_t compare_elems(const void *got, const void *want, zccl_datatype_t dt, size
 /* ---- guarded buffers ----------------------------------------------------------------------------------------- */
 
 void GuardedBuf::reset(size_t bytes, uint8_t fill) {
-    if (mem_.size() < bytes + 2 * kGuard) mem_.resize(bytes + 2 * kGuard);
+    if (ext_ && ext_cap_ < bytes + 2 * kGuard) {
+        fprintf(stderr, "GuardedBuf: %zu bytes and guards do not fit the %zu bytes given by use_memory\n", bytes,
+                ext_cap_);
+        abort();
+    }
+    if (!ext_ && mem_.size() < bytes + 2 * kGuard) mem_.resize(bytes + 2 * kGuard);
     bytes_ = bytes;
-    memset(mem_.data(), kGuardByte, kGuard);
-    memset(mem_.data() + kGuard, fill, bytes);
-    memset(mem_.data() + kGuard + bytes, kGuardByte, kGuard);
+    uint8_t *m = base();
+    memset(m, kGuardByte, kGuard);
+    memset(m + kGuard, fill, bytes);
+    memset(m + kGuard + bytes, kGuardByte, kGuard);
 }
 
 bool GuardedBuf::guards_ok(std::string *why) const {
-    const uint8_t *m = mem_.data();
+    const uint8_t *m = base();
     for (size_t k = 0; k < kGuard; k++) {
         if (m[k] != kGuardByte) {
             if (why) *why = "guard byte at offset -" + std::to_string(kGuard - k) + " overwritten";

@@ -103,8 +103,11 @@ class GuardedBuf {
 
     /** Sets the payload size; guards are (re)written and the payload filled with `fill`. */
     void reset(size_t bytes, uint8_t fill = kPoison);
-    uint8_t *p() { return mem_.data() + kGuard; }
-    const uint8_t *p() const { return mem_.data() + kGuard; }
+    /** From now on the buffer lives in [mem, mem + cap) (e.g. zccl_mem_alloc memory, registered with a
+     *  communicator) instead of its own vector; reset() aborts if a payload and its guards do not fit. */
+    void use_memory(uint8_t *mem, size_t cap) { ext_ = mem; ext_cap_ = cap; }
+    uint8_t *p() { return base() + kGuard; }
+    const uint8_t *p() const { return base() + kGuard; }
     size_t bytes() const { return bytes_; }
     /** True if both guards are intact; else describes the first damaged byte's offset relative to p(). */
     bool guards_ok(std::string *why = nullptr) const;
@@ -113,7 +116,11 @@ class GuardedBuf {
 
   private:
     std::vector<uint8_t> mem_;
+    uint8_t *ext_ = nullptr;
+    size_t ext_cap_ = 0;
     size_t bytes_ = 0;
+    uint8_t *base() { return ext_ ? ext_ : mem_.data(); }
+    const uint8_t *base() const { return ext_ ? ext_ : mem_.data(); }
 };
 
 }  // namespace zt

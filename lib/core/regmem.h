@@ -1,0 +1,30 @@
+/*
+ * regmem.h — zccl-allocated, shareable host memory and per-communicator registration (zccl_mem_alloc,
+ * zccl_comm_register), and the direct path that reduces straight out of the peers' registered buffers.
+ */
+#ifndef ZCCL_REGMEM_H
+#define ZCCL_REGMEM_H
+
+#include <stdbool.h>
+#include "comm.h"
+#include "stream.h"
+
+zccl_result_t zccl__mem_alloc(void **ptr, size_t bytes);
+zccl_result_t zccl__mem_free(void *ptr);
+zccl_result_t zccl__comm_register(struct zccl_comm *comm, void *buf, size_t bytes, void **handle);
+zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle);
+/** Forgets comm's registrations and unmaps the peers' regions it mapped (zccl__comm_free). */
+void zccl__reg_comm_gone(struct zccl_comm *comm);
+
+/**
+ * Runs all-reduce, reduce-scatter or all-gather o (sequence number comm->seq) straight out of the peers' buffers
+ * when every rank's buffers are registered, all ranks share this host through shm, and the call is at least
+ * ZCCL_SHM_REG_MIN_BYTES: *done is then true. Every rank reaches the same decision from the same descriptors.
+ * *started is true once the ranks may depend on this rank (a failure then breaks the communicator).
+ */
+zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started);
+
+extern const zccl_cfg_desc_t zccl__set_shm_reg_min_bytes;
+#define ZCCL_CFG_SHM_REG_MIN_BYTES (&zccl__set_shm_reg_min_bytes)
+
+#endif

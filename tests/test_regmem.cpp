@@ -1,0 +1,145 @@
+/*
+ * test_regmem.cpp — zccl_mem_alloc / zccl_mem_free / zccl_comm_register / zccl_comm_deregister: argument errors
+ * name the argument; memory from zccl_mem_alloc is page-aligned, zeroed and shared (a forked child sees the
+ * parent's writes); a registered range of malloc'd memory is accepted but never enables the direct path, and
+ * registered all-reduces stay right when the registration ends between calls; a rank lost before a registered call
+ * is an error naming it, not a hang. The conformance matrix over
+ * registered buffers is in test_collectives.cpp (Registered/CollectivesMatrix).
+ */
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/harness.h"
+#include "zccl.h"
+
+using namespace zt;
+
+TEST(RegMem, AllocFreeErrorsNameTheArgument) {
+    EXPECT_EQ(zccl_mem_alloc(nullptr, 10), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("'ptr'"), std::string::npos);
+    void *p = nullptr;
+    ASSERT_EQ(zccl_mem_alloc(&p, 10000), ZCCL_SUCCESS);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ((uintptr_t)p % 4096, 0u);
+    for (size_t k = 0; k < 10000; k++) ASSERT_EQ(((uint8_t *)p)[k], 0) << "byte " << k;
+    /* Shared: a forked child's write is seen by the parent. */
+    pid_t c = fork();
+    if (c == 0) {
+        ((uint8_t *)p)[4242] = 0x5c;
+        _exit(0);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(c, &st, 0), c);
+    EXPECT_EQ(((uint8_t *)p)[4242], 0x5c);
+    EXPECT_EQ(zccl_mem_free((uint8_t *)p + 8), ZCCL_INVALID_ARGUMENT); /* not the start of a block */
+    EXPECT_EQ(zccl_mem_free(p), ZCCL_SUCCESS);
+    EXPECT_EQ(zccl_mem_free(p), ZCCL_INVALID_ARGUMENT); /* freed already */
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("zccl_mem_free"), std::string::npos);
+    EXPECT_EQ(zccl_mem_free(nullptr), ZCCL_SUCCESS);
+}
+
+namespace {
+
+int register_body(zccl_comm_t comm, int rank, int n) {
+    int bad = 0;
+    auto expect = [&](bool ok, const char *what) {
+        if (!ok) {
+            fprintf(stderr, "rank %d: FAIL %s (%s)\n", rank, what, zccl_get_last_error(comm));
+            bad++;
+        }
+    };
+    void *h = nullptr;
+    char x[16];
+    expect(zccl_comm_register(nullptr, x, 16, &h) == ZCCL_INVALID_ARGUMENT, "register: NULL comm");
+    expect(zccl_comm_register(comm, nullptr, 16, &h) == ZCCL_INVALID_ARGUMENT, "register: NULL buf");
+    expect(zccl_comm_register(comm, x, 0, &h) == ZCCL_INVALID_ARGUMENT, "register: 0 bytes");
+    expect(zccl_comm_register(comm, x, 16, nullptr) == ZCCL_INVALID_ARGUMENT, "register: NULL handle");
+    expect(zccl_comm_deregister(comm, x) == ZCCL_INVALID_ARGUMENT, "deregister: not a handle");
+
+    /* 1 Mi floats: above ZCCL_SHM_REG_MIN_BYTES. Rank 0 uses zccl memory, the others malloc'd memory that they
+     * register too (accepted, but it cannot be shared): every call must fall back and stay right. */
+    const size_t count = 1 << 20;
+    float *s = nullptr, *r = nullptr;
+    std::vector<float> ms, mr;
+    if (rank == 0) {
+        expect(zccl_mem_alloc((void **)&s, count * 4) == ZCCL_SUCCESS, "mem_alloc send");
+        expect(zccl_mem_alloc((void **)&r, count * 4) == ZCCL_SUCCESS, "mem_alloc recv");
+    } else {
+        ms.resize(count), mr.resize(count);
+        s = ms.data(), r = mr.data();
+    }
+    if (!s || !r) return 2;
+    void *hs = nullptr, *hr = nullptr;
+    expect(zccl_comm_register(comm, s, count * 4, &hs) == ZCCL_SUCCESS, "register send");
+    expect(zccl_comm_register(comm, r, count * 4, &hr) == ZCCL_SUCCESS, "register recv");
+    for (int round = 0; round < 3; round++) {
+        for (size_t k = 0; k < count; k++) s[k] = (float)((k + (size_t)rank * 3 + (size_t)round) % 1000);
+        expect(zccl_allreduce(s, r, count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "allreduce");
+        size_t wrong = 0;
+        for (size_t k = 0; k < count; k++) {
+            float want = 0;
+            for (int q = 0; q < n; q++) want += (float)((k + (size_t)q * 3 + (size_t)round) % 1000);
+            wrong += r[k] != want;
+        }
+        expect(wrong == 0, "allreduce result");
+        if (round == 1 && rank == 0) { /* registration ends between calls: still right */
+            expect(zccl_comm_deregister(comm, hs) == ZCCL_SUCCESS, "deregister send");
+            expect(zccl_comm_deregister(comm, hs) == ZCCL_INVALID_ARGUMENT, "deregister twice");
+            hs = nullptr;
+        }
+    }
+    if (hs) expect(zccl_comm_deregister(comm, hs) == ZCCL_SUCCESS, "deregister send");
+    expect(zccl_comm_deregister(comm, hr) == ZCCL_SUCCESS, "deregister recv");
+    if (rank == 0) {
+        expect(zccl_mem_free(s) == ZCCL_SUCCESS, "mem_free send");
+        expect(zccl_mem_free(r) == ZCCL_SUCCESS, "mem_free recv");
+    }
+    return bad ? 1 : 0;
+}
+
+}  // namespace
+
+TEST(RegMem, RegistrationErrorsAndMixedBuffersFallBack) {
+    Options o;
+    o.deadline_s = 120;
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    run_ranks(3, register_body, o);
+}
+
+namespace {
+
+/* Rank 1 registers like rank 0, then exits without calling the collective: rank 0, waiting for its descriptor,
+ * must fail naming the lost rank instead of hanging. */
+int lost_peer_body(zccl_comm_t comm, int rank, int) {
+    const size_t count = 1 << 18;
+    float *s = nullptr, *r = nullptr;
+    void *hs = nullptr, *hr = nullptr;
+    if (zccl_mem_alloc((void **)&s, count * 4) != ZCCL_SUCCESS || zccl_mem_alloc((void **)&r, count * 4) != ZCCL_SUCCESS ||
+        zccl_comm_register(comm, s, count * 4, &hs) != ZCCL_SUCCESS ||
+        zccl_comm_register(comm, r, count * 4, &hr) != ZCCL_SUCCESS)
+        return 2;
+    if (rank == 1) _exit(0);
+    zccl_result_t res = zccl_allreduce(s, r, count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr);
+    std::string msg = zccl_get_last_error(comm);
+    if (res != ZCCL_REMOTE_ERROR || msg.find("rank 1") == std::string::npos) {
+        fprintf(stderr, "expected ZCCL_REMOTE_ERROR naming rank 1, got %d: %s\n", (int)res, msg.c_str());
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace
+
+TEST(RegMem, LostPeerDuringRegisteredCallIsAnErrorNotAHang) {
+    Options o;
+    o.deadline_s = 60;
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    run_ranks(2, lost_peer_body, o);
+}
