@@ -109,7 +109,7 @@ zccl_result_t zccl__conn_hdr_decode(const void *buf, size_t len, uint64_t comm_i
     } else {
         memcpy(&h, buf, sizeof h);
         if (h.comm_id != comm_id) w = "header of another communicator";
-        else if (h.kind != ZCCL_CONN_DATA && h.kind != ZCCL_CONN_SHRINK) w = "unknown connection kind";
+        else if (h.kind != ZCCL_CONN_DATA && h.kind != ZCCL_CONN_SHRINK && h.kind != ZCCL_CONN_NOTICE) w = "unknown connection kind";
         else if (h.from_rank < 0 || h.from_rank >= nranks) w = "sender rank out of range [0, nranks)";
         else if (h.from_rank == my_rank) w = "sender claims to be this rank";
     }

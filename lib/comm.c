@@ -22,6 +22,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "engine.h"
+#include "notice.h"
 #include "stream.h"
 #include "tuner.h"
 
@@ -82,6 +83,10 @@ static int service_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes)
         pthread_mutex_unlock(&comm->in_mutex);
         return 0;
     }
+    if (h.kind == ZCCL_CONN_NOTICE) { /* a peer refused or gave up a collective */
+        zccl__notice_receive(comm, fd, from);
+        return 0;
+    }
     pthread_mutex_lock(&comm->in_mutex);
     bool dup = comm->in_fd[from] >= 0;
     if (!dup) comm->in_fd[from] = fd;
@@ -105,7 +110,11 @@ static void *service_main(void *arg) {
 
 /* ---- teardown ----------------------------------------------------------------------------------------------- */
 
-void zccl__comm_poison(struct zccl_comm *comm) {
+void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq) {
+    /* The notice first: a peer that reads it fails quoting this rank's reason; one that sees the transports'
+     * poison first only learns that this rank left. A rank that failed because of a peer's notice does not pass it
+     * on: that peer told every rank already. */
+    if (!comm->notice_learned) zccl__notice_send(comm, ZCCL_NOTICE_GAVE_UP, seq, comm->async_msg);
     for (size_t t = 0; t < NTRANSPORTS; t++)
         if (transports[t]->poison) transports[t]->poison(comm);
 }
@@ -160,6 +169,9 @@ static void comm_free(struct zccl_comm *comm) {
     free(comm->ring);
     free(comm->scratch);
     free(comm->chunk_tmp);
+    free(comm->desc_in);
+    free(comm->desc_mark);
+    zccl__notice_free(comm);
     zccl__tuner_free(comm);
     pthread_mutex_destroy(&comm->in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);
@@ -752,7 +764,7 @@ typedef struct {
 
 /* All-gather of `bytes` bytes per rank over comm, as one ordinary collective (same order rules, same errors). */
 static zccl_result_t allgather_bytes(zccl_comm_t comm, const void *mine, void *all, size_t bytes) {
-    zccl_op_t o = {ZCCL_COLL_ALLGATHER, false, mine, all, bytes, ZCCL_UINT8, ZCCL_SUM, 0, false, comm, NULL};
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .sendbuf = mine, .recvbuf = all, .count = bytes, .dt = ZCCL_UINT8, .op = ZCCL_SUM, .root = 0, .comm = comm};
     return zccl__op_run(&o);
 }
 

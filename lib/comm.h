@@ -9,6 +9,7 @@
 #include "socket.h"
 #include "topo.h"
 #include "transport.h"
+#include "calldesc.h"
 
 /** How a rank can be reached over the IB verbs transport (transport/ib*.c); addr family 0 = no usable device. */
 typedef struct {
@@ -45,6 +46,7 @@ typedef struct {
 } zccl_conn_hdr_t;
 #define ZCCL_CONN_DATA 1
 #define ZCCL_CONN_SHRINK 2 /* followed by a zccl_shrink_msg_t: where the shrunk communicator's root listens */
+#define ZCCL_CONN_NOTICE 3 /* followed by a zccl_notice_msg_t: the sender refused or gave up a collective (notice.h) */
 
 typedef struct {
     uint64_t shrink_seq;  /* which shrink of this communicator (every survivor counts its calls) */
@@ -101,6 +103,20 @@ struct zccl_comm {
     uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
     uint64_t splits;           /* zccl_comm_split calls made on this communicator */
     zccl_result_t async_error; /* first remote error or timeout; every later operation fails with it */
+    /* Invalid calls (notice.c, include/zccl.h "Invalid calls"). */
+    uint64_t cseq;             /* collectives run or refused (send/recv not counted: only some ranks take part) */
+    uint32_t notice_gen;       /* bumped by the service thread for every notice received */
+    uint32_t notice_seen;      /* notice_gen when the notices were last found not to apply */
+    struct zccl_notice_node *notices; /* peers' notices (in_mutex) */
+    uint64_t *refused_here;    /* sequence numbers of the calls this rank refused (in_mutex) */
+    size_t nrefused, refused_cap;
+    bool notice_learned;       /* this rank's failure came from a peer's notice: the peers know already */
+    /* Call descriptors sent first on every channel of a collective (engine.c). */
+    bool desc_on;
+    zccl_call_desc_t desc_mine;
+    zccl_call_desc_t *desc_in; /* per peer: the descriptor received from it */
+    uint64_t *desc_mark;       /* per peer: [2r] run that sent to r, [2r+1] run that received from r */
+    uint64_t desc_run;
     char async_msg[512];
 };
 
@@ -112,9 +128,10 @@ struct zccl_comm {
  */
 zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *me);
 
-/** After this rank gave up a collective (lost peer, timeout): makes the peers that may still wait on it fail too
- *  (every transport's poison op), so an error reaches every survivor instead of leaving some hanging. */
-void zccl__comm_poison(struct zccl_comm *comm);
+/** After this rank gave up collective #seq (lost peer, timeout, mismatch): tells every peer why (a notice quoting
+ *  comm->async_msg, notice.h) and makes the peers that may still wait on it fail too (every transport's poison op),
+ *  so an error reaches every survivor instead of leaving some hanging. */
+void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq);
 
 /** Host identity: hash of hostname and /proc boot_id. */
 uint64_t zccl__host_hash(void);

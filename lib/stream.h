@@ -21,6 +21,10 @@ typedef struct {
     struct zccl_comm *comm;
     size_t *vcounts; /* _v collectives: nranks counts then nranks displacements, owned by the op (freed by
                         zccl__op_release); NULL otherwise */
+    bool noop;       /* count 0: takes its sequence number (and joins ZCCL_CHECK's check), moves nothing */
+    bool refused;    /* the caller was refused (an invalid argument): takes the call's sequence number and tells
+                        the peers (notice.h), or joins ZCCL_CHECK's check marked invalid; moves nothing */
+    char *reason;    /* refused: the error message, owned by the op */
 } zccl_op_t;
 
 /** Frees what the op owns (its copy of the counts of a _v collective). */
