@@ -317,6 +317,9 @@ zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why) {
     return ZCCL_SUCCESS;
 }
 
+static __thread bool connect_quiet;
+void zccl__connect_quiet(bool quiet) { connect_quiet = quiet; }
+
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],
                                  const void *hdr, size_t hdr_bytes, uint64_t deadline_ns, int *fd_out) {
     char as[80];
@@ -334,9 +337,17 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
         close(fd);
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != EAGAIN && e != EINTR && e != ENETUNREACH)
             return zccl__syserror(e, "connect to %s", as);
-        if (deadline_ns && zccl__now_ns() + backoff_us * 1000 > deadline_ns)
+        if (deadline_ns && zccl__now_ns() + backoff_us * 1000 > deadline_ns) {
+            if (connect_quiet) { /* the caller retries: no WARN line per attempt */
+                char m[200];
+                snprintf(m, sizeof m, "connect to %s: nobody accepted before the deadline (last error: %s)", as,
+                         strerror(e));
+                zccl__set_last_error(m);
+                return ZCCL_TIMEOUT;
+            }
             return zccl__error(ZCCL_TIMEOUT, "connect to %s: nobody accepted before the deadline (last error: %s)", as,
                                strerror(e));
+        }
         usleep((useconds_t)backoff_us);
         if (backoff_us < 100000) backoff_us *= 2;
     }
