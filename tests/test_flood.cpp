@@ -11,7 +11,7 @@
  *     read the root's fresh challenge, then the recorded PROOF and header). Rank 0 joins after the first 200,
  *     rank 1 after 900: the root is busy with the flood while it admits them, and a replay that the root took for
  *     rank 1 would make the real rank 1 be refused.
- *  3. Once both ranks publish their data listeners (read from the communicator's internals, lib/comm.h), it records
+ *  3. Once both ranks publish their data listeners (read from the communicator's internals, lib/core/comm.h), it records
  *     a valid rank-to-rank handshake (zccl_conn_hdr_t claiming the other rank) and floods both listeners the same
  *     way, about 500 connections each, while the ranks loop on allreduces (their own TCP connections were opened
  *     by the barrier that ends init, during the root flood).
@@ -310,7 +310,7 @@ int flooder(const zccl_unique_id_t &id, Shared *S) {
     uint64_t rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     std::string err;
 
-    /* 1. A recorded valid join of rank 1 (the layout of lib/bootstrap.c's root hello: rank, nranks, peer info). */
+    /* 1. A recorded valid join of rank 1 (the layout of lib/core/bootstrap.c's root hello: rank, nranks, peer info). */
     std::vector<uint8_t> join(8 + sizeof(zccl_peer_info_t), 0);
     {
         int32_t rn[2] = {1, 2};
@@ -421,14 +421,14 @@ int rank_main(const zccl_unique_id_t &id, int rank, Shared *S) {
     S->inited.fetch_add(1);
     const int fd_start = count_fds();
     /* The ranks' own connections (opened by the barrier that ends init): the same descriptors at the end. */
-    pthread_mutex_lock(&comm->in_mutex);
-    const int in_start = comm->in_fd[1 - rank];
-    pthread_mutex_unlock(&comm->in_mutex);
+    pthread_mutex_lock(&comm->tc.in_mutex);
+    const int in_start = comm->tc.in_fd[1 - rank];
+    pthread_mutex_unlock(&comm->tc.in_mutex);
     zccl_sockaddr_t la;
     la.len = sizeof la.sa;
     getsockname(comm->listen_fd, (struct sockaddr *)&la.sa, &la.len);
     S->data_port[rank] = ntohs(((struct sockaddr_in *)&la.sa)->sin_port);
-    if (rank == 0) S->comm_id = comm->comm_id;
+    if (rank == 0) S->comm_id = comm->tc.comm_id;
     S->ports_ready.fetch_add(1);
     if (!wait_for(S->data_flood_started, 1, 30, S)) {
         zccl_comm_abort(comm);
@@ -487,9 +487,9 @@ int rank_main(const zccl_unique_id_t &id, int rank, Shared *S) {
         fd_end = count_fds();
     child_log(rank, "%d allreduces under the flood; descriptors after init %d, at the end %d", iters, fd_start,
               fd_end);
-    pthread_mutex_lock(&comm->in_mutex);
-    const int in_end = comm->in_fd[1 - rank];
-    pthread_mutex_unlock(&comm->in_mutex);
+    pthread_mutex_lock(&comm->tc.in_mutex);
+    const int in_end = comm->tc.in_fd[1 - rank];
+    pthread_mutex_unlock(&comm->tc.in_mutex);
     if (in_end != in_start) {
         zccl_comm_abort(comm);
         return fail(50, "the connection admitted from rank %d changed from fd %d to %d", 1 - rank, in_start, in_end);

@@ -1,5 +1,5 @@
 /*
- * test_settings_match.cpp — settings that shape the protocol or the schedules (lib/comm.c: must_match) must be the
+ * test_settings_match.cpp — settings that shape the protocol or the schedules (lib/core/comm.c: must_match) must be the
  * same on every rank. When one rank differs, communicator creation fails at once on every rank with
  * ZCCL_INVALID_USAGE naming the setting and the ranks, instead of stalling until ZCCL_INIT_TIMEOUT_MS or failing
  * later with an internal error. Settings that may differ (a per-rank debug level) do not trip it.

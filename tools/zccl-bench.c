@@ -145,7 +145,7 @@ static int bad(const char *fmt, const char *a, const char *b)
 }
 
 /* "8", "1K", "128M", "1.5G", "64KB", "4KiB". Returns 0 or -1. */
-/* A byte size in lib/bytes.c's grammar (4M, 4MiB, 1.5G): the same as zccl-zero-plan and the ZCCL_* settings. */
+/* A byte size in lib/util/bytes.c's grammar (4M, 4MiB, 1.5G): the same as zccl-zero-plan and the ZCCL_* settings. */
 static int parse_size(const char *s, size_t *out)
 {
     uint64_t v;
@@ -199,7 +199,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/config.c), then checked */
+        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/util/config.c), then checked */
             size_t need = zccl_config_describe(NULL, 0);
             char *text = malloc(need + 1);
             if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }

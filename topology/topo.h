@@ -16,6 +16,7 @@
 #include <hwloc.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "core.h"
 #include "zccl.h"
 
 #ifdef __cplusplus
@@ -365,4 +366,8 @@ int zccl_topo_ring_is_permutation(const int *order, int n);
 #ifdef __cplusplus
 }
 #endif
+/* This layer's rows of the settings table (topology/topo_settings.c). */
+extern const zccl_cfg_desc_t zccl__set_topo_file;
+#define ZCCL_CFG_TOPO_FILE (&zccl__set_topo_file)
+
 #endif

@@ -20,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
-#include "comm.h"
 #include "ib.h"
 #include "transport.h"
 
@@ -28,7 +27,7 @@
 /* Built without libibverbs/librdmacm: the transport exists so ZCCL_TRANSPORT=ib can say why it is not there. */
 bool zccl__ib_built(void) { return false; }
 
-zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *me) {
+zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me) {
     memset(me, 0, sizeof *me);
     if (!strcasecmp(zccl__cfg_str(ZCCL_CFG_TRANSPORT), "ib"))
         return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=ib: the IB transport is absent (zccl was built "
@@ -37,17 +36,17 @@ zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *m
     ZCCL_INFO(ZCCL_LOG_IB, "IB transport absent (built without libibverbs/librdmacm)");
     return ZCCL_SUCCESS;
 }
-static zccl_result_t ib_setup(struct zccl_comm *comm) {
+static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
     return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport absent from this build");
 }
-static bool ib_can_reach(const struct zccl_comm *comm, int peer) { return false; }
-static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+static bool ib_can_reach(const zccl_tp_comm_t *comm, int peer) { return false; }
+static zccl_result_t ib_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport absent from this build");
 }
-static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
-static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
-static void ib_teardown(struct zccl_comm *comm) {}
-static void ib_poison(struct zccl_comm *comm) {}
+static int ib_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) { return -1; }
+static zccl_result_t ib_check_peer(zccl_tp_comm_t *comm, int peer) { return ZCCL_SUCCESS; }
+static void ib_teardown(zccl_tp_comm_t *comm) {}
+static void ib_poison(zccl_tp_comm_t *comm) {}
 #else
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
@@ -80,8 +79,8 @@ int zccl__ib_post_recv(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
     return ibv_post_recv(ib->peer[p].id[q]->qp, &wr, &bad);
 }
 
-void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const char *fmt, ...) {
-    ib_peer_t *pe = &comm->ib->peer[p];
+void zccl__ib_fail_peer(zccl_tp_comm_t *comm, int p, zccl_result_t res, const char *fmt, ...) {
+    ib_peer_t *pe = &IB_OF(comm)->peer[p];
     if (pe->err != ZCCL_SUCCESS) return;
     pe->err = res;
     va_list ap;
@@ -93,8 +92,8 @@ void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const 
 
 /* The peer left (rdma_cm disconnect, or its process exited on this host): remembered, not yet a failure — a peer
  * that finished its part and destroyed its communicator may have sent everything we still wait for. */
-static void ib_peer_gone(struct zccl_comm *comm, int p, const char *fmt, ...) {
-    ib_peer_t *pe = &comm->ib->peer[p];
+static void ib_peer_gone(zccl_tp_comm_t *comm, int p, const char *fmt, ...) {
+    ib_peer_t *pe = &IB_OF(comm)->peer[p];
     if (pe->gone) return;
     pe->gone = true;
     va_list ap;
@@ -107,8 +106,8 @@ static void ib_peer_gone(struct zccl_comm *comm, int p, const char *fmt, ...) {
 /* Fails the transfers with peer p, which left while this rank still needed it. A rank that gives up disconnects all
  * its connections (ib_poison), so the first departure seen may be a bystander's reaction to another rank's death:
  * the message also names every other rank known to have left, those whose process exited first. */
-static void ib_fail_gone(struct zccl_comm *comm, int p) {
-    struct zccl_ib_comm *ib = comm->ib;
+static void ib_fail_gone(zccl_tp_comm_t *comm, int p) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     zccl__ib_poll_events(comm);
     char others[300] = "";
     size_t o = 0;
@@ -139,8 +138,8 @@ static const char *kind_name(int k) {
 
 /* ---- completions -------------------------------------------------------------------------------------------- */
 
-static void on_recv(struct zccl_comm *comm, const struct ibv_wc *wc, int p, int q, uint32_t idx) {
-    struct zccl_ib_comm *ib = comm->ib;
+static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q, uint32_t idx) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     ib_peer_t *pe = &ib->peer[p];
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
         const uint32_t imm = ntohl(wc->imm_data);
@@ -173,8 +172,8 @@ static void on_recv(struct zccl_comm *comm, const struct ibv_wc *wc, int p, int 
         zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_recv on %s: %s", ib->dev, strerror(errno));
 }
 
-int zccl__ib_poll_cq(struct zccl_comm *comm, int max) {
-    struct zccl_ib_comm *ib = comm->ib;
+int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct ibv_wc wc[16];
     int total = 0;
     while (total < max) {
@@ -223,8 +222,8 @@ int zccl__ib_poll_cq(struct zccl_comm *comm, int max) {
     return total;
 }
 
-void zccl__ib_poll_events(struct zccl_comm *comm) {
-    struct zccl_ib_comm *ib = comm->ib;
+void zccl__ib_poll_events(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct pollfd pfd = {ib->ctx->async_fd, POLLIN, 0};
     while (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)) {
         struct ibv_async_event ev;
@@ -280,14 +279,12 @@ static void dereg_entry(void *ctx, void *handle) { ibv_dereg_mr(handle); }
 
 /* ---- setup -------------------------------------------------------------------------------------------------- */
 
-static zccl_result_t ib_setup(struct zccl_comm *comm) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (!ib || !ib->pd) return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport chosen without a device");
     ib->chunk = comm->chunk_bytes;
     ib->nqp = ib->k.qps_per_conn;
-    int64_t init_ms;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
-    const uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
+    const uint64_t deadline = zccl__now_ns() + (uint64_t)comm->init_timeout_ms * 1000000ull;
     if (!(ib->peer = calloc((size_t)comm->nranks, sizeof *ib->peer)))
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     int npeers = 0;
@@ -325,7 +322,7 @@ static zccl_result_t ib_setup(struct zccl_comm *comm) {
     return ZCCL_SUCCESS;
 }
 
-static bool ib_can_reach(const struct zccl_comm *comm, int peer) {
+static bool ib_can_reach(const zccl_tp_comm_t *comm, int peer) {
     const zccl_ib_peer_info_t *a = &comm->peers[comm->rank].ib, *b = &comm->peers[peer].ib;
     if (!a->addr.sa.ss_family || !b->addr.sa.ss_family || a->link != b->link) return false;
     if (a->link == 1 && a->subnet != b->subnet) return false; /* InfiniBand: another subnet needs a router */
@@ -334,8 +331,8 @@ static bool ib_can_reach(const struct zccl_comm *comm, int peer) {
 
 /* ---- data path ---------------------------------------------------------------------------------------------- */
 
-static zccl_result_t peer_error(struct zccl_comm *comm, int p) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t peer_error(zccl_tp_comm_t *comm, int p) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (ib->peer[p].err != ZCCL_SUCCESS) zccl__ib_poll_events(comm); /* a port error explains a failed write best */
     if (ib->dev_err != ZCCL_SUCCESS)
         return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
@@ -351,8 +348,8 @@ static zccl_ib_mr_entry_t *zcopy(struct zccl_ib_comm *ib, const void *addr, size
     return zccl__ib_mr_get(&ib->cache, addr, bytes);
 }
 
-static zccl_result_t ib_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t ib_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     const int p = x->peer;
     ib_peer_t *pe = &ib->peer[p];
     ib_tx_t *tx = &pe->tx;
@@ -413,8 +410,8 @@ static zccl_result_t ib_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progr
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t ib_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t ib_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     const int p = x->peer;
     ib_peer_t *pe = &ib->peer[p];
     ib_rx_t *rx = &pe->rx;
@@ -482,8 +479,8 @@ static zccl_result_t ib_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progr
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t ib_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (x->bytes == 0) { /* both sides skip empty transfers alike */
         x->complete = true;
         *progressed = true;
@@ -516,8 +513,8 @@ static zccl_result_t ib_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *p
     return peer_error(comm, x->peer);
 }
 
-static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) {
-    struct zccl_ib_comm *ib = comm->ib;
+static int ib_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct ibv_cq *c;
     void *cx;
     while (ibv_get_cq_event(ib->cch, &c, &cx) == 0) {
@@ -531,8 +528,8 @@ static int ib_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *event
     return ib->cch->fd;
 }
 
-static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t ib_check_peer(zccl_tp_comm_t *comm, int peer) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (!ib || !ib->peer || !ib->peer[peer].used) return ZCCL_SUCCESS;
     zccl__ib_poll_events(comm);
     ib_peer_t *pe = &ib->peer[peer];
@@ -560,16 +557,16 @@ static zccl_result_t ib_check_peer(struct zccl_comm *comm, int peer) {
 /* This rank gave up (a lost peer, a timeout): disconnect every connection, so each peer's rdma_cm reports
  * RDMA_CM_EVENT_DISCONNECTED at once (read by its stall check within 50 ms) and a peer waiting on this rank fails
  * instead of waiting for its deadline; the QPs move to the error state and their work requests are flushed. */
-static void ib_poison(struct zccl_comm *comm) {
-    struct zccl_ib_comm *ib = comm->ib;
+static void ib_poison(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (!ib || !ib->peer) return;
     for (int p = 0; p < comm->nranks; p++)
         for (int q = 0; ib->peer[p].used && q < IB_MAX_QPS; q++)
             if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp) rdma_disconnect(ib->peer[p].id[q]);
 }
 
-static void ib_teardown(struct zccl_comm *comm) {
-    struct zccl_ib_comm *ib = comm->ib;
+static void ib_teardown(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     if (!ib) return;
     if (ib->peer) {
         for (int p = 0; p < comm->nranks; p++) {
@@ -596,12 +593,23 @@ static void ib_teardown(struct zccl_comm *comm) {
     free(ib->probe_dst);
     free(ib->peer);
     free(ib);
-    comm->ib = NULL;
+    zccl__tp_set_state(comm, &zccl_transport_ib, NULL);
 }
 #endif /* ZCCL_HAVE_IB */
 
+static void ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+    if (!comm->peers[comm->rank].ib.addr.sa.ss_family)
+        snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
+    else if (!comm->peers[peer].ib.addr.sa.ss_family)
+        snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
+    else
+        snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");
+}
+
 const zccl_transport_ops_t zccl_transport_ib = {
     .name = "ib",
+    .link = ZCCL_LINK_NETWORK,
+    .why_unreachable = ib_why_unreachable,
     .comm_setup = ib_setup,
     .can_reach = ib_can_reach,
     .progress = ib_progress,

@@ -20,7 +20,6 @@
 #include <dirent.h>
 #include <net/if.h>
 #include <openssl/crypto.h>
-#include "comm.h"
 #include "ib.h"
 
 /* ---- private data (pure) ------------------------------------------------------------------------------------ */
@@ -206,7 +205,7 @@ static bool pick_port(struct zccl_ib_comm *ib, zccl_ib_peer_info_t *me, char *wh
     return ok;
 }
 
-zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *me) {
+zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me) {
     memset(me, 0, sizeof *me);
     zccl_ib_knobs_t k;
     ZCCL_CHECK(zccl__ib_knobs(&k));
@@ -220,7 +219,7 @@ zccl_result_t zccl__ib_local_info(struct zccl_comm *comm, zccl_ib_peer_info_t *m
     }
     struct zccl_ib_comm *ib = calloc(1, sizeof *ib);
     if (!ib) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
-    comm->ib = ib;
+    zccl__tp_set_state(comm, &zccl_transport_ib, ib);
     ib->k = k;
     ib->ready_fd = -1;
     char why[1024];
@@ -296,8 +295,8 @@ static int id_peer(const struct rdma_cm_id *id) { return (int)((uintptr_t)id->co
 static int id_qp(const struct rdma_cm_id *id) { return (int)((uintptr_t)id->context & 0xff); }
 static void *id_ctx(int peer, int qp) { return (void *)(((uintptr_t)(peer + 1) << 8) | (uintptr_t)qp); }
 
-static zccl_result_t make_qp(struct zccl_comm *comm, struct rdma_cm_id *id, int p, int q) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t make_qp(zccl_tp_comm_t *comm, struct rdma_cm_id *id, int p, int q) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct ibv_qp_init_attr a;
     memset(&a, 0, sizeof a);
     a.send_cq = a.recv_cq = ib->cq;
@@ -327,10 +326,10 @@ static void conn_param(struct zccl_ib_comm *ib, struct rdma_conn_param *cp, cons
     cp->rnr_retry_count = 7; /* infinite: receives are reposted as they are consumed */
 }
 
-static const char *peer_dev(const struct zccl_comm *comm, int p) { return comm->peers[p].ib.dev; }
+static const char *peer_dev(const zccl_tp_comm_t *comm, int p) { return comm->peers[p].ib.dev; }
 
-static zccl_result_t cm_event(struct zccl_comm *comm, struct rdma_cm_event *ev) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct rdma_cm_id *id = ev->id;
     struct rdma_conn_param cp;
     if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
@@ -406,8 +405,8 @@ static zccl_result_t cm_event(struct zccl_comm *comm, struct rdma_cm_event *ev) 
     }
 }
 
-static zccl_result_t post_probe(struct zccl_comm *comm, int p, int q) {
-    struct zccl_ib_comm *ib = comm->ib;
+static zccl_result_t post_probe(zccl_tp_comm_t *comm, int p, int q) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     struct ibv_sge sge = {(uint64_t)(uintptr_t)ib->probe_src, IB_PROBE_BYTES, ib->probe_src_mr->lkey};
     struct ibv_send_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
@@ -439,8 +438,8 @@ static int mtu_any(struct zccl_ib_comm *ib, int nranks) {
     return -1;
 }
 
-zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns) {
-    struct zccl_ib_comm *ib = comm->ib;
+zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
     int want = 0, probes_want = 0;
     for (int p = 0; p < comm->nranks; p++) {
         if (!ib->peer[p].used) continue;

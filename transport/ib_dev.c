@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "ib.h"
+#include "transport.h"
 
 /* ---- ZCCL_IB_HCA -------------------------------------------------------------------------------------------- */
 

@@ -16,8 +16,8 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
-#include "comm.h"
 #include "ib.h"
+#include "transport.h"
 
 #define IB_SLOTS 8                 /* grants in flight per channel */
 #define IB_MAX_QPS 16
@@ -111,17 +111,18 @@ struct zccl_ib_comm {
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
     char dev_errmsg[400];
 };
+#define IB_OF(c) ((struct zccl_ib_comm *)zccl__tp_state((c), &zccl_transport_ib))
 
 /* ib.c */
 /** Polls up to `max` completions and records their effect in the channels; failures go to the peer's err. */
-int zccl__ib_poll_cq(struct zccl_comm *comm, int max);
+int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max);
 /** Posts receive `idx` of QP q of peer p. */
 int zccl__ib_post_recv(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
 /** Records the first failure of peer p (later ones are dropped). */
-void zccl__ib_fail_peer(struct zccl_comm *comm, int p, zccl_result_t res, const char *fmt, ...)
+void zccl__ib_fail_peer(zccl_tp_comm_t *comm, int p, zccl_result_t res, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /** Reads pending async and rdma_cm events without blocking (device errors, disconnections). */
-void zccl__ib_poll_events(struct zccl_comm *comm);
+void zccl__ib_poll_events(zccl_tp_comm_t *comm);
 /** Offsets into a peer's buffer. */
 size_t zccl__ib_peer_buf_bytes(const struct zccl_ib_comm *ib);
 uint8_t *zccl__ib_send_slot(struct zccl_ib_comm *ib, int p, uint32_t seq);
@@ -130,7 +131,7 @@ ib_cts_t *zccl__ib_cts_out(struct zccl_ib_comm *ib, int p, uint32_t seq);
 uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
 
 /* ib_conn.c */
-zccl_result_t zccl__ib_connect_all(struct zccl_comm *comm, uint64_t deadline_ns);
+zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns);
 
 /* ib_gdr.c */
 zccl_gdr_mode_t zccl__ib_gdr_detect(void);

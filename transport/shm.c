@@ -28,7 +28,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include "comm.h"
 #include "transport.h"
 
 #define SEG_MAGIC 0x7a63636c73686d31ull /* "zcclshm1" */
@@ -85,6 +84,7 @@ typedef struct zccl_shm_comm {
     uint64_t *tail_seen;  /* per global rank: last value of its `tail` this rank read (refreshed when full) */
     uint64_t *recv_tail;  /* per global rank: slots this rank consumed from it (receiver-private copy) */
 } shm_comm_t;
+#define SHM_OF(c) ((shm_comm_t *)zccl__tp_state((c), &zccl_transport_shm))
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -104,7 +104,7 @@ static bool slot_free(shm_comm_t *s, chan_ctl_t *c, int peer) {
     return s->send_head[peer] - s->tail_seen[peer] < s->nslots;
 }
 
-static void slot_post(struct zccl_comm *comm, shm_comm_t *s, chan_ctl_t *c, int peer, slot_meta_t *m) {
+static void slot_post(zccl_tp_comm_t *comm, shm_comm_t *s, chan_ctl_t *c, int peer, slot_meta_t *m) {
     uint64_t h = ++s->send_head[peer];
     __atomic_store_n(&m->seq, h, __ATOMIC_RELEASE);
     __atomic_store_n(&c->head, h, __ATOMIC_RELAXED);
@@ -114,9 +114,9 @@ static uint8_t *slot_data(shm_comm_t *s, chan_ctl_t *c, uint64_t idx) {
     return (uint8_t *)c + s->data_offset + (size_t)(idx % s->nslots) * s->slot_bytes;
 }
 
-void zccl__doorbell_ring(struct zccl_comm *comm, int peer) {
+void zccl__doorbell_ring(zccl_tp_comm_t *comm, int peer) {
     uint32_t *bell, *sleeping;
-    shm_comm_t *s = comm->shm;
+    shm_comm_t *s = SHM_OF(comm);
     if (peer == comm->rank || !s) {
         bell = comm->doorbell;
         sleeping = comm->sleeping;
@@ -137,7 +137,7 @@ void zccl__doorbell_ring(struct zccl_comm *comm, int peer) {
     }
 }
 
-static void seg_name(const struct zccl_comm *comm, int rank, char *buf, size_t len) {
+static void seg_name(const zccl_tp_comm_t *comm, int rank, char *buf, size_t len) {
     snprintf(buf, len, "/zccl-%016llx-r%d-p%d", (unsigned long long)comm->comm_id, rank, (int)comm->peers[rank].pid);
 }
 
@@ -164,7 +164,7 @@ static void sweep_stale(void) {
     closedir(d);
 }
 
-static zccl_result_t create_own(struct zccl_comm *comm, shm_comm_t *s) {
+static zccl_result_t create_own(zccl_tp_comm_t *comm, shm_comm_t *s) {
     sweep_stale();
     seg_name(comm, comm->rank, s->my_name, sizeof s->my_name);
     int fd = shm_open(s->my_name, O_RDWR | O_CREAT | O_EXCL, 0600);
@@ -204,9 +204,9 @@ static zccl_result_t create_own(struct zccl_comm *comm, shm_comm_t *s) {
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer);
+static zccl_result_t shm_check_peer(zccl_tp_comm_t *comm, int peer);
 
-static zccl_result_t map_peer(struct zccl_comm *comm, shm_comm_t *s, int rank, uint64_t deadline) {
+static zccl_result_t map_peer(zccl_tp_comm_t *comm, shm_comm_t *s, int rank, uint64_t deadline) {
     char name[64];
     seg_name(comm, rank, name, sizeof name);
     int fd = -1;
@@ -245,10 +245,10 @@ static zccl_result_t map_peer(struct zccl_comm *comm, shm_comm_t *s, int rank, u
     }
 }
 
-static zccl_result_t shm_setup(struct zccl_comm *comm) {
+static zccl_result_t shm_setup(zccl_tp_comm_t *comm) {
     shm_comm_t *s = calloc(1, sizeof *s);
     if (!s) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
-    comm->shm = s;
+    zccl__tp_set_state(comm, &zccl_transport_shm, s);
     s->local_index = malloc((size_t)comm->nranks * sizeof(int));
     s->cma_posted = calloc((size_t)comm->nranks, sizeof(uint64_t));
     s->send_head = calloc((size_t)comm->nranks, sizeof(uint64_t));
@@ -276,9 +276,7 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
     if (s->cma_enabled) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0); /* let local peers read our buffers */
 
     ZCCL_CHECK(create_own(comm, s));
-    int64_t init_ms;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
-    uint64_t deadline = zccl__now_ns() + (uint64_t)init_ms * 1000000ull;
+    uint64_t deadline = zccl__now_ns() + (uint64_t)comm->init_timeout_ms * 1000000ull;
     int me = s->local_index[comm->rank];
     for (int r = 0; r < comm->nranks; r++) {
         if (r == comm->rank || s->local_index[r] < 0) continue;
@@ -308,8 +306,8 @@ static zccl_result_t shm_setup(struct zccl_comm *comm) {
 
 /* Called once every local peer has mapped this rank's inbox: the name is no longer needed, so a crash cannot leak
  * the segment. */
-void zccl__shm_unlink_own(struct zccl_comm *comm) {
-    shm_comm_t *s = comm->shm;
+void zccl__shm_unlink_own(zccl_tp_comm_t *comm) {
+    shm_comm_t *s = SHM_OF(comm);
     if (s && s->my_name[0] && !s->unlinked) {
         shm_unlink(s->my_name);
         s->unlinked = true;
@@ -327,7 +325,7 @@ static size_t segment_bytes(int nlocal) {
     return align_up(sizeof(seg_hdr_t), 4096) + (size_t)nlocal * stride;
 }
 
-bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail) {
+bool zccl__shm_room(const zccl_tp_comm_t *comm, size_t *need, size_t *avail) {
     const uint64_t host = comm->peers[comm->rank].host_hash;
     int nlocal = 0;
     uint64_t min_free = UINT64_MAX;
@@ -342,14 +340,14 @@ bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail) {
     return min_free >= *need;
 }
 
-static bool shm_can_reach(const struct zccl_comm *comm, int peer) {
+static bool shm_can_reach(const zccl_tp_comm_t *comm, int peer) {
     if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return false;
     size_t need, avail;
     return zccl__shm_room(comm, &need, &avail);
 }
 
-static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    shm_comm_t *s = comm->shm;
+static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    shm_comm_t *s = SHM_OF(comm);
     const int peer = x->peer;
     chan_ctl_t *c = chan(s, s->local_index[peer], s->local_index[comm->rank]);
     if (!x->started) {
@@ -390,8 +388,8 @@ static zccl_result_t shm_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t shm_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    shm_comm_t *s = comm->shm;
+static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    shm_comm_t *s = SHM_OF(comm);
     const int peer = x->peer;
     chan_ctl_t *c = chan(s, s->local_index[comm->rank], s->local_index[peer]);
     if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message */
@@ -447,11 +445,11 @@ static zccl_result_t shm_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t shm_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+static zccl_result_t shm_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     return x->is_send ? shm_send(comm, x, progressed) : shm_recv(comm, x, progressed);
 }
 
-static int shm_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) { return -1; }
+static int shm_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) { return -1; }
 
 bool zccl__local_pid_exited(int pid) {
     bool dead = (kill(pid, 0) != 0 && errno == ESRCH);
@@ -470,12 +468,12 @@ bool zccl__local_pid_exited(int pid) {
     return dead;
 }
 
-static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
+static zccl_result_t shm_check_peer(zccl_tp_comm_t *comm, int peer) {
     pid_t pid = comm->peers[peer].pid;
     if (zccl__local_pid_exited(pid))
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d, same host) has exited; rank %d cannot complete the "
                            "collective", peer, (int)pid, comm->rank);
-    const shm_comm_t *s = comm->shm;
+    const shm_comm_t *s = SHM_OF(comm);
     if (s && s->seg && s->local_index[peer] >= 0 && s->seg[s->local_index[peer]] &&
         __atomic_load_n(&((seg_hdr_t *)s->seg[s->local_index[peer]])->failed, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d gave up on this communicator after an error of its own (a lost "
@@ -483,8 +481,8 @@ static zccl_result_t shm_check_peer(struct zccl_comm *comm, int peer) {
     return ZCCL_SUCCESS;
 }
 
-static void shm_poison(struct zccl_comm *comm) {
-    shm_comm_t *s = comm->shm;
+static void shm_poison(zccl_tp_comm_t *comm) {
+    shm_comm_t *s = SHM_OF(comm);
     if (!s || !s->seg || !s->local_index || !s->seg[s->local_index[comm->rank]]) return;
     __atomic_store_n(&((seg_hdr_t *)s->seg[s->local_index[comm->rank]])->failed, 1, __ATOMIC_RELEASE);
     for (int r = 0; r < comm->nranks; r++)
@@ -492,14 +490,14 @@ static void shm_poison(struct zccl_comm *comm) {
 }
 
 /* Whether peer destroyed its communicator cleanly (zccl_comm_destroy after its last operation). */
-static bool shm_departed(const struct zccl_comm *comm, int peer) {
-    const shm_comm_t *s = comm->shm;
+static bool shm_departed(const zccl_tp_comm_t *comm, int peer) {
+    const shm_comm_t *s = SHM_OF(comm);
     if (!s || !s->seg || s->local_index[peer] < 0 || !s->seg[s->local_index[peer]]) return false;
     return __atomic_load_n(&((seg_hdr_t *)s->seg[s->local_index[peer]])->departed, __ATOMIC_ACQUIRE) != 0;
 }
 
-static void shm_teardown(struct zccl_comm *comm) {
-    shm_comm_t *s = comm->shm;
+static void shm_teardown(zccl_tp_comm_t *comm) {
+    shm_comm_t *s = SHM_OF(comm);
     if (!s) return;
     if (s->seg && s->local_index && s->seg[s->local_index[comm->rank]] &&
         !__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE) &&
@@ -524,11 +522,22 @@ static void shm_teardown(struct zccl_comm *comm) {
     free(s->tail_seen);
     free(s->recv_tail);
     free(s);
-    comm->shm = NULL;
+    zccl__tp_set_state(comm, &zccl_transport_shm, NULL);
+}
+
+static void shm_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+    size_t need, avail;
+    if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash)
+        snprintf(buf, len, "it runs on another host");
+    else if (!zccl__shm_room(comm, &need, &avail))
+        snprintf(buf, len, "/dev/shm has %zu bytes free but the ranks of this host need %zu; enlarge it (docker: "
+                 "--shm-size), lower ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES, or allow TCP", avail, need);
 }
 
 const zccl_transport_ops_t zccl_transport_shm = {
     .name = "shm",
+    .link = ZCCL_LINK_MEMORY,
+    .why_unreachable = shm_why_unreachable,
     .comm_setup = shm_setup,
     .can_reach = shm_can_reach,
     .progress = shm_progress,

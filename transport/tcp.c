@@ -13,7 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "comm.h"
 #include "transport.h"
 
 #define TCP_MAX_IO (1u << 20) /* bytes per send/recv call: bounds the work of one progress call */
@@ -24,11 +23,12 @@ typedef struct zccl_tcp_comm {
     uint8_t **stage;    /* per peer: staging buffer for reducing receives */
     size_t *stage_fill; /* per peer: bytes in stage not yet delivered */
 } tcp_comm_t;
+#define TCP_OF(c) ((tcp_comm_t *)zccl__tp_state((c), &zccl_transport_tcp))
 
-static zccl_result_t tcp_setup(struct zccl_comm *comm) {
+static zccl_result_t tcp_setup(zccl_tp_comm_t *comm) {
     tcp_comm_t *t = calloc(1, sizeof *t);
     if (!t) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
-    comm->tcp = t;
+    zccl__tp_set_state(comm, &zccl_transport_tcp, t);
     size_t n = (size_t)comm->nranks;
     t->send_fd = malloc(n * sizeof(int));
     t->recv_fd = malloc(n * sizeof(int));
@@ -39,20 +39,19 @@ static zccl_result_t tcp_setup(struct zccl_comm *comm) {
     return ZCCL_SUCCESS;
 }
 
-static bool tcp_can_reach(const struct zccl_comm *comm, int peer) { return true; }
+static bool tcp_can_reach(const zccl_tp_comm_t *comm, int peer) { return true; }
 
-static zccl_result_t io_error(struct zccl_comm *comm, int peer, bool is_send, ssize_t n, int err) {
+static zccl_result_t io_error(zccl_tp_comm_t *comm, int peer, bool is_send, ssize_t n, int err) {
     if (n == 0 || err == ECONNRESET || err == EPIPE)
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d closed its connection while rank %d was %s it (it exited, "
                            "aborted, or gave up after an error of its own)", peer, comm->rank, is_send ? "sending to" : "receiving from");
     return zccl__syserror(err, "rank %d: %s rank %d over TCP", comm->rank, is_send ? "send to" : "receive from", peer);
 }
 
-static zccl_result_t tcp_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    tcp_comm_t *t = comm->tcp;
+static zccl_result_t tcp_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    tcp_comm_t *t = TCP_OF(comm);
     if (t->send_fd[x->peer] < 0) {
-        int64_t init_ms;
-        ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms));
+        const int64_t init_ms = comm->init_timeout_ms;
         zccl_conn_hdr_t h = {comm->comm_id, comm->rank, ZCCL_CONN_DATA};
         int fd;
         ZCCL_CHECK(zccl__connect_auth(&comm->peers[x->peer].listen, comm->secret, &h, sizeof h,
@@ -72,8 +71,8 @@ static zccl_result_t tcp_send(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t tcp_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
-    tcp_comm_t *t = comm->tcp;
+static zccl_result_t tcp_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    tcp_comm_t *t = TCP_OF(comm);
     const int p = x->peer;
     if (t->recv_fd[p] < 0) {
         pthread_mutex_lock(&comm->in_mutex);
@@ -112,21 +111,21 @@ static zccl_result_t tcp_recv(struct zccl_comm *comm, zccl_xfer_t *x, bool *prog
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t tcp_progress(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed) {
+static zccl_result_t tcp_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     return x->is_send ? tcp_send(comm, x, progressed) : tcp_recv(comm, x, progressed);
 }
 
-static int tcp_wait_fd(struct zccl_comm *comm, const zccl_xfer_t *x, short *events) {
-    tcp_comm_t *t = comm->tcp;
+static int tcp_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) {
+    tcp_comm_t *t = TCP_OF(comm);
     *events = x->is_send ? POLLOUT : POLLIN;
     return x->is_send ? t->send_fd[x->peer] : t->recv_fd[x->peer];
 }
 
-static zccl_result_t tcp_check_peer(struct zccl_comm *comm, int peer) { return ZCCL_SUCCESS; }
+static zccl_result_t tcp_check_peer(zccl_tp_comm_t *comm, int peer) { return ZCCL_SUCCESS; }
 
 /* Shut every data connection down: a peer blocked receiving from us sees EOF, one sending to us an error. */
-static void tcp_poison(struct zccl_comm *comm) {
-    tcp_comm_t *t = comm->tcp;
+static void tcp_poison(zccl_tp_comm_t *comm) {
+    tcp_comm_t *t = TCP_OF(comm);
     if (!t) return;
     for (int i = 0; i < comm->nranks; i++) {
         if (t->send_fd[i] >= 0) shutdown(t->send_fd[i], SHUT_RDWR);
@@ -138,8 +137,8 @@ static void tcp_poison(struct zccl_comm *comm) {
     pthread_mutex_unlock(&comm->in_mutex);
 }
 
-static void tcp_teardown(struct zccl_comm *comm) {
-    tcp_comm_t *t = comm->tcp;
+static void tcp_teardown(zccl_tp_comm_t *comm) {
+    tcp_comm_t *t = TCP_OF(comm);
     if (!t) return;
     for (int i = 0; i < comm->nranks; i++) {
         if (t->send_fd && t->send_fd[i] >= 0) close(t->send_fd[i]);
@@ -151,11 +150,12 @@ static void tcp_teardown(struct zccl_comm *comm) {
     free(t->stage);
     free(t->stage_fill);
     free(t);
-    comm->tcp = NULL;
+    zccl__tp_set_state(comm, &zccl_transport_tcp, NULL);
 }
 
 const zccl_transport_ops_t zccl_transport_tcp = {
     .name = "tcp",
+    .link = ZCCL_LINK_NETWORK,
     .comm_setup = tcp_setup,
     .can_reach = tcp_can_reach,
     .progress = tcp_progress,

@@ -1,21 +1,115 @@
 /*
  * transport.h — the interface every transport implements: a const ops table plus the transfer descriptor the
- * progress engine hands it.
+ * progress engine hands it, and the transport's view of a communicator (zccl_tp_comm_t).
  *
  * A transport moves the bytes of one directed channel (this rank -> peer, or peer -> this rank). Channels are
  * FIFO: transfers between the same pair in the same direction complete in the order they were started, and the
  * engine starts them in schedule order on both sides, so no message carries a tag. Transports never block: each
  * progress() call does a bounded amount of work (about one chunk) and returns.
+ *
+ * Layer rule (docs/architecture.md): transports see util, kernels and topology below them and nothing above. They
+ * never see struct zccl_comm: the communicator embeds a zccl_tp_comm_t and hands transports a pointer to it.
+ * Received bytes reach the collective through zccl__xfer_deliver (transport/deliver.c), owned by this layer.
+ * Adding a transport: one file with its ops table and one row in zccl__transports (transport/registry.c).
  */
 #ifndef ZCCL_TRANSPORT_H
 #define ZCCL_TRANSPORT_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "core.h"
+#include "socket.h"
+#include "topo.h"
 
-struct zccl_comm;
+/** How a rank can be reached over the IB verbs transport (transport/ib*.c); addr family 0 = no usable device. */
+typedef struct {
+    zccl_sockaddr_t addr;  /* rdma_cm listening address: the IP of the chosen port's interface (IPoIB or RoCE) */
+    uint64_t probe_addr;   /* registered buffer peers write the connect-time probe into */
+    uint32_t probe_rkey;
+    int32_t port;          /* port number on the device */
+    int32_t link;          /* 1 = InfiniBand, 2 = Ethernet (RoCE) */
+    int32_t gid_index;
+    uint64_t subnet;       /* InfiniBand: the GID's subnet prefix (ranks on different subnets do not use IB) */
+    char dev[32];          /* device name, for messages */
+} zccl_ib_peer_info_t;
+
+/** What every rank tells every other at init (fixed size, exchanged through the bootstrap root). */
+typedef struct {
+    int32_t rank;
+    int32_t pid;
+    uint64_t host_hash;     /* hostname + boot id: equal means "same host, shared memory possible" */
+    zccl_sockaddr_t listen; /* this rank's data/bootstrap listening socket */
+    char shm_name[64];      /* this rank's shared-memory inbox ("" if none) */
+    uint64_t cma_probe;     /* address of a word holding cma_probe_value, for the single-copy probe */
+    uint64_t cma_probe_value;
+    uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
+    zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
+    zccl_ib_peer_info_t ib; /* IB verbs transport endpoint */
+    uint32_t cfg_hash[16];  /* hash of each setting every rank must share (api/comm_init.c), compared at init */
+} zccl_peer_info_t;
+
+/** Header a rank sends (TCP data connections, the communicator's shrink notice) after the handshake on a rank-to-rank connection. */
+typedef struct {
+    uint64_t comm_id;
+    int32_t from_rank;
+    int32_t kind; /* ZCCL_CONN_DATA */
+} zccl_conn_hdr_t;
+#define ZCCL_CONN_DATA 1
+#define ZCCL_CONN_SHRINK 2 /* followed by the shrink message of lib/core/comm.h (not a transport's) */
+#define ZCCL_CONN_NOTICE 3 /* followed by a notice of lib/core/notice.h: a rank refused or gave up a collective */
+
+struct zccl_transport_ops;
+
+/** Most transports one build can hold (zccl__transports has at most this many rows). */
+#define ZCCL_TRANSPORT_MAX 8
+
+/**
+ * The transport layer's view of a communicator. struct zccl_comm embeds one (member `tc`); transports receive a
+ * pointer to it and never the communicator. rank/nranks/comm_id/secret are copies fixed at creation.
+ */
+typedef struct zccl_tp_comm {
+    int rank, nranks;
+    uint64_t comm_id;
+    uint8_t secret[ZCCL_SECRET_BYTES];
+    zccl_peer_info_t *peers;                 /* nranks entries: what every rank published at init */
+    const struct zccl_transport_ops **tp;    /* per peer: the transport that carries its traffic */
+    /* Accepted incoming connections: the communicator's service thread fills in_fd[peer] under in_mutex. */
+    pthread_mutex_t in_mutex;
+    int *in_fd;
+    /* Each transport's own state, found by its ops table (zccl__tp_state). */
+    struct {
+        const struct zccl_transport_ops *ops;
+        void *state;
+    } priv[ZCCL_TRANSPORT_MAX];
+    /* Wake-up word: a futex this rank sleeps on while it waits; peers and the service thread bump it. It lives in
+     * the rank's shared-memory segment when it has one, else in local_doorbell. */
+    uint32_t *doorbell;
+    uint32_t *sleeping;
+    uint32_t local_doorbell[2];
+    /* Cache-sized bounce buffer for transports that need one (chunk_bytes, ZCCL_CHUNK_BYTES). */
+    uint8_t *chunk_tmp;
+    size_t chunk_bytes;
+    int64_t init_timeout_ms;                 /* ZCCL_INIT_TIMEOUT_MS: how long comm_setup may wait for peers */
+    volatile int aborted;                    /* zccl_comm_abort was called */
+    zccl_result_t async_error;               /* the communicator broke (first remote error or timeout) */
+} zccl_tp_comm_t;
+
+/** The state a transport stored for tc (NULL before it set any). Linear over at most ZCCL_TRANSPORT_MAX rows. */
+static inline void *zccl__tp_state(const zccl_tp_comm_t *tc, const struct zccl_transport_ops *ops) {
+    for (int i = 0; i < ZCCL_TRANSPORT_MAX; i++)
+        if (tc->priv[i].ops == ops) return tc->priv[i].state;
+    return NULL;
+}
+/** Stores (state non-NULL) or forgets (NULL) a transport's state in tc. */
+void zccl__tp_set_state(zccl_tp_comm_t *tc, const struct zccl_transport_ops *ops, void *state);
+
+/** What kind of link a transport is, for the tuner's cost model (which parameters apply). */
+typedef enum {
+    ZCCL_LINK_MEMORY = 0, /* within a host through shared memory */
+    ZCCL_LINK_NETWORK = 1 /* through a network stack or NIC, on one host or across hosts */
+} zccl_link_class_t;
 
 /** One send or receive in flight. The engine fills the first block; the transport owns `t`. */
 typedef struct zccl_xfer {
@@ -35,42 +129,52 @@ typedef struct zccl_xfer {
 } zccl_xfer_t;
 
 typedef struct zccl_transport_ops {
-    const char *name;
+    const char *name;          /* as ZCCL_TRANSPORT names it */
+    zccl_link_class_t link;    /* its link class (the tuner's cost model) */
+    /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it (writes a
+     *  sentence into buf). NULL: a generic message. */
+    void (*why_unreachable)(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len);
     /** Comm-wide setup once every rank's info is known (map segments, probe capabilities). */
-    zccl_result_t (*comm_setup)(struct zccl_comm *comm);
+    zccl_result_t (*comm_setup)(zccl_tp_comm_t *comm);
     /** Whether this transport can carry traffic between this rank and peer. */
-    bool (*can_reach)(const struct zccl_comm *comm, int peer);
+    bool (*can_reach)(const zccl_tp_comm_t *comm, int peer);
     /**
      * Advances x by about one chunk. Sets *progressed when anything moved, x->complete when finished.
      * Must only touch x if every earlier transfer on the same channel has completed (the engine ensures it).
      */
-    zccl_result_t (*progress)(struct zccl_comm *comm, zccl_xfer_t *x, bool *progressed);
+    zccl_result_t (*progress)(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed);
     /** A file descriptor to poll while waiting for x (POLLIN/POLLOUT in *events), or -1 if the transport wakes the
      *  rank's doorbell instead. */
-    int (*wait_fd)(struct zccl_comm *comm, const zccl_xfer_t *x, short *events);
+    int (*wait_fd)(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events);
     /** Checks that peer is still alive. Called for every peer each time a sleeping rank wakes without progress
      *  (about every 50 ms), so it must be cheap; transports that cannot tell (TCP: loss shows as EOF) return success. */
-    zccl_result_t (*check_peer)(struct zccl_comm *comm, int peer);
+    zccl_result_t (*check_peer)(zccl_tp_comm_t *comm, int peer);
     /** Releases everything comm_setup created. */
-    void (*comm_teardown)(struct zccl_comm *comm);
+    void (*comm_teardown)(zccl_tp_comm_t *comm);
     /** Optional (NULL = never): whether peer left cleanly (destroyed its communicator after its last operation, so
      *  all it sent was delivered). The engine then does not count that peer's exit as a loss unless it still waits
      *  on a transfer with it. */
-    bool (*departed)(const struct zccl_comm *comm, int peer);
+    bool (*departed)(const zccl_tp_comm_t *comm, int peer);
     /** Optional (NULL = nothing to do): this rank gave up a collective after a lost peer or a timeout; make every
      *  peer that may still wait on it fail too instead of hanging (TCP: shut the connections down; shm: mark the
      *  inbox failed and wake the host's ranks). The listening socket stays, so zccl_comm_shrink still works. */
-    void (*poison)(struct zccl_comm *comm);
+    void (*poison)(zccl_tp_comm_t *comm);
 } zccl_transport_ops_t;
 
 extern const zccl_transport_ops_t zccl_transport_shm;
 extern const zccl_transport_ops_t zccl_transport_tcp;
 extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c; never reaches a peer when built without verbs */
 
+/** The registration table (transport/registry.c): every transport of this build in order of preference (a peer
+ *  gets the first that can reach it), NULL-terminated. The one place a new transport is added. */
+extern const zccl_transport_ops_t *const zccl__transports[];
+/** The transport named `name` (case-insensitive), or NULL. */
+const zccl_transport_ops_t *zccl__transport_by_name(const char *name);
+
 /**
  * Hands `len` received bytes (a whole number of elements) to x at offset x->done: copies them to dst, or reduces
  * them with op2 into dst; then advances x->done. Shared by every transport so the reduction happens straight from
- * the transport's buffer, with no extra pass over memory.
+ * the transport's buffer, with no extra pass over memory (transport/deliver.c).
  */
 void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len);
 
@@ -78,12 +182,52 @@ void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len);
  * Whether /dev/shm holds the inboxes of all ranks of this host: *need bytes (their total) against *avail (the least
  * free space any of them saw at start). Without room, ranks of one host talk over TCP instead.
  */
-bool zccl__shm_room(const struct zccl_comm *comm, size_t *need, size_t *avail);
+bool zccl__shm_room(const zccl_tp_comm_t *comm, size_t *need, size_t *avail);
+/** Removes this rank's shared-memory inbox name once every peer has mapped it (the mapping stays). */
+void zccl__shm_unlink_own(zccl_tp_comm_t *comm);
 
 /** Whether process pid of this host has exited (gone, or a zombie not yet reaped). Defined in shm.c. */
 bool zccl__local_pid_exited(int pid);
 
 /** Wakes the given local rank's engine if it sleeps (shm doorbell; no-op for ranks without shm). */
-void zccl__doorbell_ring(struct zccl_comm *comm, int peer);
+void zccl__doorbell_ring(zccl_tp_comm_t *comm, int peer);
+/** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c). */
+void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);
+
+/**
+ * IB transport, before the bootstrap: reads the ZCCL_IB_* knobs, opens the chosen device and starts this rank's
+ * rdma_cm listener, and fills *me (family 0 when IB is disabled, absent from the build, or no device is usable:
+ * peers then use another transport; the reason is logged at INFO). Errors only for invalid knobs, or when
+ * ZCCL_TRANSPORT=ib demands a device and none can be used.
+ */
+zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me);
+/** Whether this build has the IB verbs transport. */
+bool zccl__ib_built(void);
+
+/* This layer's rows of the settings table (transport/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_shm_slot_bytes;
+#define ZCCL_CFG_SHM_SLOT_BYTES (&zccl__set_shm_slot_bytes)
+extern const zccl_cfg_desc_t zccl__set_shm_slots;
+#define ZCCL_CFG_SHM_SLOTS (&zccl__set_shm_slots)
+extern const zccl_cfg_desc_t zccl__set_shm_cma;
+#define ZCCL_CFG_SHM_CMA (&zccl__set_shm_cma)
+extern const zccl_cfg_desc_t zccl__set_cma_threshold;
+#define ZCCL_CFG_CMA_THRESHOLD (&zccl__set_cma_threshold)
+extern const zccl_cfg_desc_t zccl__set_ib_disable;
+#define ZCCL_CFG_IB_DISABLE (&zccl__set_ib_disable)
+extern const zccl_cfg_desc_t zccl__set_ib_hca;
+#define ZCCL_CFG_IB_HCA (&zccl__set_ib_hca)
+extern const zccl_cfg_desc_t zccl__set_ib_gid_index;
+#define ZCCL_CFG_IB_GID_INDEX (&zccl__set_ib_gid_index)
+extern const zccl_cfg_desc_t zccl__set_ib_timeout;
+#define ZCCL_CFG_IB_TIMEOUT (&zccl__set_ib_timeout)
+extern const zccl_cfg_desc_t zccl__set_ib_retry_cnt;
+#define ZCCL_CFG_IB_RETRY_CNT (&zccl__set_ib_retry_cnt)
+extern const zccl_cfg_desc_t zccl__set_ib_qps_per_conn;
+#define ZCCL_CFG_IB_QPS_PER_CONN (&zccl__set_ib_qps_per_conn)
+extern const zccl_cfg_desc_t zccl__set_ib_zcopy_bytes;
+#define ZCCL_CFG_IB_ZCOPY_BYTES (&zccl__set_ib_zcopy_bytes)
+extern const zccl_cfg_desc_t zccl__set_transport;
+#define ZCCL_CFG_TRANSPORT (&zccl__set_transport)
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * fuzz_handshake.c — libFuzzer target for everything zccl parses from the network before and right after a
- * connection proves the job's secret (lib/socket.h "wire messages", lib/bootstrap.c header decoders), and for the
+ * connection proves the job's secret (lib/util/socket.h "wire messages", lib/core/bootstrap.c header decoders), and for the
  * unique-id decoder (ids travel out of band, through files and environment variables).
  *
  * Input: byte 0 selects the decoder, the rest is its input. Besides "no crash, no sanitizer report", each case
@@ -13,7 +13,7 @@
  * With ZCCL_FUZZ_MAKE_SEEDS=DIR in the environment the binary writes a seed corpus (one valid input per decoder,
  * plus a few near misses) into DIR and exits.
  */
-#include "../../lib/bootstrap.c"
+#include "../../lib/core/bootstrap.c"
 
 #include <stdlib.h>
 #include <sys/stat.h>

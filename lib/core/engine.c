@@ -16,11 +16,6 @@
 #include "kernels.h"
 #include "notice.h"
 
-void zccl__doorbell_wait(struct zccl_comm *comm, uint32_t seen, int timeout_ms) {
-    struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-    syscall(SYS_futex, comm->doorbell, FUTEX_WAIT, seen, &ts, NULL, 0);
-}
-
 static zccl_result_t ensure_scratch(struct zccl_comm *comm, size_t bytes) {
     if (bytes <= comm->scratch_bytes) return ZCCL_SUCCESS;
     void *p = NULL;
@@ -41,12 +36,12 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
         short ev = 0;
-        int fd = comm->tp[x[i].peer]->wait_fd(comm, &x[i], &ev);
+        int fd = comm->tc.tp[x[i].peer]->wait_fd(&comm->tc, &x[i], &ev);
         if (fd >= 0 && np < 64) pfd[np++] = (struct pollfd){fd, ev, 0};
         else other = true;
     }
     if (np) poll(pfd, np, other ? 1 : 50);
-    else zccl__doorbell_wait(comm, seen, 50);
+    else zccl__doorbell_wait(&comm->tc, seen, 50);
 }
 
 /* ---- call descriptors ---------------------------------------------------------------------------------------
@@ -97,20 +92,20 @@ static zccl_result_t verify_desc(struct zccl_comm *comm, const zccl_xfer_t *x) {
 
 static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint64_t last_progress,
                                    size_t phase) {
-    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
     /* A peer refused or gave up this collective (or an earlier one) and said why: its reason beats the transports'
      * "closed its connection", and covers a peer this rank never connected to. */
     ZCCL_CHECK(zccl__notice_check(comm, comm->cseq, comm->op_name));
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
-        const zccl_transport_ops_t *tp = comm->tp[x[i].peer];
-        if (tp->departed && tp->departed(comm, x[i].peer)) {
+        const zccl_transport_ops_t *tp = comm->tc.tp[x[i].peer];
+        if (tp->departed && tp->departed(&comm->tc, x[i].peer)) {
             /* It left cleanly: whatever it sent is delivered, so look once more before calling it a mismatch. */
             bool pr = false, blocked = false;
             for (size_t j = 0; j < i && !blocked; j++) /* channel order, as in poll_once */
                 blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
-            if (!blocked) ZCCL_CHECK(tp->progress(comm, &x[i], &pr));
+            if (!blocked) ZCCL_CHECK(tp->progress(&comm->tc, &x[i], &pr));
             ZCCL_CHECK(verify_desc(comm, &x[i]));
             if (pr || x[i].complete) return ZCCL_SUCCESS;
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d destroyed its communicator while rank %d still %s it (%s, "
@@ -118,7 +113,7 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
                                x[i].is_send ? "sends to" : "receives from", comm->op_name,
                                (unsigned long long)comm->seq);
         }
-        ZCCL_CHECK(tp->check_peer(comm, x[i].peer));
+        ZCCL_CHECK(tp->check_peer(&comm->tc, x[i].peer));
     }
     /* A rank we do not wait on directly can be lost too (the ring's far side): the collective cannot complete
      * then either, and its neighbours may stay alive, so look at every peer a transport can check cheaply. */
@@ -126,8 +121,8 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
         if (r == comm->rank) continue;
         /* A rank that finished this collective and destroyed its communicator cleanly is not lost: it may exit while
          * slower ranks still pass its data on (transfers we wait on were checked above). */
-        if (comm->tp[r]->departed && comm->tp[r]->departed(comm, r)) continue;
-        ZCCL_CHECK(comm->tp[r]->check_peer(comm, r));
+        if (comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r)) continue;
+        ZCCL_CHECK(comm->tc.tp[r]->check_peer(&comm->tc, r));
     }
     if (comm->timeout_ms > 0 && zccl__now_ns() - last_progress > (uint64_t)comm->timeout_ms * 1000000ull) {
         for (size_t i = 0; i < nx; i++)
@@ -152,7 +147,7 @@ static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
             blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
         if (blocked) continue;
         bool pr = false;
-        ZCCL_CHECK(comm->tp[x[i].peer]->progress(comm, &x[i], &pr));
+        ZCCL_CHECK(comm->tc.tp[x[i].peer]->progress(&comm->tc, &x[i], &pr));
         ZCCL_CHECK(verify_desc(comm, &x[i]));
         *moved |= pr;
     }
@@ -170,24 +165,24 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
          * 64 polls; then sleep. */
         if (idle++ == 0) idle_since = zccl__now_ns();
         if ((idle & 63) != 0 || zccl__now_ns() - idle_since < comm->spin_ns) {
-            if ((idle & 63) == 0 && __atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+            if ((idle & 63) == 0 && __atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
                 return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
                                    comm->rank, (unsigned long long)comm->seq);
             __builtin_ia32_pause();
             continue;
         }
         /* Announce that we sleep, look once more, then sleep. */
-        uint32_t seen = __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST);
-        __atomic_store_n(comm->sleeping, 1, __ATOMIC_SEQ_CST);
+        uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
+        __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
         zccl_result_t res = poll_once(comm, x, nx, &all_done, &moved);
         if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
-        __atomic_store_n(comm->sleeping, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
         ZCCL_CHECK(res);
-        if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
                                (unsigned long long)comm->seq);
-        if (moved || all_done || __atomic_load_n(comm->doorbell, __ATOMIC_SEQ_CST) != seen) {
+        if (moved || all_done || __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST) != seen) {
             idle = 0;
             last_progress = zccl__now_ns();
             continue;
@@ -274,19 +269,4 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     }
     if (xs != xs_local) free(xs);
     return res;
-}
-
-#define ZCCL_STREAM_COPY_MIN (4u << 20)
-
-void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len) {
-    if (x->op2) {
-        const size_t es = zccl_type_size(x->dt);
-        zccl_kernel_reduce(x->dst + x->done, x->op2 + x->done, data, len / es, x->dt, x->op, x->divisor);
-    } else if (x->dst + x->done != data) {
-        /* Large receives stream into their destination: the user's buffer is bigger than the cache and is not read
-         * again by this copy, so the read-for-ownership of every line would only waste memory bandwidth. */
-        if (x->bytes >= ZCCL_STREAM_COPY_MIN) zccl_kernel_copy_stream(x->dst + x->done, data, len);
-        else memcpy(x->dst + x->done, data, len);
-    }
-    x->done += len;
 }

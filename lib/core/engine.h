@@ -16,7 +16,5 @@
 zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
                                zccl_datatype_t dt, zccl_redop_t op);
 
-/** Sleeps on this rank's doorbell until it changes from `seen` or timeout_ms passes. */
-void zccl__doorbell_wait(struct zccl_comm *comm, uint32_t seen, int timeout_ms);
 
 #endif

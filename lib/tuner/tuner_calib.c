@@ -69,7 +69,7 @@ zccl_result_t zccl__tuner_setup(struct zccl_comm *comm) {
         free(hosts);
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the tuner's host table of %d ranks", comm->nranks);
     }
-    for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
+    for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->tc.peers[r].host_hash;
     zccl_result_t res = zccl__tune_layout(hosts, comm->ring, comm->nranks, &t->L, t->host_of);
     free(hosts);
     if (res != ZCCL_SUCCESS) return res;
@@ -186,11 +186,11 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     }
     memset(sbuf, 0x5a, bufbytes);
     int nl = 0, nh = 0;
-    const uint64_t myhost = comm->peers[me].host_hash;
+    const uint64_t myhost = comm->tc.peers[me].host_hash;
     for (int r = 0; r < n; r++) {
-        if (comm->peers[r].host_hash == myhost) local[nl++] = r;
+        if (comm->tc.peers[r].host_hash == myhost) local[nl++] = r;
         bool first = true;
-        for (int q = 0; q < r && first; q++) first = comm->peers[q].host_hash != comm->peers[r].host_hash;
+        for (int q = 0; q < r && first; q++) first = comm->tc.peers[q].host_hash != comm->tc.peers[r].host_hash;
         if (first) heads[nh++] = r;
     }
     double v[P_N] = {0};
@@ -234,8 +234,8 @@ out:
 
 static const char *intra_link_name(struct zccl_comm *comm) {
     for (int r = 0; r < comm->nranks; r++)
-        if (r != comm->rank && comm->peers[r].host_hash == comm->peers[comm->rank].host_hash)
-            return comm->tp[r] == &zccl_transport_shm ? "intra-shm" : "intra-tcp";
+        if (r != comm->rank && comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash)
+            return comm->tc.tp[r] == &zccl_transport_shm ? "intra-shm" : "intra-tcp";
     return NULL;
 }
 
@@ -345,7 +345,7 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     if (*cache && !all_have && calibrate) {
         bool first_local = true;
         for (int r = 0; r < comm->rank && first_local; r++)
-            first_local = comm->peers[r].host_hash != comm->peers[comm->rank].host_hash;
+            first_local = comm->tc.peers[r].host_hash != comm->tc.peers[comm->rank].host_hash;
         if (first_local) cache_write(comm, cache, host, &p);
     }
     t->calib_ms = (double)(zccl__now_ns() - t0) * 1e-6;

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
+#include "zccl_ext.h"
 #include "zero.h"
 
 uint64_t zccl__zero_hash(uint64_t h, const void *data, size_t len) {
@@ -155,8 +155,8 @@ ZCCL_API zccl_result_t zccl_bucket_plan_create(zccl_comm_t comm, int nparams, co
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
     struct zccl_bucket_plan *p = calloc(1, sizeof *p);
     if (!p) return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory", fn);
-    p->nranks = comm->nranks;
-    p->rank = comm->rank;
+    zccl_comm_count(comm, &p->nranks);
+    zccl_comm_rank(comm, &p->rank);
     zccl_result_t res = resolve(p, fn, nparams, numel, datatype, opts, plan);
     if (res == ZCCL_SUCCESS) res = zccl__bucket_layout(p, nparams, numel);
     if (res != ZCCL_SUCCESS) { plan_free(p); return res; }
@@ -172,7 +172,7 @@ ZCCL_API zccl_result_t zccl_bucket_plan_create(zccl_comm_t comm, int nparams, co
     res = zccl__zero_same_on_all(comm, h, &same);
     if (res == ZCCL_SUCCESS && !same)
         res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different parameter lists, datatypes or options "
-                          "(rank %d: %d parameters, %d buckets); buckets would not match", fn, comm->rank, nparams,
+                          "(rank %d: %d parameters, %d buckets); buckets would not match", fn, p->rank, nparams,
                           p->nbuckets);
     if (res == ZCCL_SUCCESS) {
         p->comm = comm;

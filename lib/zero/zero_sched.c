@@ -12,9 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
 #include "kernels.h"
-#include "stream.h"
+#include "zccl_ext.h"
 #include "zero.h"
 
 static void *slot_of(struct zccl_bucket_plan *p, int b) {

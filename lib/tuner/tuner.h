@@ -63,7 +63,7 @@ typedef struct {
 /** An algorithm the tuner may choose. */
 typedef struct {
     const char *name; /* ZCCL_ALGO name, lower case */
-    int algo;         /* ZCCL_ALGO_* value handed to the schedule builder (lib/schedule.h) */
+    int algo;         /* ZCCL_ALGO_* value handed to the schedule builder (lib/sched/schedule.h) */
     unsigned colls;   /* bit (1u << c) set: the algorithm runs collective c */
     /** NULL if the algorithm can run coll on this layout; otherwise why not (static text). */
     const char *(*unavailable)(zccl_coll_t coll, const zccl_tune_layout_t *L);
@@ -173,5 +173,13 @@ void zccl__tuner_free(struct zccl_comm *comm);
  * *p holds the agreed values. A filter that differs between ranks is ZCCL_INVALID_USAGE on every rank.
  */
 zccl_result_t zccl__tuner_agree(struct zccl_comm *comm, zccl_tune_params_t *p, uint64_t filter_hash, const char *what);
+
+/* This layer's rows of the settings table (lib/tuner/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_algo;
+#define ZCCL_CFG_ALGO (&zccl__set_algo)
+extern const zccl_cfg_desc_t zccl__set_tuner_calibrate;
+#define ZCCL_CFG_TUNER_CALIBRATE (&zccl__set_tuner_calibrate)
+extern const zccl_cfg_desc_t zccl__set_tuner_cache;
+#define ZCCL_CFG_TUNER_CACHE (&zccl__set_tuner_cache)
 
 #endif

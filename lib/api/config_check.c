@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include "core.h"
+#include "comm.h"
 #include "tuner.h"
 
 extern char **environ;
@@ -43,9 +43,8 @@ static bool one_of(const char *v, const char *list) {
 
 /* The problem with a text setting's value, or NULL. */
 static const char *text_problem(zccl_cfg_id_t id, const char *v, char *why, size_t wlen) {
-    switch (id) {
-    case ZCCL_CFG_DEBUG: return zccl__log_level_of(v) >= 0 ? NULL : "not one of NONE, WARN, INFO, TRACE";
-    case ZCCL_CFG_DEBUG_SUBSYS: {
+    if (id == ZCCL_CFG_DEBUG) return zccl__log_level_of(v) >= 0 ? NULL : "not one of NONE, WARN, INFO, TRACE";
+    if (id == ZCCL_CFG_DEBUG_SUBSYS) {
         char tmp[256];
         snprintf(tmp, sizeof tmp, "%s", v + (v[0] == '^'));
         for (char *save = NULL, *tok = strtok_r(tmp, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -60,21 +59,28 @@ static const char *text_problem(zccl_cfg_id_t id, const char *v, char *why, size
         }
         return NULL;
     }
-    case ZCCL_CFG_TRANSPORT: return one_of(v, "shm,ib,tcp") ? NULL : "not one of shm, ib, tcp";
-    case ZCCL_CFG_RING_ORDER:
+    if (id == ZCCL_CFG_TRANSPORT) {
+        if (zccl__transport_by_name(v)) return NULL;
+        int w = snprintf(why, wlen, "not one of");
+        for (size_t t = 0; zccl__transports[t] && w > 0 && (size_t)w < wlen; t++)
+            w += snprintf(why + w, wlen - (size_t)w, "%s %s", t ? "," : "", zccl__transports[t]->name);
+        return why;
+    }
+    if (id == ZCCL_CFG_RING_ORDER) {
         if (one_of(v, "topo,rank") || strspn(v, "0123456789,") == strlen(v)) return NULL;
         return "not topo, rank or a permutation of the ranks such as 3,1,0,2";
-    case ZCCL_CFG_SECRET:
+    }
+    if (id == ZCCL_CFG_SECRET) {
         if (strlen(v) == 32 && strspn(v, "0123456789abcdefABCDEF") == 32) return NULL;
         return "not 32 hex digits";
-    case ZCCL_CFG_ALGO: {
+    }
+    if (id == ZCCL_CFG_ALGO) {
         zccl_algo_filter_t f;
         if (zccl__algo_filter_parse(v, "ZCCL_ALGO", &f) == ZCCL_SUCCESS) return NULL;
         snprintf(why, wlen, "%s", zccl__last_error());
         return why;
     }
-    default: return NULL; /* interface and device lists, file names: checked against the machine at init */
-    }
+    return NULL; /* interface and device lists, file names: checked against the machine at init */
 }
 
 ZCCL_API size_t zccl_config_check(char *buf, size_t len, int *ninvalid) {
@@ -82,16 +88,16 @@ ZCCL_API size_t zccl_config_check(char *buf, size_t len, int *ninvalid) {
     if (buf && len) buf[0] = '\0';
     int bad = 0;
     char why[600];
-    for (int i = 0; i < ZCCL_CFG_COUNT; i++) {
-        const zccl_cfg_desc_t *d = &zccl__cfg_table[i];
+    for (size_t i = 0; i < zccl__cfg_count(); i++) {
+        const zccl_cfg_desc_t *d = zccl__cfg_at(i);
         const char *v = getenv(d->name);
         if (!v || !*v) continue; /* defaults are valid */
         const char *problem = NULL;
         if (d->kind != ZCCL_CFG_TEXT) {
             int64_t x;
-            if (zccl__cfg_int((zccl_cfg_id_t)i, &x) != ZCCL_SUCCESS) problem = zccl__last_error();
+            if (zccl__cfg_int(d, &x) != ZCCL_SUCCESS) problem = zccl__last_error();
         } else {
-            problem = text_problem((zccl_cfg_id_t)i, v, why, sizeof why);
+            problem = text_problem(d, v, why, sizeof why);
         }
         if (problem) {
             bad++;
@@ -103,11 +109,26 @@ ZCCL_API size_t zccl_config_check(char *buf, size_t len, int *ninvalid) {
         if (strncmp(*e, "ZCCL_", 5)) continue;
         const char *eq = strchr(*e, '=');
         const size_t n = eq ? (size_t)(eq - *e) : strlen(*e);
-        bool known = false;
-        for (int i = 0; i < ZCCL_CFG_COUNT && !known; i++)
-            known = strlen(zccl__cfg_table[i].name) == n && !strncmp(zccl__cfg_table[i].name, *e, n);
-        if (!known) put(&o, "unknown: %s: not a setting of the library, which ignores it (a misspelling?)\n", *e);
+        if (!zccl__cfg_find(*e, n)) put(&o, "unknown: %s: not a setting of the library, which ignores it (a misspelling?)\n", *e);
     }
     if (ninvalid) *ninvalid = bad;
     return o.need;
+}
+
+ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
+    size_t need = 0;
+    for (size_t i = 0; i < zccl__cfg_count(); i++) {
+        const zccl_cfg_desc_t *d = zccl__cfg_at(i);
+        const char *v = zccl__cfg_str(d);
+        int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0,
+                         "%s=%s (default %s): %s\n", d->name, *v ? v : "(unset)", *d->deflt ? d->deflt : "unset",
+                         d->help);
+        if (n > 0) need += (size_t)n;
+    }
+    /* Not a setting, but what decides whether the ZCCL_IB_* settings mean anything. */
+    int n = snprintf(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0, "%s\n",
+                     zccl__ib_built() ? "IB transport: built (libibverbs, librdmacm)"
+                                      : "IB transport: absent (built without libibverbs/librdmacm)");
+    if (n > 0) need += (size_t)n;
+    return need;
 }

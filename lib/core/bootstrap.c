@@ -508,11 +508,11 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
                           comm->nranks);
     }
     if (res == ZCCL_SUCCESS)
-        res = zccl__recv_all(fd, comm->peers, (size_t)comm->nranks * sizeof *comm->peers, deadline_ns,
+        res = zccl__recv_all(fd, comm->tc.peers, (size_t)comm->nranks * sizeof *comm->tc.peers, deadline_ns,
                              "receiving the rank table from the bootstrap root");
     for (int r = 0; res == ZCCL_SUCCESS && r < comm->nranks; r++) {
         const char *why = NULL;
-        if (peer_info_check(&comm->peers[r], r, &why) != ZCCL_SUCCESS)
+        if (peer_info_check(&comm->tc.peers[r], r, &why) != ZCCL_SUCCESS)
             res = zccl__error(ZCCL_REMOTE_ERROR, "the bootstrap root sent a malformed entry for rank %d: %s", r, why);
     }
     close(fd);

@@ -11,8 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "comm.h"
-#include "stream.h"
+#include "zccl_ext.h"
 #include "zero.h"
 
 struct zccl_zero3 {
@@ -118,7 +117,7 @@ static zccl_result_t wait_ticket(struct zccl_zero3 *z, uint64_t t, const char *f
     zccl_result_t ae = ZCCL_SUCCESS;
     zccl_comm_get_async_error(z->comm, &ae);
     if (ae != ZCCL_SUCCESS)
-        return zccl__error(ae, "%s: a gather failed: %s", fn, z->comm->async_msg);
+        return zccl__error(ae, "%s: a gather failed: %s", fn, zccl__comm_async_msg(z->comm));
     return ZCCL_SUCCESS;
 }
 
@@ -173,8 +172,8 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     struct zccl_zero3 *z = calloc(1, sizeof *z);
     if (!z) return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory", fn);
     z->comm = comm;
-    z->nranks = comm->nranks;
-    z->rank = comm->rank;
+    zccl_comm_count(comm, &z->nranks);
+    zccl_comm_rank(comm, &z->rank);
     z->nlayers = nlayers;
     z->dt = datatype;
     z->es = zccl_type_size(datatype);

@@ -41,7 +41,7 @@ static void *stream_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         /* Behind an error that broke its communicator, an operation fails without being run: the stream keeps
          * the first error, and a long queue drains in microseconds per operation. */
-        const zccl_result_t broken = op.comm ? __atomic_load_n(&op.comm->async_error, __ATOMIC_ACQUIRE)
+        const zccl_result_t broken = op.comm ? __atomic_load_n(&op.comm->tc.async_error, __ATOMIC_ACQUIRE)
                                              : ZCCL_SUCCESS;
         zccl_result_t res;
         if (!op.comm) res = zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
@@ -197,7 +197,7 @@ void zccl__stream_forget(struct zccl_comm *comm) {
     pthread_mutex_lock(&live_mu);
     for (struct zccl_stream *s = live; s; s = s->next_live) {
         pthread_mutex_lock(&s->mu);
-        /* Queued operations of comm fail instead of running; one that is running sees comm->aborted and returns
+        /* Queued operations of comm fail instead of running; one that is running sees comm->tc.aborted and returns
          * soon: wait for it, since it still uses comm. */
         for (size_t i = s->head + (s->running ? 1 : 0); i < s->tail; i++)
             if (s->q[i % s->cap].comm == comm) s->q[i % s->cap].comm = NULL;

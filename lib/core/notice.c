@@ -29,13 +29,13 @@ void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const cha
     for (int r = 0; r < comm->nranks; r++) {
         if (r == comm->rank || zccl__now_ns() > deadline) continue;
         /* A rank of this host that has exited cannot be told (and connecting to it would retry until the deadline). */
-        if (comm->peers[r].host_hash == comm->peers[comm->rank].host_hash && zccl__local_pid_exited(comm->peers[r].pid))
+        if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
             continue;
-        zccl_conn_hdr_t h = {comm->comm_id, comm->rank, ZCCL_CONN_NOTICE};
+        zccl_conn_hdr_t h = {comm->tc.comm_id, comm->rank, ZCCL_CONN_NOTICE};
         int fd = -1;
         /* connect retries a refused connection (a listener not up yet, at init): give a vanished peer 300 ms. */
         const uint64_t peer_deadline = ZCCL_MIN(deadline, zccl__now_ns() + 300000000ull);
-        zccl_result_t res = zccl__connect_auth(&comm->peers[r].listen, comm->secret, &h, sizeof h, peer_deadline, &fd);
+        zccl_result_t res = zccl__connect_auth(&comm->tc.peers[r].listen, comm->tc.secret, &h, sizeof h, peer_deadline, &fd);
         if (res == ZCCL_SUCCESS) {
             /* Wait for the peer's acknowledgement: once it came, the peer knows before anything this rank sends
              * afterwards reaches it (a descriptor of this rank's next call is then never taken for a mismatch). */
@@ -51,7 +51,7 @@ void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const cha
 }
 
 void zccl__notice_refused_here(struct zccl_comm *comm, uint64_t seq) {
-    pthread_mutex_lock(&comm->in_mutex);
+    pthread_mutex_lock(&comm->tc.in_mutex);
     if (comm->nrefused == comm->refused_cap) {
         size_t cap = comm->refused_cap ? 2 * comm->refused_cap : 16;
         uint64_t *p = realloc(comm->refused_here, cap * sizeof *p);
@@ -61,7 +61,7 @@ void zccl__notice_refused_here(struct zccl_comm *comm, uint64_t seq) {
         }
     }
     if (comm->nrefused < comm->refused_cap) comm->refused_here[comm->nrefused++] = seq;
-    pthread_mutex_unlock(&comm->in_mutex);
+    pthread_mutex_unlock(&comm->tc.in_mutex);
 }
 
 void zccl__notice_receive(struct zccl_comm *comm, int fd, int from) {
@@ -76,12 +76,12 @@ void zccl__notice_receive(struct zccl_comm *comm, int fd, int from) {
     }
     n->m.text[sizeof n->m.text - 1] = '\0';
     n->from = from;
-    pthread_mutex_lock(&comm->in_mutex);
+    pthread_mutex_lock(&comm->tc.in_mutex);
     n->next = comm->notices;
     comm->notices = n;
-    pthread_mutex_unlock(&comm->in_mutex);
+    pthread_mutex_unlock(&comm->tc.in_mutex);
     __atomic_add_fetch(&comm->notice_gen, 1, __ATOMIC_RELEASE);
-    zccl__doorbell_ring(comm, comm->rank);
+    zccl__doorbell_ring(&comm->tc, comm->rank);
     const char ack = 1; /* recorded: the sender may go on */
     zccl__send_all(fd, &ack, 1, zccl__now_ns() + 1000000000ull, "notice acknowledgement");
     close(fd);
@@ -96,7 +96,7 @@ static bool refused_here(const struct zccl_comm *comm, uint64_t seq) {
 zccl_result_t zccl__notice_check(struct zccl_comm *comm, uint64_t seq, const char *what) {
     const uint32_t gen = __atomic_load_n(&comm->notice_gen, __ATOMIC_ACQUIRE);
     if (gen == comm->notice_seen) return ZCCL_SUCCESS;
-    pthread_mutex_lock(&comm->in_mutex);
+    pthread_mutex_lock(&comm->tc.in_mutex);
     /* Drop "refused" notices of calls this rank refused too; find the earliest notice that applies to #seq. */
     struct zccl_notice_node **pp = &comm->notices, *hit = NULL;
     bool pending = false;
@@ -125,7 +125,7 @@ zccl_result_t zccl__notice_check(struct zccl_comm *comm, uint64_t seq, const cha
     }
     /* Look again next time only if something is left that may apply later. */
     if (!hit && !pending) comm->notice_seen = gen;
-    pthread_mutex_unlock(&comm->in_mutex);
+    pthread_mutex_unlock(&comm->tc.in_mutex);
     if (!hit) return ZCCL_SUCCESS;
     comm->notice_learned = true; /* the sender told every rank: this rank need not tell them again */
     if (kind == ZCCL_NOTICE_REFUSED)

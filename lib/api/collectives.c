@@ -146,12 +146,12 @@ static zccl_result_t run_refused(struct zccl_comm *comm, const zccl_op_t *o, uin
 
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
-    if (__atomic_load_n(&comm->aborted, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
                                           coll_names[o->coll], comm->rank);
     /* A peer was lost or timed out: fail at once, do not wait again. Not logged again: the first error was, and a
      * stream may hold a million operations queued behind it. */
-    const zccl_result_t broken = __atomic_load_n(&comm->async_error, __ATOMIC_ACQUIRE);
+    const zccl_result_t broken = __atomic_load_n(&comm->tc.async_error, __ATOMIC_ACQUIRE);
     if (broken != ZCCL_SUCCESS) {
         char msg[sizeof comm->async_msg + 128];
         snprintf(msg, sizeof msg, "%s on rank %d: the communicator is broken by an earlier error: %s",
@@ -235,7 +235,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     if (res != ZCCL_SUCCESS && (in_engine || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
                                 res == ZCCL_INTERNAL_ERROR)) {
         snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
-        __atomic_store_n(&comm->async_error, res, __ATOMIC_RELEASE);
+        __atomic_store_n(&comm->tc.async_error, res, __ATOMIC_RELEASE);
         zccl__comm_poison(comm, seq); /* peers still waiting on this rank fail too instead of hanging */
     }
     pthread_mutex_unlock(&comm->exec_mutex);

@@ -26,7 +26,7 @@ void zccl__id_encode(const zccl_sockaddr_t *root, const uint8_t secret[ZCCL_SECR
 zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_BYTES]);
 
 /**
- * Joins the job: sends `me` to the root at info->root and fills comm->peers with all ranks' entries.
+ * Joins the job: sends `me` to the root at info->root and fills comm->tc.peers with all ranks' entries.
  * Errors: ZCCL_TIMEOUT, ZCCL_REMOTE_ERROR (root refused: rank taken, nranks mismatch), ZCCL_SYSTEM_ERROR.
  */
 zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t *info, const zccl_peer_info_t *me,

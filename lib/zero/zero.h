@@ -1,6 +1,6 @@
 /*
- * zero.h — internals shared by the bucket plan files (lib/zero_layout.c: layout and queries; lib/zero_sched.c:
- * micro-steps, launch and completion; lib/zero_grad.c: norm, scaling, element helpers) and lib/zero3.c.
+ * zero.h — internals shared by the bucket plan files (lib/zero/zero_layout.c: layout and queries; lib/zero/zero_sched.c:
+ * micro-steps, launch and completion; lib/zero/zero_grad.c: norm, scaling, element helpers) and lib/zero/zero3.c.
  */
 #ifndef ZCCL_ZERO_INTERNAL_H
 #define ZCCL_ZERO_INTERNAL_H
@@ -58,13 +58,13 @@ struct zccl_bucket_plan {
     zccl_bucket_stats_t st;
 };
 
-/** Element helpers over the four floating types (lib/zero_grad.c). */
+/** Element helpers over the four floating types (lib/zero/zero_grad.c). */
 double zccl__zero_sumsq(const void *p, size_t n, zccl_datatype_t dt);
 void zccl__zero_scale(void *p, size_t n, zccl_datatype_t dt, double factor);
 
 /** Computes the bucket layout into p (nranks, dt, options already set in p; numel copied). */
 zccl_result_t zccl__bucket_layout(struct zccl_bucket_plan *p, int nparams, const size_t *numel);
-/** Allocates the buffers and scheduler state of a plan with a communicator (lib/zero_sched.c). */
+/** Allocates the buffers and scheduler state of a plan with a communicator (lib/zero/zero_sched.c). */
 zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p);
 /** Frees what zccl__bucket_sched_init allocated (waits for work in flight). */
 void zccl__bucket_sched_free(struct zccl_bucket_plan *p);
@@ -73,5 +73,15 @@ void zccl__bucket_sched_free(struct zccl_bucket_plan *p);
 zccl_result_t zccl__zero_same_on_all(zccl_comm_t comm, uint64_t h, bool *same);
 /** FNV-1a over bytes, continuing from h (start with 1469598103934665603). */
 uint64_t zccl__zero_hash(uint64_t h, const void *data, size_t len);
+
+/* This layer's rows of the settings table (lib/zero/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_bucket_first_bytes;
+#define ZCCL_CFG_BUCKET_FIRST_BYTES (&zccl__set_bucket_first_bytes)
+extern const zccl_cfg_desc_t zccl__set_bucket_cap_bytes;
+#define ZCCL_CFG_BUCKET_CAP_BYTES (&zccl__set_bucket_cap_bytes)
+extern const zccl_cfg_desc_t zccl__set_buckets_in_flight;
+#define ZCCL_CFG_BUCKETS_IN_FLIGHT (&zccl__set_buckets_in_flight)
+extern const zccl_cfg_desc_t zccl__set_zero3_live_bytes;
+#define ZCCL_CFG_ZERO3_LIVE_BYTES (&zccl__set_zero3_live_bytes)
 
 #endif

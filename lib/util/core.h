@@ -102,56 +102,42 @@ void zccl__log_init(void);
     } while (0)
 #endif
 
-/* ---- configuration: the one table of ZCCL_* settings (lib/config.c) ----------------------------------------- */
-
-typedef enum {
-    ZCCL_CFG_DEBUG,            /* ZCCL_DEBUG */
-    ZCCL_CFG_DEBUG_SUBSYS,     /* ZCCL_DEBUG_SUBSYS */
-    ZCCL_CFG_SOCKET_IFNAME,    /* ZCCL_SOCKET_IFNAME */
-    ZCCL_CFG_TRANSPORT,        /* ZCCL_TRANSPORT */
-    ZCCL_CFG_SECRET,           /* ZCCL_SECRET */
-    ZCCL_CFG_INIT_TIMEOUT_MS,  /* ZCCL_INIT_TIMEOUT_MS */
-    ZCCL_CFG_TIMEOUT_MS,       /* ZCCL_TIMEOUT_MS */
-    ZCCL_CFG_SHM_SLOT_BYTES,   /* ZCCL_SHM_SLOT_BYTES */
-    ZCCL_CFG_SHM_SLOTS,        /* ZCCL_SHM_SLOTS */
-    ZCCL_CFG_SHM_CMA,          /* ZCCL_SHM_CMA */
-    ZCCL_CFG_CMA_THRESHOLD,    /* ZCCL_CMA_THRESHOLD */
-    ZCCL_CFG_SPIN_US,          /* ZCCL_SPIN_US */
-    ZCCL_CFG_CHUNK_BYTES,      /* ZCCL_CHUNK_BYTES */
-    ZCCL_CFG_RS_ROUND_BYTES,   /* ZCCL_RS_ROUND_BYTES */
-    ZCCL_CFG_TOPO_FILE,        /* ZCCL_TOPO_FILE */
-    ZCCL_CFG_RING_ORDER,       /* ZCCL_RING_ORDER */
-    ZCCL_CFG_CHECK,            /* ZCCL_CHECK */
-    ZCCL_CFG_BUCKET_FIRST_BYTES, /* ZCCL_BUCKET_FIRST_BYTES */
-    ZCCL_CFG_BUCKET_CAP_BYTES,   /* ZCCL_BUCKET_CAP_BYTES */
-    ZCCL_CFG_BUCKETS_IN_FLIGHT,  /* ZCCL_BUCKETS_IN_FLIGHT */
-    ZCCL_CFG_ZERO3_LIVE_BYTES,   /* ZCCL_ZERO3_MAX_LIVE_BYTES */
-    ZCCL_CFG_ALGO,             /* ZCCL_ALGO */
-    ZCCL_CFG_TUNER_CALIBRATE,  /* ZCCL_TUNER_CALIBRATE */
-    ZCCL_CFG_TUNER_CACHE,      /* ZCCL_TUNER_CACHE */
-    ZCCL_CFG_IB_DISABLE,       /* ZCCL_IB_DISABLE */
-    ZCCL_CFG_IB_HCA,           /* ZCCL_IB_HCA */
-    ZCCL_CFG_IB_GID_INDEX,     /* ZCCL_IB_GID_INDEX */
-    ZCCL_CFG_IB_TIMEOUT,       /* ZCCL_IB_TIMEOUT */
-    ZCCL_CFG_IB_RETRY_CNT,     /* ZCCL_IB_RETRY_CNT */
-    ZCCL_CFG_IB_QPS_PER_CONN,  /* ZCCL_IB_QPS_PER_CONN */
-    ZCCL_CFG_IB_ZCOPY_BYTES,   /* ZCCL_IB_ZCOPY_BYTES */
-    ZCCL_CFG_COUNT
-} zccl_cfg_id_t;
+/* ---- configuration: the one table of ZCCL_* settings (lib/util/config.c; rows in each layer) ----------------------------------------- */
 
 /** How a setting's value is read: text (its reader checks it), an integer, or a byte count (suffixes K, M, ...). */
 typedef enum { ZCCL_CFG_TEXT = 0, ZCCL_CFG_INT, ZCCL_CFG_BYTES } zccl_cfg_kind_t;
 
-typedef struct {
+/** One row of the settings table. */
+typedef struct zccl_cfg_desc {
     const char *name;   /* environment variable */
     const char *deflt;  /* default value as text ("" = unset) */
     const char *help;   /* one line */
     zccl_cfg_kind_t kind;
     int64_t lo, hi;     /* ZCCL_CFG_INT / ZCCL_CFG_BYTES: accepted range, inclusive */
+    bool must_match;    /* shapes the protocol or the schedules: every rank must have the same value (checked at
+                           init through a hash each rank publishes) */
 } zccl_cfg_desc_t;
 
-/** The table, ZCCL_CFG_COUNT entries, in zccl_cfg_id_t order. */
-extern const zccl_cfg_desc_t zccl__cfg_table[ZCCL_CFG_COUNT];
+/** A setting is named by its row. */
+typedef const zccl_cfg_desc_t *zccl_cfg_id_t;
+
+/**
+ * Defines a row of the settings table in the layer that reads it and registers it in the table (an ELF section
+ * the linker gathers), so each layer contributes its own rows and the bottom layer knows none of them:
+ *     ZCCL_SETTING(zccl__set_foo) = {"ZCCL_FOO", "1", "what it does", .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1};
+ * The layer's header declares `extern const zccl_cfg_desc_t zccl__set_foo;` and `#define ZCCL_CFG_FOO
+ * (&zccl__set_foo)`.
+ */
+#define ZCCL_SETTING(var)                                                                                      \
+    extern const zccl_cfg_desc_t var;                                                                          \
+    __attribute__((used, section("zccl_settings"))) static const zccl_cfg_desc_t *const var##__row = &var;    \
+    const zccl_cfg_desc_t var
+
+/** Rows registered in this program (every layer linked into it), in link order. */
+size_t zccl__cfg_count(void);
+zccl_cfg_id_t zccl__cfg_at(size_t i);
+/** The row named `name` (e.g. "ZCCL_DEBUG"; the first n characters when n > 0), or NULL. */
+zccl_cfg_id_t zccl__cfg_find(const char *name, size_t n);
 /** The value in force (environment, else default). Never NULL. */
 const char *zccl__cfg_str(zccl_cfg_id_t id);
 /**
@@ -159,6 +145,16 @@ const char *zccl__cfg_str(zccl_cfg_id_t id);
  * = powers of 1024). An invalid value is an error naming the variable, its value and the accepted range.
  */
 zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t *out);
+/** Adds a line to zccl_config_describe's output after the table (e.g. whether a transport is built). */
+typedef size_t (*zccl_cfg_note_fn)(char *buf, size_t len);
+
+/* This layer's settings (lib/util/config.c). */
+extern const zccl_cfg_desc_t zccl__set_debug;
+#define ZCCL_CFG_DEBUG (&zccl__set_debug)
+extern const zccl_cfg_desc_t zccl__set_debug_subsys;
+#define ZCCL_CFG_DEBUG_SUBSYS (&zccl__set_debug_subsys)
+extern const zccl_cfg_desc_t zccl__set_socket_ifname;
+#define ZCCL_CFG_SOCKET_IFNAME (&zccl__set_socket_ifname)
 
 /* ---- small helpers ----------------------------------------------------------------------------------------- */
 

@@ -1,0 +1,119 @@
+/*
+ * comm.h — the communicator: who the ranks are, where they live, and how this rank reaches each of them.
+ */
+#ifndef ZCCL_COMM_H
+#define ZCCL_COMM_H
+
+#include <pthread.h>
+#include "core.h"
+#include "socket.h"
+#include "topo.h"
+#include "transport.h"
+#include "calldesc.h"
+
+
+typedef struct {
+    uint64_t shrink_seq;  /* which shrink of this communicator (every survivor counts its calls) */
+    zccl_sockaddr_t root; /* the new bootstrap root, run by the lowest surviving rank */
+} zccl_shrink_msg_t;
+
+struct zccl_comm {
+    /* What the transports see of this communicator (transport/transport.h): peers, per-peer transport, accepted
+     * connections, transport state, the wake-up word, the bounce buffer, the abort and broken flags. */
+    zccl_tp_comm_t tc;
+    int rank, nranks;        /* the same as tc.rank, tc.nranks */
+    int *ring;                       /* ring order: ring[i] = rank at position i (same on every rank) */
+
+    /* Listening socket and the service thread that admits authenticated incoming connections. */
+    int listen_fd;
+    int stop_pipe[2];
+    pthread_t service_thread;
+    bool service_running;
+
+    /* Progress engine. */
+    pthread_mutex_t exec_mutex; /* one operation executes at a time */
+    uint64_t seq;               /* collectives issued */
+    void *scratch;
+    size_t scratch_bytes;
+    uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
+    size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
+    struct zccl_tuner *tuner;   /* algorithm choice: parameters, layout, ZCCL_ALGO (lib/tuner/tuner.h) */
+    bool check;                 /* ZCCL_CHECK: verify that ranks call matching collectives */
+    const char *op_name;        /* the collective running now, for error messages */
+    int64_t timeout_ms;
+    /* zccl_comm_shrink: the service thread records where the lowest survivor's new root listens. */
+    pthread_cond_t shrink_cv;
+    bool shrink_known;
+    zccl_shrink_msg_t shrink_msg;
+    uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
+    uint64_t splits;           /* zccl_comm_split calls made on this communicator */
+    char async_msg[512];       /* the text of tc.async_error (first remote error or timeout) */
+    /* Invalid calls (notice.c, include/zccl.h "Invalid calls"). */
+    uint64_t cseq;             /* collectives run or refused (send/recv not counted: only some ranks take part) */
+    uint32_t notice_gen;       /* bumped by the service thread for every notice received */
+    uint32_t notice_seen;      /* notice_gen when the notices were last found not to apply */
+    struct zccl_notice_node *notices; /* peers' notices (tc.in_mutex) */
+    uint64_t *refused_here;    /* sequence numbers of the calls this rank refused (tc.in_mutex) */
+    size_t nrefused, refused_cap;
+    bool notice_learned;       /* this rank's failure came from a peer's notice: the peers know already */
+    /* Call descriptors sent first on every channel of a collective (engine.c). */
+    bool desc_on;
+    zccl_call_desc_t desc_mine;
+    zccl_call_desc_t *desc_in; /* per peer: the descriptor received from it */
+    uint64_t *desc_mark;       /* per peer: [2r] run that sent to r, [2r+1] run that received from r */
+    uint64_t desc_run;
+};
+
+/* ---- the communicator's own parts (comm.c) and the setup steps of its creation (comm_setup.c) ---- */
+
+/** The service thread's body: admits authenticated data and shrink connections on comm->listen_fd. */
+void *zccl__comm_service_main(void *arg);
+/** The word peers read with process_vm_readv to learn whether single-copy works between them. */
+extern volatile uint64_t zccl__cma_probe_word;
+/** Hashes of the settings marked must_match, as this rank sees them (published in zccl_peer_info_t). */
+void zccl__comm_cfg_hashes(uint32_t out[16]);
+/** Fails naming the first must_match setting whose hash differs between two ranks. */
+zccl_result_t zccl__comm_check_settings(struct zccl_comm *comm);
+/** Stops the service thread, tears every transport down, closes and frees what the core attached. */
+void zccl__comm_free(struct zccl_comm *comm);
+/** Picks a transport per peer (comm->tc.tp). */
+zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm);
+/** Where this process runs (package, NUMA node, core, NIC distance); unknown when topology cannot be read. */
+zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host);
+/** The ring order (ZCCL_RING_ORDER). */
+zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm);
+/** How long a waiting rank spins before it sleeps (ZCCL_SPIN_US). */
+zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm);
+/** Fails early when the process cannot open a socket per TCP peer. */
+zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
+
+/** After this rank gave up collective #seq (lost peer, timeout, mismatch): tells every peer why (a notice quoting
+ *  comm->async_msg, notice.h) and makes the peers that may still wait on it fail too (every transport's poison op),
+ *  so an error reaches every survivor instead of leaving some hanging. */
+void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq);
+
+/** The message of the first error that broke comm (also declared for the ZeRO layer in lib/api/zccl_ext.h). */
+const char *zccl__comm_async_msg(zccl_comm_t comm);
+
+/** Host identity: hash of hostname and /proc boot_id. */
+uint64_t zccl__host_hash(void);
+
+/* This layer's rows of the settings table (lib/core/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_secret;
+#define ZCCL_CFG_SECRET (&zccl__set_secret)
+extern const zccl_cfg_desc_t zccl__set_init_timeout_ms;
+#define ZCCL_CFG_INIT_TIMEOUT_MS (&zccl__set_init_timeout_ms)
+extern const zccl_cfg_desc_t zccl__set_timeout_ms;
+#define ZCCL_CFG_TIMEOUT_MS (&zccl__set_timeout_ms)
+extern const zccl_cfg_desc_t zccl__set_spin_us;
+#define ZCCL_CFG_SPIN_US (&zccl__set_spin_us)
+extern const zccl_cfg_desc_t zccl__set_chunk_bytes;
+#define ZCCL_CFG_CHUNK_BYTES (&zccl__set_chunk_bytes)
+extern const zccl_cfg_desc_t zccl__set_rs_round_bytes;
+#define ZCCL_CFG_RS_ROUND_BYTES (&zccl__set_rs_round_bytes)
+extern const zccl_cfg_desc_t zccl__set_check;
+#define ZCCL_CFG_CHECK (&zccl__set_check)
+extern const zccl_cfg_desc_t zccl__set_ring_order;
+#define ZCCL_CFG_RING_ORDER (&zccl__set_ring_order)
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * settings.c — the core layer's rows of the ZCCL_* settings table (lib/util/config.c gathers every layer's
+ * rows; `zccl-bench --env` prints them with the values in force; docs/configuration.md explains each).
+ */
+#include <stdint.h>
+#include "comm.h"
+
+ZCCL_SETTING(zccl__set_secret) = {.name = "ZCCL_SECRET", .deflt = "", .help = "job secret, 32 hex digits (set by zcclrun) for zccl_comm_init_env"};
+ZCCL_SETTING(zccl__set_init_timeout_ms) = {.name = "ZCCL_INIT_TIMEOUT_MS", .deflt = "120000",
+                                  .help = "deadline for communicator creation (bootstrap and connections), ms",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = INT64_MAX / 1000000};
+ZCCL_SETTING(zccl__set_timeout_ms) = {.name = "ZCCL_TIMEOUT_MS", .deflt = "0", .help = "deadline for a collective without peer progress, ms; 0 = none",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = INT64_MAX / 1000000};
+ZCCL_SETTING(zccl__set_spin_us) = {.name = "ZCCL_SPIN_US", .deflt = "-1",
+                          .help = "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
+                          "fit its cores, else 0 (sleep at once, leave the core to a peer)",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 10000000};
+ZCCL_SETTING(zccl__set_chunk_bytes) = {.name = "ZCCL_CHUNK_BYTES", .deflt = "128K", .help = "bytes handled per progress step (cache-sized)",
+        .kind = ZCCL_CFG_BYTES, .lo = 4096, .hi = 256ll << 20};
+ZCCL_SETTING(zccl__set_rs_round_bytes) = {.name = "ZCCL_RS_ROUND_BYTES", .deflt = "4M",
+                                 .help = "bytes per block and round of ring reduce-scatter (bounds scratch memory)",
+        .kind = ZCCL_CFG_BYTES, .lo = 64, .hi = 1ll << 40, .must_match = true};
+ZCCL_SETTING(zccl__set_check) = {.name = "ZCCL_CHECK", .deflt = "0",
+                        .help = "1: before each collective, verify that every rank called the same one (sequence number, "
+                        "operation, count, datatype, op, root); costs one small all-gather per collective",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+ZCCL_SETTING(zccl__set_ring_order) = {.name = "ZCCL_RING_ORDER", .deflt = "topo",
+                             .help = "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
+                             "an explicit permutation such as 3,1,0,2", .must_match = true};

@@ -1,0 +1,21 @@
+/*
+ * settings.c — the zero layer's rows of the ZCCL_* settings table (lib/util/config.c gathers every layer's
+ * rows; `zccl-bench --env` prints them with the values in force; docs/configuration.md explains each).
+ */
+#include <stdint.h>
+#include "zero.h"
+
+ZCCL_SETTING(zccl__set_bucket_first_bytes) = {.name = "ZCCL_BUCKET_FIRST_BYTES", .deflt = "1M",
+                                     .help = "gradient bucket plans (zccl_zero.h): target bytes of the first bucket to launch",
+        .kind = ZCCL_CFG_BYTES, .lo = 1, .hi = INT64_MAX / 2};
+ZCCL_SETTING(zccl__set_bucket_cap_bytes) = {.name = "ZCCL_BUCKET_CAP_BYTES", .deflt = "25M",
+                                   .help = "gradient bucket plans: target bytes of every later bucket",
+        .kind = ZCCL_CFG_BYTES, .lo = 1, .hi = INT64_MAX / 2};
+ZCCL_SETTING(zccl__set_buckets_in_flight) = {.name = "ZCCL_BUCKETS_IN_FLIGHT", .deflt = "2",
+                                    .help = "gradient bucket plans: most buckets communicating at once (1..64); also the "
+                                    "full-size buffers a reduce-scatter plan keeps",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = ZCCL_BUCKET_MAX_IN_FLIGHT};
+ZCCL_SETTING(zccl__set_zero3_live_bytes) = {.name = "ZCCL_ZERO3_MAX_LIVE_BYTES", .deflt = "1G",
+                                   .help = "ZeRO-3 stores: most bytes of gathered layer parameters alive at once (prefetch "
+                                   "stops there)",
+        .kind = ZCCL_CFG_BYTES, .lo = 1, .hi = INT64_MAX / 2};

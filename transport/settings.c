@@ -1,0 +1,40 @@
+/*
+ * settings.c — the transport layer's rows of the ZCCL_* settings table (lib/util/config.c gathers every layer's
+ * rows; `zccl-bench --env` prints them with the values in force; docs/configuration.md explains each).
+ */
+#include <stdint.h>
+#include "transport.h"
+
+ZCCL_SETTING(zccl__set_shm_slot_bytes) = {.name = "ZCCL_SHM_SLOT_BYTES", .deflt = "128K", .help = "bytes per shared-memory FIFO slot (chunk size)",
+        .kind = ZCCL_CFG_BYTES, .lo = 4096, .hi = 64ll << 20, .must_match = true};
+ZCCL_SETTING(zccl__set_shm_slots) = {.name = "ZCCL_SHM_SLOTS", .deflt = "8", .help = "slots per shared-memory FIFO (per ordered pair of ranks)",
+        .kind = ZCCL_CFG_INT, .lo = 2, .hi = 1024, .must_match = true};
+ZCCL_SETTING(zccl__set_shm_cma) = {.name = "ZCCL_SHM_CMA", .deflt = "0",
+                          .help = "1: single-copy large messages with process_vm_readv; 0: pipelined copies through slots",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+ZCCL_SETTING(zccl__set_cma_threshold) = {.name = "ZCCL_CMA_THRESHOLD", .deflt = "64K", .help = "message bytes from which shm uses the single copy",
+        .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
+ZCCL_SETTING(zccl__set_ib_disable) = {.name = "ZCCL_IB_DISABLE", .deflt = "0", .help = "1: never use the InfiniBand/RoCE verbs transport (TCP between "
+                             "hosts)",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+ZCCL_SETTING(zccl__set_ib_hca) = {.name = "ZCCL_IB_HCA", .deflt = "",
+                         .help = "RDMA devices to use, NCCL grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; "
+                         "unset = first active port of any device"};
+ZCCL_SETTING(zccl__set_ib_gid_index) = {.name = "ZCCL_IB_GID_INDEX", .deflt = "-1",
+                               .help = "GID table index (RoCE); -1 = the first RoCE v2 IPv4-mapped GID, else the first GID",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535};
+ZCCL_SETTING(zccl__set_ib_timeout) = {.name = "ZCCL_IB_TIMEOUT", .deflt = "18",
+                             .help = "IB local ACK timeout exponent: 4.096 us * 2^value per try, 1..31",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 31};
+ZCCL_SETTING(zccl__set_ib_retry_cnt) = {.name = "ZCCL_IB_RETRY_CNT", .deflt = "7", .help = "IB transport retries before a send fails, 0..7",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7};
+ZCCL_SETTING(zccl__set_ib_qps_per_conn) = {.name = "ZCCL_IB_QPS_PER_CONN", .deflt = "1",
+                                  .help = "queue pairs per IB connection (chunks striped over them), 1..16",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16, .must_match = true};
+ZCCL_SETTING(zccl__set_ib_zcopy_bytes) = {.name = "ZCCL_IB_ZCOPY_BYTES", .deflt = "0",
+                                 .help = "IB transfers of at least this many bytes use the user's buffer directly through "
+                                 "the registration cache (no staging copy); 0 = always stage. The cache cannot see "
+                                 "free(): set it only when communication buffers stay allocated",
+        .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = 1ll << 40};
+ZCCL_SETTING(zccl__set_transport) = {.name = "ZCCL_TRANSPORT", .deflt = "",
+                            .help = "force one transport for every peer: shm, ib (also between ranks of one host) or tcp", .must_match = true};
