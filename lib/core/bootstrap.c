@@ -44,7 +44,7 @@ typedef struct {
     char missing[192]; /* ROOT_INCOMPLETE: the ranks that never joined, " 3 5" (NUL-terminated, may be cut) */
 } root_reply_t;
 enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4, ROOT_INCOMPLETE = 5,
-       ROOT_ABORTED = 6 /* init cannot complete: `missing` says why (a rank died, or one has another nranks) */ };
+       ROOT_ABORTED = 6 /* init cannot complete: `missing` says why (a rank that joined died) */ };
 #define ROOT_MAX_NRANKS 65536
 
 /* ---- decoders of the headers that follow a proof (see socket.h) ------------------------------------------ */
@@ -215,13 +215,6 @@ static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
         ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: refused a rank that proved the secret (claims rank %d of %d; the "
                   "first rank said nranks=%d): %s", claim[0], claim[1], R->nranks, why);
         root_refuse(fd, st);
-        if (st == ROOT_NRANKS && R->nranks > 0) { /* a rank of this job (it knows the secret) with another size */
-            pthread_mutex_lock(&R->mu);
-            snprintf(R->abort_why, sizeof R->abort_why, "a rank claiming rank %d was started with nranks %d, the "
-                     "first rank with %d (WORLD_SIZE differs?)", claim[0], claim[1], R->nranks);
-            pthread_mutex_unlock(&R->mu);
-            return 1;
-        }
         return 0;
     }
     pthread_mutex_lock(&R->mu);
@@ -405,7 +398,7 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
 /*
  * What the launcher knows: zcclrun (tools/launch.c) passes ZCCL_LAUNCH_STATUS_FD, a memory file it writes a line
  * into ("rank 2 (pid 123) was killed by signal 9 (KILL)") as soon as a rank exits abnormally. A rank still in init
- * reads it twice a second, so a rank that died before reaching the bootstrap root is reported at once.
+ * reads it five times a second, so a rank that died before reaching the bootstrap root is reported at once.
  * Returns true and fills msg when the launcher reported a rank's death.
  */
 static bool launcher_reports(char *msg, size_t len) {
@@ -446,7 +439,7 @@ static zccl_result_t join_wait(struct zccl_comm *comm, int fd, const char *as, u
         if (fd < 0) return ZCCL_SUCCESS; /* connecting: the caller retries */
         struct pollfd p = {fd, POLLIN, 0};
         const uint64_t left_ms = (deadline_ns - now) / 1000000ull;
-        if (poll(&p, 1, (int)ZCCL_MIN(left_ms, 500ull)) > 0) return ZCCL_SUCCESS;
+        if (poll(&p, 1, (int)ZCCL_MIN(left_ms, 200ull)) > 0) return ZCCL_SUCCESS;
     }
 }
 
@@ -463,11 +456,11 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     const uint64_t start = zccl__now_ns();
     uint64_t next_warn = start + 10000000000ull;
     zccl_result_t res;
-    /* Connect in half-second attempts, so that the launcher's news and the progress line come in between. */
+    /* Connect in short attempts, so that the launcher's news and the progress line come in between. */
     for (;;) {
         res = join_wait(comm, -1, as, start, deadline_ns, &next_warn);
         if (res == ZCCL_REMOTE_ERROR) return res;
-        const uint64_t slice = ZCCL_MIN(deadline_ns, zccl__now_ns() + 500000000ull);
+        const uint64_t slice = ZCCL_MIN(deadline_ns, zccl__now_ns() + 300000000ull);
         const bool last = slice >= deadline_ns;
         zccl__connect_quiet(!last);
         res = zccl__connect_auth(&info->root, info->secret, &h, sizeof h, slice, &fd);
