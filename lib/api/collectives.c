@@ -8,6 +8,7 @@
 #include "comm.h"
 #include "engine.h"
 #include "notice.h"
+#include "zccl_ext.h"
 #include "stream.h"
 #include "tuner.h"
 
@@ -260,6 +261,11 @@ static zccl_result_t refuse(zccl_op_t o, zccl_stream_t stream, zccl_result_t res
     zccl__op_issue(&o, stream); /* consumes o.reason; its result is this refusal's, returned below */
     zccl__set_last_error(msg);
     return res;
+}
+
+zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res) {
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLREDUCE, .comm = comm};
+    return refuse(o, stream, res);
 }
 
 /* Count 0: nothing moves, but the call takes its sequence number (and joins ZCCL_CHECK's check), so that a rank that
