@@ -137,8 +137,10 @@ zccl_result_t zccl_get_unique_id(zccl_unique_id_t *id);
  * @param      id      the id from zccl_get_unique_id(), the same on all ranks.
  * @param      rank    this rank, 0 <= rank < nranks, distinct on every rank.
  * Errors: ZCCL_INVALID_ARGUMENT (comm NULL, nranks or rank out of range, malformed id); ZCCL_SYSTEM_ERROR
- * (sockets, shared memory, limits); ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice);
- * ZCCL_TIMEOUT (not every rank joined within ZCCL_INIT_TIMEOUT_MS).
+ * (sockets, shared memory, limits); ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice; a rank that
+ * joined died before every rank did, named within about 0.1 s; under zcclrun, a rank that exited before joining,
+ * named by the launcher within about 0.3 s); ZCCL_TIMEOUT (not every rank joined within ZCCL_INIT_TIMEOUT_MS).
+ * While it waits, a WARN line every 10 s names the bootstrap root's address and the ranks not heard from.
  */
 zccl_result_t zccl_comm_init_rank(zccl_comm_t *comm, int nranks, zccl_unique_id_t id, int rank);
 
