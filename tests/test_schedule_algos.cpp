@@ -16,7 +16,7 @@
 #include <vector>
 
 extern "C" {
-#include "schedule.h"
+#include "algo.h"
 }
 
 namespace {
@@ -28,7 +28,7 @@ struct AlgoCase {
 
 std::vector<AlgoCase> AllCases() {
     std::vector<AlgoCase> v;
-    for (int algo = 0; algo < ZCCL_ALGO_COUNT; algo++)
+    for (int algo = 0; algo < zccl__nalgos; algo++) // every row of the registry, named or not
         for (zccl_coll_t coll : {ZCCL_COLL_ALLREDUCE, ZCCL_COLL_REDUCE_SCATTER, ZCCL_COLL_ALLGATHER})
             if (zccl__algo_supports(algo, coll)) v.push_back({coll, algo});
     return v;
@@ -134,6 +134,20 @@ int CheckAll(int n, bool thorough) {
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The ZCCL_ALGO_* constants name the registry's rows in its order.
+TEST(ScheduleAlgos, NamedConstantsMatchTheRegistry) {
+    const struct { int id; const char *name; } named[] = {
+        {ZCCL_ALGO_RING, "ring"},     {ZCCL_ALGO_RABENSEIFNER, "rabenseifner"}, {ZCCL_ALGO_RECDBL, "recdbl"},
+        {ZCCL_ALGO_BRUCK, "bruck"},   {ZCCL_ALGO_TREE, "tree"},                 {ZCCL_ALGO_DIRECT, "direct"},
+        {ZCCL_ALGO_HIER, "hier"}};
+    for (const auto &c : named) {
+        EXPECT_STREQ(zccl__algo_name(c.id), c.name);
+        EXPECT_EQ(zccl__algo_from_name(c.name), c.id);
+    }
+    EXPECT_GE(zccl__nalgos, ZCCL_ALGO_COUNT);
+    EXPECT_STREQ(zccl__algo_name(zccl__nalgos), "?");
 }
 
 TEST(ScheduleAlgos, EveryAlgorithmEveryRankCountUpTo130) {

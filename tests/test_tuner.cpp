@@ -44,7 +44,7 @@ uint32_t bit(const char *name) {
 uint32_t all_of(zccl_coll_t c) {
     uint32_t m = 0;
     for (int i = 0; i < zccl__nalgos; i++)
-        if (zccl__algos[i].colls & (1u << c)) m |= 1u << i;
+        if (zccl__algo_table[i]->build[c]) m |= 1u << i;
     return m;
 }
 
@@ -159,7 +159,7 @@ TEST(TunerModel, LayoutHostLinkSharing) {
     double pred[ZCCL_TUNE_MAX_ALGOS];
     for (zccl_coll_t c : {ZCCL_COLL_REDUCE_SCATTER, ZCCL_COLL_ALLGATHER, ZCCL_COLL_ALLREDUCE}) {
         const int best = zccl__tune_pick(&t, c, (size_t)16 << 20, pred);
-        EXPECT_EQ(std::string(zccl__algos[best].name), "hier") << "coll " << c;
+        EXPECT_EQ(std::string(zccl__algo_table[best]->name), "hier") << "coll " << c;
         EXPECT_GT(pred[zccl__algo_index("rabenseifner", 12)], 1.5 * pred[best]) << "coll " << c;
     }
 }
@@ -191,9 +191,9 @@ TEST(TunerModel, MonotonicAndSensible) {
                     ASSERT_GE(best, 0) << "n=" << n << " coll " << c;
                     for (int i = 0; i < zccl__nalgos; i++) {
                         if (pred[i] < 0) continue;
-                        EXPECT_TRUE(std::isfinite(pred[i]) && pred[i] > 0) << zccl__algos[i].name;
+                        EXPECT_TRUE(std::isfinite(pred[i]) && pred[i] > 0) << zccl__algo_table[i]->name;
                         if (bytes > 8)
-                            EXPECT_GE(pred[i], prev[i]) << zccl__algos[i].name << " coll " << c << " n=" << n
+                            EXPECT_GE(pred[i], prev[i]) << zccl__algo_table[i]->name << " coll " << c << " n=" << n
                                                         << " bytes " << bytes;
                         EXPECT_GE(pred[i], pred[best]);
                         prev[i] = pred[i];
@@ -207,7 +207,7 @@ TEST(TunerModel, MonotonicAndSensible) {
                 EXPECT_NE(small, ring) << "n=" << n << ": the ring's 2(n-1) steps should lose at 8 bytes";
                 int large = zccl__tune_pick(&t, ZCCL_COLL_ALLREDUCE, (size_t)64 << 20, pred);
                 EXPECT_LE(pred[large], pred[ring]);
-                EXPECT_NE(std::string(zccl__algos[large].name), "direct") << "n=" << n;
+                EXPECT_NE(std::string(zccl__algo_table[large]->name), "direct") << "n=" << n;
             }
         }
     }
@@ -242,7 +242,7 @@ TEST(TunerModel, FilterAndParameters) {
         if (pass) t.p.intra.alpha *= 10;
         size_t cross = 0;
         for (size_t b = 8; b <= (size_t)1 << 28 && !cross; b *= 2)
-            if (std::string(zccl__algos[zccl__tune_pick(&t, ZCCL_COLL_ALLREDUCE, b, nullptr)].name) == "ring")
+            if (std::string(zccl__algo_table[zccl__tune_pick(&t, ZCCL_COLL_ALLREDUCE, b, nullptr)]->name) == "ring")
                 cross = b;
         (pass ? cross_hi : cross_lo) = cross;
     }
@@ -264,8 +264,8 @@ TEST(TunerModel, ClosedFormsMatchTheScheduleSimulation) {
         for (size_t bytes = 64; bytes <= ((size_t)64 << 20); bytes *= 32)
             for (int c = 0; c < 3; c++)
                 for (int i = 0; i < zccl__nalgos; i++) {
-                    const zccl_algo_desc_t &d = zccl__algos[i];
-                    if (!(d.colls & (1u << c)) || d.algo == ZCCL_ALGO_HIER) continue;
+                    const zccl_algo_t &d = *zccl__algo_table[i];
+                    if (!d.build[c] || i == ZCCL_ALGO_HIER) continue;
                     const size_t es = 4, cnt = bytes / es / (c ? (size_t)n : 1);
                     if (cnt == 0) continue;
                     zccl_tune_layout_t L = {n, 1, n, true};
@@ -273,7 +273,7 @@ TEST(TunerModel, ClosedFormsMatchTheScheduleSimulation) {
                     const double mine = d.predict((zccl_coll_t)c, b, &L, &p);
                     zccl_sched_args_t a = {};
                     a.coll = (zccl_coll_t)c, a.nranks = n, a.count = cnt, a.elem_size = es;
-                    a.chunk_bytes = zccl__pipeline_chunk(cnt * es, n), a.rs_round_bytes = 4u << 20, a.algo = d.algo;
+                    a.chunk_bytes = zccl__pipeline_chunk(cnt * es, n), a.rs_round_bytes = 4u << 20, a.algo = i;
                     char err[256] = "";
                     const double sim = zccl__sched_cost(&a, &cp, err, sizeof err);
                     ASSERT_GT(sim, 0) << d.name << " n=" << n << " coll " << c << ": " << err;

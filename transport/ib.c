@@ -348,10 +348,30 @@ static zccl_ib_mr_entry_t *zcopy(struct zccl_ib_comm *ib, const void *addr, size
     return zccl__ib_mr_get(&ib->cache, addr, bytes);
 }
 
-static zccl_result_t ib_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
-    struct zccl_ib_comm *ib = IB_OF(comm);
+/* Posts one signalled work request of one scatter-gather entry on QP q of the peer (RDMA write with immediate:
+ * remote_addr/rkey and imm; send: none). Returns ibv_post_send's result. */
+static int post_one(ib_peer_t *pe, int q, uint64_t wr_id, struct ibv_sge *sge, enum ibv_wr_opcode opcode,
+                    uint32_t imm_be, uint64_t remote_addr, uint32_t rkey) {
+    struct ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = wr_id;
+    wr.sg_list = sge;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = imm_be;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = rkey;
+    return ibv_post_send(pe->id[q]->qp, &wr, &bad);
+}
+
+/* A send or a receive moving on: ib_progress has checked the device and the peer and hands both in. */
+typedef zccl_result_t (*ib_move_fn)(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_peer_t *pe, zccl_xfer_t *x,
+                                    bool *progressed);
+
+static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_peer_t *pe, zccl_xfer_t *x,
+                             bool *progressed) {
     const int p = x->peer;
-    ib_peer_t *pe = &ib->peer[p];
     ib_tx_t *tx = &pe->tx;
     if (!x->started) {
         x->started = true;
@@ -377,17 +397,8 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progres
             memcpy(slot, x->src + x->done, g->len);
             sge = (struct ibv_sge){(uint64_t)(uintptr_t)slot, g->len, pe->mr->lkey};
         }
-        struct ibv_send_wr wr, *bad;
-        memset(&wr, 0, sizeof wr);
-        wr.wr_id = ib_wrid(p, IB_K_DATA, q, seq);
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        wr.imm_data = htonl(seq);
-        wr.wr.rdma.remote_addr = g->addr;
-        wr.wr.rdma.rkey = g->rkey;
-        if (ibv_post_send(pe->id[q]->qp, &wr, &bad) != 0) {
+        if (post_one(pe, q, ib_wrid(p, IB_K_DATA, q, seq), &sge, IBV_WR_RDMA_WRITE_WITH_IMM, htonl(seq), g->addr,
+                     g->rkey) != 0) {
             if (e) zccl__ib_mr_unpin(&ib->cache, e);
             return zccl__syserror(errno, "rank %d: ibv_post_send of %u bytes to rank %d on %s", comm->rank, g->len, p,
                                   ib->dev);
@@ -410,10 +421,9 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progres
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t ib_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
-    struct zccl_ib_comm *ib = IB_OF(comm);
+static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_peer_t *pe, zccl_xfer_t *x,
+                             bool *progressed) {
     const int p = x->peer;
-    ib_peer_t *pe = &ib->peer[p];
     ib_rx_t *rx = &pe->rx;
     if (!x->started) {
         x->started = true;
@@ -451,14 +461,7 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progres
             m->rkey = pe->mr->rkey;
         }
         struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr->lkey};
-        struct ibv_send_wr wr, *bad;
-        memset(&wr, 0, sizeof wr);
-        wr.wr_id = ib_wrid(p, IB_K_CTS, q, seq);
-        wr.sg_list = &sge;
-        wr.num_sge = 1;
-        wr.opcode = IBV_WR_SEND;
-        wr.send_flags = IBV_SEND_SIGNALED;
-        if (ibv_post_send(pe->id[q]->qp, &wr, &bad) != 0) {
+        if (post_one(pe, q, ib_wrid(p, IB_K_CTS, q, seq), &sge, IBV_WR_SEND, 0, 0, 0) != 0) {
             if (e) zccl__ib_mr_unpin(&ib->cache, e);
             return zccl__syserror(errno, "rank %d: ibv_post_send of a clear-to-send to rank %d on %s", comm->rank, p,
                                   ib->dev);
@@ -493,11 +496,12 @@ static zccl_result_t ib_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *pro
     ZCCL_CHECK(peer_error(comm, x->peer));
     if (ib->dev_err != ZCCL_SUCCESS) return peer_error(comm, x->peer);
     ib_peer_t *pe = &ib->peer[x->peer];
-    if (!pe->gone) return x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+    const ib_move_fn move = x->is_send ? ib_send : ib_recv;
+    if (!pe->gone) return move(comm, ib, pe, x, progressed);
     /* The peer left: take in everything that completed, let the transfer use it, and fail only if it still cannot
      * finish (a further grant or acknowledgement will never come). */
     while (zccl__ib_poll_cq(comm, 64) > 0) *progressed = true;
-    zccl_result_t res = x->is_send ? ib_send(comm, x, progressed) : ib_recv(comm, x, progressed);
+    zccl_result_t res = move(comm, ib, pe, x, progressed);
     if (res == ZCCL_SUCCESS && x->complete) return ZCCL_SUCCESS;
     if (res == ZCCL_SUCCESS && x->is_send && x->done == x->bytes) {
         /* Every byte was written; only acknowledgements are missing, and a receiver that finished and destroyed its
@@ -597,13 +601,14 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
 }
 #endif /* ZCCL_HAVE_IB */
 
-static void ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
     if (!comm->peers[comm->rank].ib.addr.sa.ss_family)
         snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
     else if (!comm->peers[peer].ib.addr.sa.ss_family)
         snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
     else
         snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");
+    return ZCCL_INVALID_ARGUMENT;
 }
 
 const zccl_transport_ops_t zccl_transport_ib = {

@@ -111,6 +111,7 @@ struct zccl_ib_comm {
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
     char dev_errmsg[400];
 };
+extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c */
 #define IB_OF(c) ((struct zccl_ib_comm *)zccl__tp_state((c), &zccl_transport_ib))
 
 /* ib.c */

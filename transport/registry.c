@@ -5,6 +5,8 @@
 #include <strings.h>
 #include "transport.h"
 
+extern const zccl_transport_ops_t zccl_transport_shm, zccl_transport_ib, zccl_transport_tcp;
+
 const zccl_transport_ops_t *const zccl__transports[] = {
     &zccl_transport_shm, /* same host, shared memory */
     &zccl_transport_ib,  /* verbs (reaches nobody when built without libibverbs) */

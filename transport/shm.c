@@ -30,6 +30,8 @@
 #include <unistd.h>
 #include "transport.h"
 
+extern const zccl_transport_ops_t zccl_transport_shm; /* defined at the end of this file */
+
 #define SEG_MAGIC 0x7a63636c73686d31ull /* "zcclshm1" */
 #define SLOT_INLINE 1u
 #define SLOT_CMA 2u
@@ -525,13 +527,15 @@ static void shm_teardown(zccl_tp_comm_t *comm) {
     zccl__tp_set_state(comm, &zccl_transport_shm, NULL);
 }
 
-static void shm_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+static zccl_result_t shm_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
     size_t need, avail;
-    if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash)
-        snprintf(buf, len, "it runs on another host");
-    else if (!zccl__shm_room(comm, &need, &avail))
+    if (comm->peers[peer].host_hash == comm->peers[comm->rank].host_hash && !zccl__shm_room(comm, &need, &avail)) {
         snprintf(buf, len, "/dev/shm has %zu bytes free but the ranks of this host need %zu; enlarge it (docker: "
                  "--shm-size), lower ZCCL_SHM_SLOTS / ZCCL_SHM_SLOT_BYTES, or allow TCP", avail, need);
+        return ZCCL_SYSTEM_ERROR;
+    }
+    snprintf(buf, len, "another host");
+    return ZCCL_INVALID_ARGUMENT;
 }
 
 const zccl_transport_ops_t zccl_transport_shm = {

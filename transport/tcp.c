@@ -22,6 +22,8 @@
 #include <unistd.h>
 #include "transport.h"
 
+extern const zccl_transport_ops_t zccl_transport_tcp; /* defined at the end of this file */
+
 #define TCP_MAX_IO (1u << 20) /* bytes per send/recv call: bounds the work of one progress call */
 
 typedef struct zccl_tcp_comm {
@@ -186,6 +188,7 @@ static void tcp_teardown(zccl_tp_comm_t *comm) {
 const zccl_transport_ops_t zccl_transport_tcp = {
     .name = "tcp",
     .link = ZCCL_LINK_NETWORK,
+    .fds_per_peer = 2, /* one socket per direction */
     .comm_setup = tcp_setup,
     .can_reach = tcp_can_reach,
     .progress = tcp_progress,

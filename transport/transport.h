@@ -131,9 +131,11 @@ typedef struct zccl_xfer {
 typedef struct zccl_transport_ops {
     const char *name;          /* as ZCCL_TRANSPORT names it */
     zccl_link_class_t link;    /* its link class (the tuner's cost model) */
-    /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it (writes a
-     *  sentence into buf). NULL: a generic message. */
-    void (*why_unreachable)(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len);
+    unsigned fds_per_peer;     /* file descriptors it opens per remote peer (checked against RLIMIT_NOFILE) */
+    /** Optional: why this transport cannot reach peer, for the error when ZCCL_TRANSPORT forces it and for the INFO
+     *  log (writes a sentence into buf). Returns the error class: ZCCL_SYSTEM_ERROR for a resource limit of this
+     *  host, ZCCL_INVALID_ARGUMENT otherwise. NULL: "another host". */
+    zccl_result_t (*why_unreachable)(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len);
     /** Comm-wide setup once every rank's info is known (map segments, probe capabilities). */
     zccl_result_t (*comm_setup)(zccl_tp_comm_t *comm);
     /** Whether this transport can carry traffic between this rank and peer. */
@@ -160,10 +162,6 @@ typedef struct zccl_transport_ops {
      *  inbox failed and wake the host's ranks). The listening socket stays, so zccl_comm_shrink still works. */
     void (*poison)(zccl_tp_comm_t *comm);
 } zccl_transport_ops_t;
-
-extern const zccl_transport_ops_t zccl_transport_shm;
-extern const zccl_transport_ops_t zccl_transport_tcp;
-extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c; never reaches a peer when built without verbs */
 
 /** The registration table (transport/registry.c): every transport of this build in order of preference (a peer
  *  gets the first that can reach it), NULL-terminated. The one place a new transport is added. */

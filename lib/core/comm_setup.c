@@ -33,12 +33,10 @@ zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm) {
         const zccl_transport_ops_t *pick = NULL;
         if (force) {
             if (!force->can_reach(tc, r)) {
-                char why[400] = "";
-                if (force->why_unreachable) force->why_unreachable(tc, r, why, sizeof why);
-                if (*why) return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d: %s",
-                                             force->name, r, why);
-                return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TRANSPORT=%s cannot reach rank %d (another host)",
-                                   force->name, r);
+                char why[400] = "another host";
+                const zccl_result_t cls = force->why_unreachable ? force->why_unreachable(tc, r, why, sizeof why)
+                                                                 : ZCCL_INVALID_ARGUMENT;
+                return zccl__error(cls, "ZCCL_TRANSPORT=%s cannot reach rank %d: %s", force->name, r, why);
             }
             pick = force;
         } else {
@@ -173,32 +171,33 @@ zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm) {
     return res;
 }
 
-/* TCP needs two descriptors per remote peer (one per direction). Check the limit before connecting, raising the
+/* A transport may need descriptors per remote peer (TCP: two, one per direction). Check the limit before connecting, raising the
  * soft limit up to the hard one if needed, so a low `ulimit -n` fails here with the number needed instead of as a
  * stray EMFILE in the middle of a collective. */
 zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm) {
-    int ntcp = 0;
-    for (int r = 0; r < comm->nranks; r++) ntcp += (r != comm->rank && comm->tc.tp[r] == &zccl_transport_tcp);
+    rlim_t nfds = 0;
+    for (int r = 0; r < comm->nranks; r++)
+        if (r != comm->rank) nfds += comm->tc.tp[r]->fds_per_peer;
     size_t open_now = 0;
     DIR *d = opendir("/proc/self/fd");
     if (d) {
         while (readdir(d)) open_now++;
         closedir(d);
     }
-    const rlim_t need = (rlim_t)open_now + 2u * (rlim_t)ntcp + 16u; /* + a margin for the application */
+    const rlim_t need = (rlim_t)open_now + nfds + 16u; /* + a margin for the application */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return ZCCL_SUCCESS;
     if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
         struct rlimit up = {need, rl.rlim_max};
         if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
-            ZCCL_INFO(ZCCL_LOG_INIT, "raised the open-file limit from %llu to %llu for %d TCP peers",
-                      (unsigned long long)rl.rlim_cur, (unsigned long long)need, ntcp);
+            ZCCL_INFO(ZCCL_LOG_INIT, "raised the open-file limit from %llu to %llu for %llu transport sockets",
+                      (unsigned long long)rl.rlim_cur, (unsigned long long)need, (unsigned long long)nfds);
             return ZCCL_SUCCESS;
         }
     }
-    return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d needs about %llu open files (%zu open now + 2 per TCP peer x %d "
-                       "peers) but RLIMIT_NOFILE is %llu (hard limit %llu); raise it (ulimit -n) or use fewer ranks per "
-                       "process", comm->rank, (unsigned long long)need, open_now, ntcp,
+    return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d needs about %llu open files (%zu open now + %llu for its peers' "
+                       "connections, 2 per TCP peer) but RLIMIT_NOFILE is %llu (hard limit %llu); raise it (ulimit -n) or use fewer ranks per "
+                       "process", comm->rank, (unsigned long long)need, open_now, (unsigned long long)nfds,
                        (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 }
 

@@ -10,7 +10,8 @@
  * two pieces (the receiver splits it the same way), and no scratch or final rotation is needed.
  * Only copies: every rank ends with the same bits. Communication follows rank numbers.
  */
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 static void xfer(zccl_schedule_t *s, int kind, int buf, size_t off, size_t count, int peer) {
     zccl__sched_step(s, (zccl_step_t){.kind = (uint8_t)kind, .buf = (uint8_t)buf, .src = ZCCL_BUF_NONE,
@@ -40,3 +41,37 @@ void zccl__sched_bruck_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s)
     }
     zccl__sched_end_phase(s);
 }
+
+/* ---- cost model ---- */
+
+/* Bruck all-gather (Bruck et al. 1997; Thakur et al. 2005): ceil(log2 n) steps, (n-1)/n of the data. A range that
+ * wraps past rank n-1 travels as two messages. */
+static double predict_bruck(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    double t = 0;
+    for (int k = 0, d = 1; d < n; k++, d *= 2) { /* step k: min(d, n-d) blocks of m/n to rank r - d */
+        const zccl_link_cost_t l = zccl__shared_link(L, p, L->add_share[k]);
+        t += l.alpha * (1.0 + ZCCL_TUNE_RHO) + (double)(d < n - d ? d : n - d) / n * (double)bytes * l.beta;
+    }
+    return t;
+}
+
+static double formula_bruck(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
+    zccl_formula_terms_t t;
+    zccl__formula_terms(a, p, &t);
+    if (a->coll != ZCCL_COLL_ALLGATHER) return -1;
+    return ceil(log2(t.n)) * t.A + (t.fn - 1) / t.fn * t.m * t.B;
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_bruck = {
+    .name = "bruck",
+    .build = {
+        [ZCCL_COLL_ALLGATHER] = zccl__sched_bruck_allgather,
+    },
+    .predict = predict_bruck,
+    .formula = formula_bruck,
+};

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedule.h"
+#include "algo.h"
 
 typedef struct {
     int src, dst;
@@ -210,62 +210,8 @@ out:
     return result;
 }
 
-static double lg2(int n) { return log2((double)n); }
-
 double zccl__sched_cost_formula(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
-    const int n = a->nranks;
-    const double es = (double)(a->elem_size ? a->elem_size : 1), A = p->alpha, B = p->beta, G = p->gamma;
-    if (n == 1) return 0; /* a local copy, not modelled */
-    int pw = 1;
-    while (pw * 2 <= n) pw *= 2;
-    const int e = n - pw;
-    const double fn = n, fp = pw;
-    switch (a->coll) {
-    case ZCCL_COLL_ALLREDUCE: {
-        const double m = es * (double)a->count;
-        switch (a->algo) {
-        case ZCCL_ALGO_RING: return 2 * (fn - 1) * A + 2 * (fn - 1) / fn * m * B + (fn - 1) / fn * m * G;
-        case ZCCL_ALGO_DIRECT: return A + (fn - 1) * m * B + (fn - 1) * m * G;
-        case ZCCL_ALGO_RECDBL: /* Thakur et al. 4.4, plus the fold: in (reduced) and out */
-            return lg2(pw) * (A + m * B + m * G) + (e ? (A + m * B + m * G) + (A + m * B) : 0);
-        case ZCCL_ALGO_RABENSEIFNER: /* Thakur et al. 4.4 (Rabenseifner), plus the fold */
-            return 2 * lg2(pw) * A + 2 * (fp - 1) / fp * m * B + (fp - 1) / fp * m * G +
-                   (e ? (A + m * B + m * G) + (A + m * B) : 0);
-        default: return -1;
-        }
-    }
-    case ZCCL_COLL_REDUCE_SCATTER: {
-        const double m = es * (double)a->count * fn, blk = es * (double)a->count;
-        switch (a->algo) {
-        case ZCCL_ALGO_RING: {
-            double rounds = 1;
-            if (n > 2) {
-                size_t S = a->rs_round_bytes / (a->elem_size ? a->elem_size : 1);
-                if (S == 0) S = 1;
-                rounds = ceil((double)a->count / (double)S);
-            }
-            return (fn - 1) * rounds * A + (fn - 1) / fn * m * (B + G);
-        }
-        case ZCCL_ALGO_DIRECT: return A + (fn - 1) / fn * m * (B + G);
-        case ZCCL_ALGO_RABENSEIFNER:
-            if (e == 0 && (size_t)n * a->count * (a->elem_size ? a->elem_size : 1) <= 2 * a->rs_round_bytes)
-                return lg2(pw) * A + (fn - 1) / fn * m * (B + G);
-            return -1; /* superblocks of two sizes and rounds: no simple closed form */
-        default: (void)blk; return -1;
-        }
-    }
-    case ZCCL_COLL_ALLGATHER: {
-        const double m = es * (double)a->count * fn;
-        switch (a->algo) {
-        case ZCCL_ALGO_RING: return (fn - 1) * A + (fn - 1) / fn * m * B;
-        case ZCCL_ALGO_DIRECT: return A + (fn - 1) / fn * m * B;
-        case ZCCL_ALGO_BRUCK: return ceil(lg2(n)) * A + (fn - 1) / fn * m * B;
-        case ZCCL_ALGO_RABENSEIFNER:
-            if (e == 0) return lg2(pw) * A + (fn - 1) / fn * m * B;
-            return -1;
-        default: return -1;
-        }
-    }
-    default: return -1;
-    }
+    if (a->nranks == 1) return 0; /* a local copy, not modelled */
+    const zccl_algo_t *row = zccl__algo(a->algo);
+    return row && row->formula ? row->formula(a, p) : -1;
 }

@@ -21,7 +21,8 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 typedef struct {
     int H, L, h, j;
@@ -244,3 +245,47 @@ void zccl__sched_hier_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t
 #undef SENDOFF
     free(lo.grid);
 }
+
+/* ---- cost model ---- */
+
+/* Hierarchical (sched_hier.c): ring reduce-scatter inside each host (intra-host link), ring among the hosts on
+ * 1/R of the data (inter-host link), ring all-gather inside each host; R ranks per host. The R inter-host rings
+ * (one per position on the host) run at once and share each host's link. */
+static double predict_hier(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int H = L->nhosts, R = L->per_host;
+    const double m = (double)bytes;
+    const zccl_link_cost_t inter = zccl__shared_link(L, p, R);
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE:
+        return zccl__ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
+               zccl__ring_cost(ZCCL_COLL_ALLREDUCE, (size_t)(m / R), H, inter, p) +
+               zccl__ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
+    case ZCCL_COLL_ALLGATHER:
+        return zccl__ring_cost(ZCCL_COLL_ALLGATHER, (size_t)(m / R), H, inter, p) +
+               zccl__ring_cost(ZCCL_COLL_ALLGATHER, bytes, R, p->intra, p);
+    case ZCCL_COLL_REDUCE_SCATTER:
+        return zccl__ring_cost(ZCCL_COLL_REDUCE_SCATTER, bytes, R, p->intra, p) +
+               zccl__ring_cost(ZCCL_COLL_REDUCE_SCATTER, (size_t)(m / R), H, inter, p);
+    default: return HUGE_VAL;
+    }
+}
+static const char *hier_unavailable(zccl_coll_t c, const zccl_tune_layout_t *L) {
+    (void)c;
+    if (L->nhosts < 2) return "needs ranks on more than one host";
+    if (!L->uniform) return "needs the same number of ranks on every host";
+    return NULL;
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_hier = {
+    .name = "hier",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_hier_allreduce,
+        [ZCCL_COLL_REDUCE_SCATTER] = zccl__sched_hier_reduce_scatter,
+        [ZCCL_COLL_ALLGATHER] = zccl__sched_hier_allgather,
+    },
+    .layout_ok = zccl__sched_hier_layout_ok,
+    .unavailable = hier_unavailable,
+    .predict = predict_hier,
+};

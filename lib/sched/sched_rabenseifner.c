@@ -23,7 +23,8 @@
  * every block, with n*S*elem_size <= 2*rs_round_bytes (the ring's scratch budget), so scratch stays bounded.
  * Communication follows rank numbers (not the topology ring order).
  */
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 static void step(zccl_schedule_t *s, int kind, int buf, size_t off, int src, size_t src_off, size_t count, int peer,
                  bool final) {
@@ -241,3 +242,65 @@ void zccl__sched_rabenseifner_allgather(const zccl_sched_args_t *a, zccl_schedul
     }
     zccl__sched_end_phase(s);
 }
+
+/* ---- cost model ---- */
+
+/* Recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner; Thakur et al. 2005, with their
+ * fold for non-powers of two: the n - p extra ranks hand their vector to a partner first and get the result back
+ * at the end, p the largest power of two <= n). */
+static double predict_rab(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const int q = zccl__pow2_floor(n), lg = (int)zccl__ceil_log2(q);
+    const bool extra = q < n;
+    const double m = (double)bytes, part = (double)(q - 1) / q * m;
+    /* one pass of recursive halving (or doubling): the step with distance 2^k moves m / 2^(lg-k) bytes */
+    double pass = 0;
+    for (int k = 0; k < lg; k++) {
+        const zccl_link_cost_t l = zccl__shared_link(L, p, L->xor_share[k]);
+        pass += l.alpha + m / (double)(1u << (lg - k)) * l.beta;
+    }
+    const zccl_link_cost_t f = zccl__shared_link(L, p, L->add_share[0]); /* the fold pairs ranks 2i and 2i+1 */
+    switch (c) {
+    case ZCCL_COLL_ALLREDUCE:
+        return 2 * pass + part * p->gamma + (extra ? 2 * f.alpha + 2 * m * f.beta + m * p->gamma : 0.0);
+    case ZCCL_COLL_REDUCE_SCATTER:
+        return pass + part * p->gamma + (extra ? 2 * f.alpha + (m + m / n) * f.beta + m * p->gamma : 0.0);
+    case ZCCL_COLL_ALLGATHER:
+        return pass + (extra ? 2 * f.alpha + (m + m / n) * f.beta : 0.0);
+    default: return HUGE_VAL;
+    }
+}
+
+/* Thakur et al. 4.4 (Rabenseifner), plus the fold. */
+static double formula_rabenseifner(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
+    zccl_formula_terms_t t;
+    zccl__formula_terms(a, p, &t);
+    const double fn = t.fn, fp = t.fp, A = t.A, B = t.B, G = t.G, m = t.m;
+    switch (a->coll) {
+    case ZCCL_COLL_ALLREDUCE:
+        return 2 * log2(t.pw) * A + 2 * (fp - 1) / fp * m * B + (fp - 1) / fp * m * G +
+               (t.e ? (A + m * B + m * G) + (A + m * B) : 0);
+    case ZCCL_COLL_REDUCE_SCATTER:
+        if (t.e == 0 && (size_t)t.n * a->count * (a->elem_size ? a->elem_size : 1) <= 2 * a->rs_round_bytes)
+            return log2(t.pw) * A + (fn - 1) / fn * m * (B + G);
+        return -1; /* superblocks of two sizes and rounds: no simple closed form */
+    case ZCCL_COLL_ALLGATHER:
+        if (t.e == 0) return log2(t.pw) * A + (fn - 1) / fn * m * B;
+        return -1;
+    default: return -1;
+    }
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_rabenseifner = {
+    .name = "rabenseifner",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_rabenseifner_allreduce,
+        [ZCCL_COLL_REDUCE_SCATTER] = zccl__sched_rabenseifner_reduce_scatter,
+        [ZCCL_COLL_ALLGATHER] = zccl__sched_rabenseifner_allgather,
+    },
+    .predict = predict_rab,
+    .formula = formula_rabenseifner,
+};

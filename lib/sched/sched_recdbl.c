@@ -14,7 +14,8 @@
  * payloads). A rank in the upper half receives into scratch and combines in a local step, because a receive
  * always puts the incoming data second.
  */
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 static void step(zccl_schedule_t *s, zccl_step_t st) { zccl__sched_step(s, st); }
 
@@ -63,3 +64,38 @@ void zccl__sched_recdbl_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s
                               .count = c});
     zccl__sched_end_phase(s);
 }
+
+/* ---- cost model ---- */
+
+/* Recursive doubling all-reduce of the whole vector: log2(p) steps of m bytes (+ the fold's two steps). */
+static double predict_recdbl(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const int q = zccl__pow2_floor(n), lg = (int)zccl__ceil_log2(q);
+    const double m = (double)bytes;
+    double t = 0;
+    for (int k = 0; k < lg; k++) t += zccl__step_cost(zccl__shared_link(L, p, L->xor_share[k]), 1, m) + m * p->gamma;
+    if (q < n) t += 2 * zccl__step_cost(zccl__shared_link(L, p, L->add_share[0]), 1, m) + m * p->gamma;
+    return t;
+}
+
+/* Thakur et al. 4.4, plus the fold: in (reduced) and out. */
+static double formula_recdbl(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
+    zccl_formula_terms_t t;
+    zccl__formula_terms(a, p, &t);
+    const double A = t.A, B = t.B, G = t.G, m = t.m;
+    if (a->coll != ZCCL_COLL_ALLREDUCE) return -1;
+    return log2(t.pw) * (A + m * B + m * G) + (t.e ? (A + m * B + m * G) + (A + m * B) : 0);
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_recdbl = {
+    .name = "recdbl",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_recdbl_allreduce,
+    },
+    .predict = predict_recdbl,
+    .formula = formula_recdbl,
+};

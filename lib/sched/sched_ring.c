@@ -19,7 +19,8 @@
  * Reduce-scatter and all-gather also take uneven blocks (zccl_reduce_scatter_v / zccl_allgather_v: args counts and
  * displs); the data each rank moves is then (total - own block) instead of (n-1)/n of the total.
  */
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 static void step(zccl_schedule_t *s, int kind, int buf, size_t off, int src, size_t src_off, size_t count, int peer,
                  bool final) {
@@ -112,3 +113,44 @@ void zccl__sched_ring_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s) 
         zccl__sched_end_phase(s);
     }
 }
+
+/* ---- cost model ---- */
+
+static double predict_ring(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    return zccl__ring_cost(c, bytes, L->nranks, zccl__shared_link(L, p, L->ring_share), p);
+}
+
+static double formula_ring(const zccl_sched_args_t *a, const zccl_cost_params_t *p) {
+    zccl_formula_terms_t t;
+    zccl__formula_terms(a, p, &t);
+    const double fn = t.fn, A = t.A, B = t.B, G = t.G;
+    switch (a->coll) {
+    case ZCCL_COLL_ALLREDUCE: return 2 * (fn - 1) * A + 2 * (fn - 1) / fn * t.m * B + (fn - 1) / fn * t.m * G;
+    case ZCCL_COLL_REDUCE_SCATTER: {
+        double rounds = 1;
+        if (t.n > 2) {
+            size_t S = a->rs_round_bytes / (a->elem_size ? a->elem_size : 1);
+            if (S == 0) S = 1;
+            rounds = ceil((double)a->count / (double)S);
+        }
+        return (fn - 1) * rounds * A + (fn - 1) / fn * t.m * (B + G);
+    }
+    case ZCCL_COLL_ALLGATHER: return (fn - 1) * A + (fn - 1) / fn * t.m * B;
+    default: return -1;
+    }
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_ring = {
+    .name = "ring",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_ring_allreduce,
+        [ZCCL_COLL_REDUCE_SCATTER] = zccl__sched_ring_reduce_scatter,
+        [ZCCL_COLL_ALLGATHER] = zccl__sched_ring_allgather,
+        [ZCCL_COLL_BROADCAST] = zccl__sched_chain_broadcast,
+        [ZCCL_COLL_REDUCE] = zccl__sched_chain_reduce,
+    },
+    .predict = predict_ring,
+    .formula = formula_ring,
+};

@@ -23,7 +23,8 @@
  * Scratch: one chunk per tree. Communication follows rank numbers.
  */
 #include <stdlib.h>
-#include "schedule.h"
+#include <math.h>
+#include "algo.h"
 
 typedef struct {
     int left, right, parent, depth; /* labels (0 = none) */
@@ -140,3 +141,28 @@ void zccl__sched_tree_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s) 
 #undef RANK
     free(nodes);
 }
+
+/* ---- cost model ---- */
+
+/* Double binary tree all-reduce (Sanders, Speck & Traeff 2009; sched_tree.c): each tree carries half the vector
+ * in K chunks through (K + 2D) lock-step slots, D the depth (about log2 n); in a slot the busiest rank (inner node
+ * of one tree, leaf of the other) sends and receives up to three chunks. Chunks follow collectives.c's rule. */
+static double predict_tree(zccl_coll_t c, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p) {
+    (void)c;
+    const int n = L->nranks;
+    if (n <= 1) return 0;
+    const double m = (double)bytes, half = m / 2;
+    const double cb = ZCCL_MIN(half, (double)zccl__pipeline_chunk(bytes, n));
+    const double K = cb > 0 ? ceil(half / cb) : 1, D = zccl__ceil_log2(n);
+    return (K + 2 * D) * zccl__step_cost(zccl__flat_link(L, p), 3, cb) + m * p->gamma;
+}
+
+/* ---- the registry row ---- */
+
+const zccl_algo_t zccl__algo_tree = {
+    .name = "tree",
+    .build = {
+        [ZCCL_COLL_ALLREDUCE] = zccl__sched_tree_allreduce,
+    },
+    .predict = predict_tree,
+};

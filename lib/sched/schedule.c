@@ -2,39 +2,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "schedule.h"
+#include "algo.h"
 
-static const char *algo_names[ZCCL_ALGO_COUNT] = {"ring", "direct", "tree", "rabenseifner", "recdbl", "bruck",
-                                                  "hier"};
 static const char *coll_names[ZCCL_COLL_COUNT] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
                                                   "reduce", "send", "recv"};
 
 const char *zccl__algo_name(int algo) {
-    return (algo >= 0 && algo < ZCCL_ALGO_COUNT) ? algo_names[algo] : "?";
+    const zccl_algo_t *row = zccl__algo(algo);
+    return row ? row->name : "?";
 }
 
 int zccl__algo_from_name(const char *name) {
-    for (int i = 0; name && i < ZCCL_ALGO_COUNT; i++)
-        if (strcmp(name, algo_names[i]) == 0) return i;
+    for (int i = 0; name && i < zccl__nalgos; i++)
+        if (strcmp(name, zccl__algo_table[i]->name) == 0) return i;
     return -1;
 }
 
+/* Collectives whose schedule does not depend on the algorithm: broadcast and reduce use the first row's chain,
+ * send and recv are single steps. */
+static bool algo_free(zccl_coll_t coll) {
+    return coll == ZCCL_COLL_BROADCAST || coll == ZCCL_COLL_REDUCE || coll == ZCCL_COLL_SEND || coll == ZCCL_COLL_RECV;
+}
+
 bool zccl__algo_supports(int algo, zccl_coll_t coll) {
-    if (algo < 0 || algo >= ZCCL_ALGO_COUNT) return false;
-    switch (coll) {
-    case ZCCL_COLL_ALLREDUCE: return algo != ZCCL_ALGO_BRUCK;
-    case ZCCL_COLL_REDUCE_SCATTER:
-        return algo == ZCCL_ALGO_RING || algo == ZCCL_ALGO_DIRECT || algo == ZCCL_ALGO_RABENSEIFNER ||
-               algo == ZCCL_ALGO_HIER;
-    case ZCCL_COLL_ALLGATHER:
-        return algo == ZCCL_ALGO_RING || algo == ZCCL_ALGO_DIRECT || algo == ZCCL_ALGO_RABENSEIFNER ||
-               algo == ZCCL_ALGO_BRUCK || algo == ZCCL_ALGO_HIER;
-    case ZCCL_COLL_BROADCAST:
-    case ZCCL_COLL_REDUCE:
-    case ZCCL_COLL_SEND:
-    case ZCCL_COLL_RECV: return true;
-    default: return false;
-    }
+    const zccl_algo_t *row = zccl__algo(algo);
+    if (!row || (unsigned)coll >= ZCCL_COLL_COUNT) return false;
+    return row->build[coll] != NULL || algo_free(coll);
 }
 
 void zccl__sched_step(zccl_schedule_t *s, zccl_step_t st) {
@@ -96,56 +89,24 @@ zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *
         a = &forced;
     }
     const int algo = a->algo;
-    if ((unsigned)a->coll < ZCCL_COLL_COUNT && !zccl__algo_supports(algo, a->coll))
+    if ((unsigned)a->coll >= ZCCL_COLL_COUNT)
+        return zccl__error(ZCCL_INTERNAL_ERROR, "schedule requested for unknown collective %d", (int)a->coll);
+    if (!zccl__algo_supports(algo, a->coll))
         return zccl__error(ZCCL_INVALID_ARGUMENT, "algorithm %d (%s) does not implement %s", algo,
                            zccl__algo_name(algo), coll_names[a->coll]);
-    if (algo == ZCCL_ALGO_HIER && (a->coll == ZCCL_COLL_ALLREDUCE || a->coll == ZCCL_COLL_REDUCE_SCATTER ||
-                                   a->coll == ZCCL_COLL_ALLGATHER)) {
+    const zccl_algo_t *row = zccl__algo(algo);
+    if (a->coll == ZCCL_COLL_SEND || a->coll == ZCCL_COLL_RECV) {
+        const bool send = a->coll == ZCCL_COLL_SEND;
+        zccl__sched_step(s, (zccl_step_t){.kind = send ? ZCCL_STEP_SEND : ZCCL_STEP_RECV,
+                                          .buf = send ? ZCCL_BUF_SEND : ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                          .peer = a->root, .count = a->count});
+        zccl__sched_end_phase(s);
+    } else {
+        if (!row->build[a->coll]) row = zccl__algo_table[0]; /* broadcast, reduce: the chain */
         char why[160];
-        if (!zccl__sched_hier_layout_ok(a, why, sizeof why))
-            return zccl__error(ZCCL_INVALID_ARGUMENT, "hierarchical %s: %s", coll_names[a->coll], why);
-    }
-    switch (a->coll) {
-    case ZCCL_COLL_ALLREDUCE:
-        switch (algo) {
-        case ZCCL_ALGO_DIRECT: zccl__sched_direct_allreduce(a, s); break;
-        case ZCCL_ALGO_TREE: zccl__sched_tree_allreduce(a, s); break;
-        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_allreduce(a, s); break;
-        case ZCCL_ALGO_RECDBL: zccl__sched_recdbl_allreduce(a, s); break;
-        case ZCCL_ALGO_HIER: zccl__sched_hier_allreduce(a, s); break;
-        default: zccl__sched_ring_allreduce(a, s); break;
-        }
-        break;
-    case ZCCL_COLL_REDUCE_SCATTER:
-        switch (algo) {
-        case ZCCL_ALGO_DIRECT: zccl__sched_direct_reduce_scatter(a, s); break;
-        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_reduce_scatter(a, s); break;
-        case ZCCL_ALGO_HIER: zccl__sched_hier_reduce_scatter(a, s); break;
-        default: zccl__sched_ring_reduce_scatter(a, s); break;
-        }
-        break;
-    case ZCCL_COLL_ALLGATHER:
-        switch (algo) {
-        case ZCCL_ALGO_DIRECT: zccl__sched_direct_allgather(a, s); break;
-        case ZCCL_ALGO_RABENSEIFNER: zccl__sched_rabenseifner_allgather(a, s); break;
-        case ZCCL_ALGO_BRUCK: zccl__sched_bruck_allgather(a, s); break;
-        case ZCCL_ALGO_HIER: zccl__sched_hier_allgather(a, s); break;
-        default: zccl__sched_ring_allgather(a, s); break;
-        }
-        break;
-    case ZCCL_COLL_BROADCAST: zccl__sched_chain_broadcast(a, s); break;
-    case ZCCL_COLL_REDUCE: zccl__sched_chain_reduce(a, s); break;
-    case ZCCL_COLL_SEND:
-        zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE,
-                                          .peer = a->root, .count = a->count});
-        zccl__sched_end_phase(s);
-        break;
-    case ZCCL_COLL_RECV:
-        zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
-                                          .peer = a->root, .count = a->count});
-        zccl__sched_end_phase(s);
-        break;
-    default: return zccl__error(ZCCL_INTERNAL_ERROR, "schedule requested for unknown collective %d", (int)a->coll);
+        if (row->layout_ok && !row->layout_ok(a, why, sizeof why))
+            return zccl__error(ZCCL_INVALID_ARGUMENT, "%s %s: %s", row->name, coll_names[a->coll], why);
+        row->build[a->coll](a, s);
     }
     if (s->oom) {
         zccl__sched_free(s);

@@ -37,9 +37,11 @@ typedef struct {
 } zccl_step_t;
 
 /**
- * Algorithms a collective may run with (the choice is the caller's: collectives.c / the tuner). Which collectives
- * each implements: zccl__algo_supports(). Broadcast and reduce always run the pipelined chain, send/recv are
- * single steps; `algo` is ignored for them.
+ * Names for the rows of the registry of algorithms (lib/sched/algo.h, lib/sched/algos.c), which holds each one's
+ * builders and cost model; the library itself finds algorithms through the table and their names, these constants
+ * are for tests and callers that force one (in table order, checked by a static assertion in algos.c). Which
+ * collectives each implements: zccl__algo_supports(). Broadcast and reduce run the pipelined chain (the ring row's
+ * builders) whatever the algorithm, send/recv are single steps; `algo` is ignored for them.
  *  RING          ring reduce-scatter / all-gather / all-reduce (sched_ring.c; Patarasuk & Yuan 2009)
  *  DIRECT        one-shot exchange: all-reduce, reduce-scatter, all-gather (sched_direct.c)
  *  TREE          double binary tree all-reduce, pipelined (sched_tree.c; Sanders, Speck & Traeff 2009)
@@ -52,11 +54,11 @@ typedef struct {
  */
 enum {
     ZCCL_ALGO_RING = 0,
-    ZCCL_ALGO_DIRECT = 1,
-    ZCCL_ALGO_TREE = 2,
-    ZCCL_ALGO_RABENSEIFNER = 3,
-    ZCCL_ALGO_RECDBL = 4,
-    ZCCL_ALGO_BRUCK = 5,
+    ZCCL_ALGO_RABENSEIFNER = 1,
+    ZCCL_ALGO_RECDBL = 2,
+    ZCCL_ALGO_BRUCK = 3,
+    ZCCL_ALGO_TREE = 4,
+    ZCCL_ALGO_DIRECT = 5,
     ZCCL_ALGO_HIER = 6,
     ZCCL_ALGO_COUNT
 };
@@ -121,7 +123,7 @@ void zccl__sched_force_algo(int algo, const int *host_of);
 zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *s);
 void zccl__sched_free(zccl_schedule_t *s);
 
-/* Builders for one algorithm each (sched_ring.c, sched_chain.c, sched_p2p.c). */
+/* Builders for one algorithm each (sched_<name>.c; the registry rows point at them). */
 void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_ring_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_ring_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);

@@ -1,6 +1,6 @@
 /*
- * tuner.h — which algorithm runs a collective: a registry of algorithms (name, collectives, availability, cost
- * predictor), the ZCCL_ALGO filter (NCCL_ALGO's grammar), the alpha-beta-gamma parameters measured at init (or read
+ * tuner.h — which algorithm runs a collective: over the registry of algorithms (lib/sched/algo.h: name, builders,
+ * availability, cost predictor), the ZCCL_ALGO filter (NCCL_ALGO's grammar), the alpha-beta-gamma parameters measured at init (or read
  * from a cache file) and agreed by all ranks, and the choice itself. See docs/tuning.md.
  *
  * The choice is a pure function of (collective, bytes, rank layout, agreed parameters, agreed filter): every
@@ -20,61 +20,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "schedule.h"
+#include "algo.h"
 
 struct zccl_comm;
 
-/** One class of link: alpha in seconds per message step, beta in seconds per byte. */
-typedef struct {
-    double alpha, beta;
-} zccl_link_cost_t;
+/* The cost model's types (zccl_link_cost_t, zccl_tune_params_t, zccl_tune_layout_t) and the registry of algorithms
+ * with their predictors live in the schedule layer (lib/sched/algo.h): an algorithm is one file there. */
 
-/** Model parameters. intra: between ranks of one host (shared memory, or TCP when forced); inter: between hosts. */
-typedef struct {
-    zccl_link_cost_t intra, inter;
-    double gamma; /* seconds per byte reduced (float32 sum with the reduction kernel) */
-    double copy;  /* seconds per byte of a local copy */
-} zccl_tune_params_t;
-
-#define ZCCL_TUNE_MAX_LG 32
-
-/**
- * How the ranks sit on hosts (identical on every rank: derived from the bootstrap's host table and the ring).
- * The *_share fields describe how the flat algorithms load the host links: for one exchange pattern, the most
- * ranks of one host whose partner is on another host (they all send through that host's link at once, so a step
- * costs share x beta_inter per byte); 0 means the pattern stays inside the hosts (intra-host link). All zero on one
- * host (also when left zero by an aggregate initialiser).
- */
-typedef struct {
-    int nranks;
-    int nhosts;
-    int per_host;  /* most ranks on one host */
-    bool uniform;  /* every host has per_host ranks */
-    int ring_share;                     /* ring neighbours (the communicator's ring order) */
-    int xor_share[ZCCL_TUNE_MAX_LG];    /* virtual ranks v and v ^ 2^k of the power-of-two fold (Thakur et al.) */
-    int add_share[ZCCL_TUNE_MAX_LG];    /* ranks r and r + 2^k mod n (Bruck) */
-    double direct_cross;                /* most blocks one host sends to other hosts in a direct step:
-                                           max over hosts of ranks_h x (n - ranks_h) */
-} zccl_tune_layout_t;
-
-/** Extra cost of each further concurrent message of a step, as a fraction of alpha. */
-#define ZCCL_TUNE_RHO 0.5
-
-/** An algorithm the tuner may choose. */
-typedef struct {
-    const char *name; /* ZCCL_ALGO name, lower case */
-    int algo;         /* ZCCL_ALGO_* value handed to the schedule builder (lib/sched/schedule.h) */
-    unsigned colls;   /* bit (1u << c) set: the algorithm runs collective c */
-    /** NULL if the algorithm can run coll on this layout; otherwise why not (static text). */
-    const char *(*unavailable)(zccl_coll_t coll, const zccl_tune_layout_t *L);
-    /** Predicted seconds for coll over `bytes` (see zccl__tune_bytes), by the alpha-beta-gamma model. */
-    double (*predict)(zccl_coll_t coll, size_t bytes, const zccl_tune_layout_t *L, const zccl_tune_params_t *p);
-} zccl_algo_desc_t;
-
-#define ZCCL_TUNE_MAX_ALGOS 32
-/** The registry, zccl__nalgos entries. Ties in predicted time go to the lower index. */
-extern const zccl_algo_desc_t zccl__algos[];
-extern const int zccl__nalgos;
+/** Collectives with a choice to make: all-reduce .. reduce (send/recv have one schedule). */
+#define ZCCL_NTUNED 5
+/** The collectives a registry row runs, as a bitmask (bit c: zccl_coll_t c). */
+unsigned zccl__algo_colls(const zccl_algo_t *row);
 
 /** Name of a collective as ZCCL_ALGO spells it ("allreduce", "reducescatter", ...); "?" if out of range. */
 const char *zccl__coll_tune_name(zccl_coll_t c);
@@ -154,9 +110,6 @@ int zccl__tune_pick(const zccl_tuner_t *t, zccl_coll_t coll, size_t bytes, doubl
  */
 void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a);
 
-/** Pipeline chunk in bytes of broadcast/reduce and the tree for a call of `bytes` on n ranks: bytes/(4(n-1)),
- *  clamped to [64 KiB, 4 MiB] (enough chunks to fill the pipeline, each large enough to amortise alpha). */
-size_t zccl__pipeline_chunk(size_t bytes, int nranks);
 
 /** Before the first collective of a new communicator: defaults, layout, ZCCL_ALGO. */
 zccl_result_t zccl__tuner_setup(struct zccl_comm *comm);

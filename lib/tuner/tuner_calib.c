@@ -235,7 +235,7 @@ out:
 static const char *intra_link_name(struct zccl_comm *comm) {
     for (int r = 0; r < comm->nranks; r++)
         if (r != comm->rank && comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash)
-            return comm->tc.tp[r] == &zccl_transport_shm ? "intra-shm" : "intra-tcp";
+            return comm->tc.tp[r]->link == ZCCL_LINK_MEMORY ? "intra-shm" : "intra-tcp";
     return NULL;
 }
 
