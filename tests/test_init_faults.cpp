@@ -144,7 +144,7 @@ TEST(InitFaults, LauncherReportsEarlyDeath) {
 
 TEST(InitFaults, ZcclrunWritesTheStatusFile) {
     const std::string cmd = std::string("timeout 20 ") + ZCCL_TOOLS_DIR +
-                            "/zcclrun -n 2 sh -c 'trap \"\" TERM; if [ $RANK = 1 ]; then exit 3; fi; sleep 1; "
+                            "/zcclrun -n 2 sh -c 'trap \"\" TERM; if [ $RANK = 1 ]; then sleep 0.3; exit 3; fi; sleep 1; "
                             "cat /proc/self/fd/$ZCCL_LAUNCH_STATUS_FD' 2>/dev/null";
     FILE *p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);

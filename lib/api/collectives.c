@@ -140,8 +140,9 @@ static zccl_result_t run_refused(struct zccl_comm *comm, const zccl_op_t *o, uin
         zccl_result_t res = check_matching(comm, o, seq);
         return res == ZCCL_INVALID_USAGE ? ZCCL_SUCCESS : res;
     }
+    /* A point-to-point call only leaves its peer out of step (refuse() queued it only with a valid peer). */
     zccl__notice_refused_here(comm, seq);
-    zccl__notice_send(comm, ZCCL_NOTICE_REFUSED, seq, o->reason);
+    zccl__notice_send(comm, ZCCL_NOTICE_REFUSED, seq, o->reason, is_coll ? -1 : o->root);
     return ZCCL_SUCCESS;
 }
 
@@ -250,6 +251,10 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
  * peers fail it too instead of pairing their call with this rank's next one. */
 static zccl_result_t refuse(zccl_op_t o, zccl_stream_t stream, zccl_result_t res) {
     if (!o.comm || o.comm->nranks < 2) return res;
+    /* A send or receive without a valid peer (out of range, or this rank) pairs with nobody: nothing to tell. */
+    if ((o.coll == ZCCL_COLL_SEND || o.coll == ZCCL_COLL_RECV) &&
+        (o.root < 0 || o.root >= o.comm->nranks || o.root == o.comm->rank))
+        return res;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", zccl__last_error());
     o.refused = true;

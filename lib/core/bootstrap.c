@@ -480,6 +480,12 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     if (res == ZCCL_SUCCESS && rep.status == ROOT_ABORTED) {
         rep.missing[sizeof rep.missing - 1] = 0;
         close(fd);
+        /* The rank the root saw leave may have left because the launcher reported another one dead first: the
+         * launcher's report names the cause. */
+        char news[256];
+        if (launcher_reports(news, sizeof news))
+            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: init cannot complete: the launcher reports that %s",
+                               comm->rank, news);
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: init cannot complete: %s", comm->rank, rep.missing);
     }
     if (res == ZCCL_SUCCESS && rep.status == ROOT_INCOMPLETE) {

@@ -97,7 +97,7 @@ void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq) {
     /* The notice first: a peer that reads it fails quoting this rank's reason; one that sees the transports'
      * poison first only learns that this rank left. A rank that failed because of a peer's notice does not pass it
      * on: that peer told every rank already. */
-    if (!comm->notice_learned) zccl__notice_send(comm, ZCCL_NOTICE_GAVE_UP, seq, comm->async_msg);
+    if (!comm->notice_learned) zccl__notice_send(comm, ZCCL_NOTICE_GAVE_UP, seq, comm->async_msg, -1);
     for (size_t t = 0; zccl__transports[t]; t++)
         if (zccl__transports[t]->poison) zccl__transports[t]->poison(&comm->tc);
 }

@@ -14,7 +14,7 @@ struct zccl_notice_node {
     zccl_notice_msg_t m;
 };
 
-void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text) {
+void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only) {
     if (comm->nranks < 2) return;
     zccl_notice_msg_t m;
     memset(&m, 0, sizeof m);
@@ -27,7 +27,7 @@ void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const cha
     char saved[sizeof comm->async_msg];
     snprintf(saved, sizeof saved, "%s", zccl__last_error()); /* failing connects must not replace the caller's error */
     for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank || zccl__now_ns() > deadline) continue;
+        if (r == comm->rank || (only >= 0 && r != only) || zccl__now_ns() > deadline) continue;
         /* A rank of this host that has exited cannot be told (and connecting to it would retry until the deadline). */
         if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
             continue;

@@ -27,8 +27,9 @@ typedef struct {
     char text[496]; /* NUL-terminated */
 } zccl_notice_msg_t;
 
-/** Tells every peer (bounded: about 2 s in all). Failures to reach a peer are logged at INFO and ignored. */
-void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text);
+/** Tells every peer, or only rank `only` when only >= 0 (bounded: about 2 s in all). Failures to reach a peer are
+ *  logged and ignored (the transports' poison still reaches it). */
+void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only);
 /** Records that this rank refused its call #seq (so the peers' "refused" notices for it are ignored). */
 void zccl__notice_refused_here(struct zccl_comm *comm, uint64_t seq);
 /** Service thread: reads the notice that follows a ZCCL_CONN_NOTICE header from `from` on fd (and closes fd). */
