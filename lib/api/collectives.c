@@ -177,7 +177,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
     pthread_mutex_lock(&comm->exec_mutex);
     const uint64_t seq = comm->cseq + 1;
     if (is_coll) comm->cseq = seq;
-    comm->seq++;
+    comm->seq = seq; /* the number error messages give this call: the same as its descriptor's and notices' */
     comm->op_name = name;
     zccl_result_t res = ZCCL_SUCCESS;
     bool in_engine = false; /* the ranks may have begun moving data */

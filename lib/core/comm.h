@@ -32,7 +32,8 @@ struct zccl_comm {
 
     /* Progress engine. */
     pthread_mutex_t exec_mutex; /* one operation executes at a time */
-    uint64_t seq;               /* collectives issued */
+    uint64_t seq;               /* the running call's number in messages: its collective number (cseq); a send or
+                                   receive counts with the next collective */
     void *scratch;
     size_t scratch_bytes;
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
