@@ -1,7 +1,7 @@
 /*
  * hello_allreduce.c — the smallest zccl program: every rank averages a vector in place.
  *
- *   zcclrun -n 4 build/examples/hello_allreduce
+ *   build/tools/zcclrun -n 4 build/examples/hello_allreduce
  *
  * Rank r starts with grad[i] = i + 1 + r, so after ZCCL_AVG every rank holds i + 1 + (n-1)/2.
  */

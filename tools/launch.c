@@ -296,12 +296,15 @@ static void zl_reap(struct zl_state *st)
             int len = snprintf(line, sizeof line, "rank %d (pid %d) %s\n", r, (int)pid, how);
             if (pwrite(zl_status_fd, line, (size_t)len, 0) < 0) { /* the ranks then wait for their own deadline */ }
         }
+        /* After a signal (Ctrl-C) a rank has likely been stopped in the middle of a line (a table row of
+         * zccl-bench, say): the report starts on a line of its own. */
+        const char *nl = st->got_sig ? "\n" : "";
         if (st->alive > 0) {
-            fprintf(stderr, "%s: rank %d (pid %d) %s; stopping %d other rank%s\n", st->name, r, (int)pid, how,
+            fprintf(stderr, "%s%s: rank %d (pid %d) %s; stopping %d other rank%s\n", nl, st->name, r, (int)pid, how,
                     st->alive, st->alive == 1 ? "" : "s");
             zl_stop_all(st);
         } else {
-            fprintf(stderr, "%s: rank %d (pid %d) %s\n", st->name, r, (int)pid, how);
+            fprintf(stderr, "%s%s: rank %d (pid %d) %s\n", nl, st->name, r, (int)pid, how);
         }
     }
 }
@@ -363,7 +366,7 @@ static void zl_on_signal(struct zl_state *st, int sig, int code)
     st->nsig++;
     if (st->alive == 0) return;
     if (st->nsig >= 2) {
-        fprintf(stderr, "%s: got %s again; killing %d rank%s\n", st->name, zl_signame(sig), st->alive,
+        fprintf(stderr, "\n%s: got %s again; killing %d rank%s\n", st->name, zl_signame(sig), st->alive,
                 st->alive == 1 ? "" : "s");
         zl_signal_all(st, SIGKILL);
         return;

@@ -3,7 +3,8 @@
  *
  *   zccl-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP] [-c CHECK] [-d TYPE] [-o REDOP]
  *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N] [--algo NAME|all]
- *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce (nccl-tests names such as all_reduce_perf work)
+ *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv (nccl-tests names such as all_reduce_perf
+ *       work; alltoall, gather and scatter will come with those collectives in the API)
  *
  * Runs as one rank of a job started by zcclrun/torchrun/mpirun (zccl_comm_init_env), as a single rank when no
  * launcher variables are set, or starts N local ranks itself with -np N (launch.c). Only rank 0 prints.
@@ -20,6 +21,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "bench_data.h"
+#include "zccl_version.h"
 #include "bytes.h"
 #include "launch.h"
 #include "zccl.h"
@@ -41,7 +43,8 @@
 /* Tables                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_NCOLL };
+/* nccl-tests' alltoall, gather and scatter come when the API has those collectives. */
+enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_SENDRECV, C_NCOLL };
 
 static const struct {
     const char *name;
@@ -54,6 +57,7 @@ static const struct {
     [C_ALLGATHER] = {"allgather", {"all_gather", "all_gather_perf", "allgather_perf", NULL}, 0, 0},
     [C_BROADCAST] = {"broadcast", {"bcast", "broadcast_perf", NULL, NULL}, 0, 1},
     [C_REDUCE] = {"reduce", {"reduce_perf", NULL, NULL, NULL}, 1, 1},
+    [C_SENDRECV] = {"sendrecv", {"sendrecv_perf", "send_recv", NULL, NULL}, 0, 0},
 };
 
 /* nccl-tests' type names first (they are what is printed), then accepted aliases. */
@@ -103,7 +107,8 @@ static void usage(FILE *f)
         "Usage: " NAME " OP [options]\n"
         "Bandwidth benchmark for zccl collectives; options and output as nccl-tests (all_reduce_perf, ...).\n"
         "\n"
-        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce\n"
+        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce | sendrecv\n"
+        "    (sendrecv: rank r sends to r+1 and receives from r-1, modulo the ranks; out of place only)\n"
         "\n"
         "Options (sizes take K, M, G, T suffixes, powers of 1024: 8, 1K, 1.5M, 128MiB):\n"
         "  -b, --minbytes SIZE      smallest size (default 32M)\n"
@@ -129,6 +134,7 @@ static void usage(FILE *f)
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
+        "      --version            print the version and exit\n"
         "  (-t/--nthreads and -g/--ngpus accept 1 only; -p, -T, -G 0 are accepted for compatibility)\n"
         "\n"
         "Without -np, " NAME " is one rank of a job: run it under zcclrun, torchrun or mpirun (RANK/WORLD_SIZE,\n"
@@ -199,7 +205,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (lib/util/config.c), then checked */
+        if (!strcmp(a, "--version")) { printf("zccl-bench (zccl) %s\n", ZCCL_VERSION_STRING); return -1; }
+        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (the settings table), then checked */
             size_t need = zccl_config_describe(NULL, 0);
             char *text = malloc(need + 1);
             if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
@@ -218,8 +225,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
                                          colls[c->coll].name);
             c->coll = find_coll(a);
             if (c->coll < 0)
-                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce)%s",
-                           a, "");
+                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
+                           "sendrecv)%s", a, "");
             continue;
         }
         char opt = 0;
@@ -311,8 +318,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         }
 #undef NUM
     }
-    if (c->coll < 0) return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce)%s%s",
-                                "", "");
+    if (c->coll < 0)
+        return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s", "",
+                   "");
     if (c->minbytes > c->maxbytes) {
         char a[32], b[32];
         snprintf(a, sizeof a, "%zu", c->minbytes);
@@ -323,6 +331,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         return bad("-i 0 without -f > 1 never reaches the maximum size%s%s", "", "");
     if (c->stepfactor > 1 && c->minbytes == 0)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
+    if (c->coll == C_SENDRECV && c->algo)
+        return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
 }
 
@@ -409,10 +419,28 @@ static double busbw_factor(int coll, int n)
     }
 }
 
+/* nccl-tests' sendrecv: every rank sends to the next rank and receives from the previous one. zccl has no group
+ * calls, and a blocking send of a large message waits for its receive: even ranks send first, odd ranks receive
+ * first, which breaks every wait cycle (with an odd count, rank n-1's send waits for rank 0, whose own send to the
+ * odd rank 1 completes first). On a stream the two are queued in the same order. */
+static zccl_result_t run_sendrecv(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt,
+                                  zccl_stream_t st)
+{
+    const int n = b->nranks, next = (b->rank + 1) % n, prev = (b->rank + n - 1) % n;
+    zccl_result_t res;
+    if (b->rank % 2 == 0) {
+        res = zccl_send(s, count, dt, next, b->comm, st);
+        return res != ZCCL_SUCCESS ? res : zccl_recv(r, count, dt, prev, b->comm, st);
+    }
+    res = zccl_recv(r, count, dt, prev, b->comm, st);
+    return res != ZCCL_SUCCESS ? res : zccl_send(s, count, dt, next, b->comm, st);
+}
+
 static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt, int op,
                               int root, zccl_stream_t st)
 {
     switch (b->c->coll) {
+    case C_SENDRECV: return run_sendrecv(b, s, r, count, dt, st);
     case C_ALLREDUCE: return zccl_allreduce(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_ALLGATHER: return zccl_allgather(s, r, count, dt, b->comm, st);
@@ -444,7 +472,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
                           int root, int in_place)
 {
     const int coll = b->c->coll, rank = b->rank, n = b->nranks;
-    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST;
+    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST || coll == C_SENDRECV;
     bench_check_t ck;
     b->rep++;
     if (bench_check_init(&ck, dt, movement ? BP_BITS : op, n, b->rep) != 0) {
@@ -478,6 +506,10 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         bench_fill(&ck, s, rank, 0, P * (size_t)n);
         if (!in_place) memset(r, sentinel, P * esize);
         break;
+    case C_SENDRECV:
+        bench_fill(&ck, s, rank, 0, P);
+        memset(r, sentinel, P * esize);
+        break;
     }
 
     ZC(b, run_coll(b, s, r, P, dt, op, root, b->stream));
@@ -493,6 +525,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
     case C_ALLGATHER:
         for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, r + (size_t)q * P * esize, q, 0, P);
         break;
+    case C_SENDRECV: wrong += bench_verify_copy(&ck, r, (rank + n - 1) % n, 0, P); break; /* the previous rank's */
     }
     if (!in_place && src_used)
         wrong += bench_verify_copy(&ck, s, rank, 0, coll == C_REDUCE_SCATTER ? P * (size_t)n : P);
@@ -528,6 +561,15 @@ static void bench_time(struct bench *b, const struct sizes *sz, zccl_datatype_t 
 {
     const struct cfg *c = b->c;
     char *s, *r;
+    if (c->coll == C_SENDRECV && in_place) {
+        /* Without group calls one of two neighbours receives before it sends, which would overwrite what it has
+         * to send: sendrecv runs out of place only, and the in-place columns say so. */
+        if (b->rank == 0) {
+            printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+            fflush(stdout);
+        }
+        return;
+    }
     placement(b, sz, esize, in_place, &s, &r);
     zccl_stream_t st = b->stream;
 
@@ -628,7 +670,8 @@ static void time_test(struct bench *b, int ti, int op, int root)
 }
 
 /* ZCCL_ALGO's names of the collectives, in enum coll order. */
-static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce"};
+static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce",
+                                                "sendrecv"};
 
 /* --algo NAME: every rank restricts the tuner to NAME for OP. Returns 0, or 2 after rank 0 explains. */
 static int force_algo(struct bench *b, const char *name)
@@ -788,6 +831,7 @@ static void print_header(struct bench *b)
     gethostname(host, sizeof host - 1);
     host[sizeof host - 1] = '\0';
     const char *lr = getenv("LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID"); /* srun */
     int local = lr ? atoi(lr) : 0;
     memset(mine, 0, sizeof mine);
     snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
@@ -851,6 +895,11 @@ static int run_rank(int launched_rank, void *arg)
 
     /* Setup that can fail on one rank only (memory, the JSON file): agree on it before going on. */
     int64_t bad_local = 0, bad_any = 0;
+    if (c->coll == C_SENDRECV && b.nranks < 2) {
+        if (b.rank == 0)
+            fprintf(stderr, NAME ": sendrecv needs at least 2 ranks (zccl_send to oneself is not allowed)\n");
+        bad_local = 2;
+    }
     if (colls[c->coll].has_root && c->root >= b.nranks) {
         if (b.rank == 0)
             fprintf(stderr, NAME ": -r %d: root must be below the number of ranks (%d)\n", c->root, b.nranks);

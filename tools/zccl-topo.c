@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "topo.h"
+#include "zccl_version.h"
 
 extern char **environ;
 
@@ -61,6 +62,7 @@ static void usage(FILE *f) {
             "  --dot               Graphviz DOT of the PCI tree and the ring\n"
             "  --svg FILE, --png FILE   render the DOT picture with Graphviz's dot into FILE\n"
             "  (one output format at a time: --json, --dot, --svg and --png exclude each other)\n"
+            "  --version           print the version and exit\n"
             "  -h, --help          this text\n");
 }
 
@@ -96,6 +98,9 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         bool takes = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            exit(0);
+        } else if (!strcmp(a, "--version")) {
+            printf("zccl-topo (zccl) %s\n", ZCCL_VERSION_STRING);
             exit(0);
         } else if ((!strcmp(a, "--json") || !strcmp(a, "--dot") || !strcmp(a, "--svg") ||
                     !strcmp(a, "--png")) && o->mode_opt && strcmp(o->mode_opt, a))

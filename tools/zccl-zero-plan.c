@@ -26,6 +26,7 @@
 #include <string.h>
 #include <zccl_zero.h>
 #include "bytes.h"
+#include "zccl_version.h"
 
 #define NAME "zccl-zero-plan"
 
@@ -44,7 +45,7 @@ static void usage(FILE *f)
             "Per-rank memory (parameters, gradients, optimizer state), gradient buckets and communication per step\n"
             "of ZeRO stage S on N ranks, for the parameter shapes in FILE (TSV: name, shape, numel; '#' comments).\n"
             "\n"
-            "  --model FILE          model shape file, e.g. ../shared/models/gpt2-124m.tsv\n"
+            "  --model FILE          model shape file, e.g. examples/models/gpt2-124m.tsv\n"
             "  --ranks N             data-parallel ranks, 1..65536\n"
             "  --stage S             0 (data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
             "  --dtype T             bf16 (default), fp16 or fp32: parameters and gradients\n"
@@ -53,6 +54,7 @@ static void usage(FILE *f)
             "  --bucket-cap BYTES    target size of the other buckets (default: ZCCL_BUCKET_CAP_BYTES, 25M)\n"
             "  --align ELEMS         alignment of every gradient inside its bucket (default: 64 bytes' worth)\n"
             "  --list-buckets        print every bucket with its parameters\n"
+            "  --version             print the version and exit\n"
             "  -h, --help            this text\n"
             "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
 }
@@ -228,6 +230,10 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--version")) {
+            printf("zccl-zero-plan (zccl) %s\n", ZCCL_VERSION_STRING);
             return 0;
         }
         if (!strcmp(a, "--list-buckets")) {

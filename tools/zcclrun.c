@@ -13,6 +13,7 @@
 #define _GNU_SOURCE /* signalfd, pipe2, getrandom, prctl */
 #endif
 #include "launch.h"
+#include "zccl_version.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,25 +43,33 @@ static void usage(FILE *f)
             "\n"
             "Options:\n"
             "  -n, -np, --np N      number of ranks to start (default 1; with --hostfile: the hostfile's slots)\n"
-            "  --hostfile FILE      start the ranks on the simulated hosts FILE lists, one per line:\n"
-            "                       \"netns:NAME slots=M\" (a network namespace of this machine, as 'ip netns add\n"
-            "                       NAME' makes it) or \"localhost slots=M\"; ranks fill the hosts in order\n"
+            "  --hostfile FILE      start the ranks on the hosts FILE lists, one per line: \"HOST slots=M\" or\n"
+            "                       \"ssh:HOST slots=M\" (a remote host, reached with ssh), \"netns:NAME slots=M\"\n"
+            "                       (a network namespace of this machine, as 'ip netns add NAME' makes it) or\n"
+            "                       \"localhost slots=M\"; ranks fill the hosts in order\n"
+            "  --ssh CMD            remote shell for ssh hosts (default \"ssh -x -o BatchMode=yes\"); it is run as\n"
+            "                       CMD HOST COMMAND, with the rank's environment on its stdin\n"
             "  --addr A             MASTER_ADDR given to the ranks (default 127.0.0.1; with --hostfile and a\n"
-            "                       first host netns:NAME: that namespace's first address)\n"
-            "  --port P             MASTER_PORT (default: a free port, found by binding port 0 on the address)\n"
+            "                       first host netns:NAME: that namespace's first address; ssh:HOST: HOST)\n"
+            "  --port P             MASTER_PORT (default: a free port, found by binding port 0 on the address;\n"
+            "                       a random one in 20000-59999 when the first host is remote)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
             "  --bind WHAT          bind rank i, before it starts, to core / NUMA node / package i mod count\n"
             "                       (WHAT: core, numa, package or none; default none), like mpirun --bind-to;\n"
             "                       --bind numa binds memory to that node too (machines with several nodes)\n"
             "  --report-bindings    print each rank's binding on stderr\n"
+            "  --version            print the version and exit\n"
             "  -h, --help           show this help\n"
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
             "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (the --bind\n"
             "value). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
             "network namespace (as 'ip netns exec NAME' would start it) with hostname NAME in a UTS namespace of\n"
-            "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root.\n"
+            "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root. A rank on a\n"
+            "remote host gets the same variables and every ZCCL_*/NCCL_* one of " NAME "'s environment on the\n"
+            "remote shell's stdin (never on a command line), runs in the same directory when it exists there,\n"
+            "and reads an empty stdin; PROGRAM must have the same path on every host.\n"
             "\n"
             "Exit status: 0 if every rank exited with 0; else the first failing rank's status (128+N if it was\n"
             "killed by signal N), after the other ranks are stopped (SIGTERM, then SIGKILL 3 s later); 124 on\n"
@@ -150,6 +160,7 @@ struct job {
     char **argv;
     struct bind_plan *bind;   /* NULL: --bind none */
     struct hostplan *hosts;   /* NULL: no --hostfile (every rank on this host) */
+    char **ssh;               /* the remote-shell command of ssh hosts, as argv (--ssh; default ssh) */
 };
 
 /* "core 1", "numa 0" (NUMA nodes by OS index, as numactl and /sys number them), "package 0" (logical index). */
@@ -337,7 +348,8 @@ static int bind_self(const struct bind_plan *p, int rank)
 /* ---- --hostfile: simulated hosts, one network namespace each ---- */
 
 struct host {
-    char *ns;  /* network namespace name; NULL: localhost (this process's namespaces) */
+    char *ns;  /* network namespace name; NULL: localhost (this process's namespaces) or a remote host */
+    char *ssh; /* remote host ([user@]name) reached with --ssh's command; NULL: on this machine */
     int slots; /* ranks on this host */
 };
 
@@ -362,8 +374,20 @@ static int open_netns(const char *name)
     return fd;
 }
 
-/* Lines "netns:NAME slots=M" or "localhost slots=M" (slots defaults to 1); '#' starts a comment. Returns 0, or 2
- * after printing an error naming the file and line. */
+/* Whether s can be given to ssh as a destination: [user@]host with letters, digits and . _ - : (IPv6) only, not
+ * starting with '-' (it would be read as an option). */
+static int ssh_dest_ok(const char *s)
+{
+    if (!*s || *s == '-' || strlen(s) > 255) return 0;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              strchr("._-:@", *p)))
+            return 0;
+    return strchr(s, '@') == strrchr(s, '@'); /* at most one '@' */
+}
+
+/* Lines "netns:NAME slots=M", "localhost slots=M", "ssh:HOST slots=M" or "HOST slots=M" (slots defaults to 1);
+ * '#' starts a comment. Returns 0, or 2 after printing an error naming the file and line. */
 static int hostfile_read(const char *path, struct hostplan *hp)
 {
     FILE *f = fopen(path, "r");
@@ -379,7 +403,7 @@ static int hostfile_read(const char *path, struct hostplan *hp)
         if (hash) *hash = '\0';
         char *save = NULL, *tok = strtok_r(line, " \t\r\n", &save);
         if (!tok) continue;
-        struct host h = {NULL, 1};
+        struct host h = {NULL, NULL, 1};
         if (!strncmp(tok, "netns:", 6)) {
             const char *name = tok + 6;
             if (!*name || strlen(name) > 64 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) {
@@ -390,10 +414,15 @@ static int hostfile_read(const char *path, struct hostplan *hp)
             }
             h.ns = strdup(name);
         } else if (strcmp(tok, "localhost") != 0) {
-            fprintf(stderr, NAME ": %s:%d: unknown host '%s': zcclrun starts ranks on this machine only, so a host is "
-                    "'netns:NAME' (a network namespace) or 'localhost'\n", path, lineno, tok);
-            rc = 2;
-            break;
+            const char *dest = strncmp(tok, "ssh:", 4) ? tok : tok + 4;
+            if (!ssh_dest_ok(dest)) {
+                fprintf(stderr, NAME ": %s:%d: unknown host '%s': a host is 'netns:NAME' (a network namespace), "
+                        "'localhost', or a remote host '[ssh:][user@]NAME' (letters, digits, '.', '_', '-', ':'; "
+                        "not starting with '-')\n", path, lineno, tok);
+                rc = 2;
+                break;
+            }
+            h.ssh = strdup(dest);
         }
         while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
             long v;
@@ -405,20 +434,22 @@ static int hostfile_read(const char *path, struct hostplan *hp)
             }
             h.slots = (int)v;
         }
-        if (rc) { free(h.ns); break; }
+        if (rc) { free(h.ns); free(h.ssh); break; }
         for (int k = 0; k < hp->nhosts; k++) {
-            if ((h.ns == NULL) == (hp->hosts[k].ns == NULL) && (!h.ns || !strcmp(h.ns, hp->hosts[k].ns))) {
-                fprintf(stderr, NAME ": %s:%d: host '%s%s' is listed twice\n", path, lineno, h.ns ? "netns:" : "",
-                        h.ns ? h.ns : "localhost");
+            const struct host *o = &hp->hosts[k];
+            if ((h.ns == NULL) == (o->ns == NULL) && (h.ssh == NULL) == (o->ssh == NULL) &&
+                (!h.ns || !strcmp(h.ns, o->ns)) && (!h.ssh || !strcmp(h.ssh, o->ssh))) {
+                fprintf(stderr, NAME ": %s:%d: host '%s%s' is listed twice\n", path, lineno,
+                        h.ns ? "netns:" : h.ssh ? "ssh:" : "", h.ns ? h.ns : h.ssh ? h.ssh : "localhost");
                 rc = 2;
                 break;
             }
         }
-        if (rc) { free(h.ns); break; }
+        if (rc) { free(h.ns); free(h.ssh); break; }
         if (hp->nhosts == cap) {
             cap = cap ? 2 * cap : 8;
             struct host *nh = realloc(hp->hosts, (size_t)cap * sizeof *nh);
-            if (!nh) { fprintf(stderr, NAME ": out of memory\n"); free(h.ns); rc = 1; break; }
+            if (!nh) { fprintf(stderr, NAME ": out of memory\n"); free(h.ns); free(h.ssh); rc = 1; break; }
             hp->hosts = nh;
         }
         hp->hosts[hp->nhosts++] = h;
@@ -481,7 +512,10 @@ static int hostplan_assign(struct hostplan *hp, int *nranks, const char *path)
 
 static void hostplan_free(struct hostplan *hp)
 {
-    for (int k = 0; k < hp->nhosts; k++) free(hp->hosts[k].ns);
+    for (int k = 0; k < hp->nhosts; k++) {
+        free(hp->hosts[k].ns);
+        free(hp->hosts[k].ssh);
+    }
     free(hp->hosts);
     free(hp->host_of);
     free(hp->local_rank);
@@ -598,13 +632,125 @@ static int netns_addr_port(const char *ns, char *addr, size_t addrlen, int *port
     return 0;
 }
 
+/* Appends s to out in single quotes for a POSIX shell ('\'' for a quote). Returns 0, or -1 when out is full. */
+static int shell_quote(char *out, size_t len, size_t *used, const char *s)
+{
+    size_t n = *used;
+    if (n + 2 >= len) return -1;
+    out[n++] = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') {
+            if (n + 5 >= len) return -1;
+            memcpy(out + n, "'\\''", 4);
+            n += 4;
+        } else {
+            if (n + 2 >= len) return -1;
+            out[n++] = *p;
+        }
+    }
+    out[n++] = '\'';
+    out[n++] = ' ';
+    out[n] = '\0';
+    *used = n;
+    return 0;
+}
+
+/*
+ * Starts rank `rank` on remote host dest through the remote-shell command (ssh): the rank's environment (what
+ * zl_launch set, plus every ZCCL_* and NCCL_* variable of this process, as mpirun -x would pass them) goes on ssh's
+ * standard input as NAME=VALUE lines ended by an empty line, read by a small sh script on the remote side, so the
+ * job secret never appears on a command line (ps, /proc/PID/cmdline on either machine). The script then changes
+ * to this directory when the remote host has it and executes the program; the rank's stdin is empty. Does not
+ * return on success.
+ */
+static int exec_remote(int rank, const char *dest, char **agent, char **argv)
+{
+    static const char *const job_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                           "MASTER_PORT"};
+    static char env[60000]; /* below a pipe's capacity: written whole before ssh starts */
+    size_t n = 0;
+    int overflow = 0;
+    for (size_t k = 0; k < sizeof job_vars / sizeof job_vars[0]; k++) {
+        const char *v = getenv(job_vars[k]);
+        int w = snprintf(env + n, sizeof env - n, "%s=%s\n", job_vars[k], v ? v : "");
+        if (w < 0 || (size_t)w >= sizeof env - n) overflow = 1;
+        else n += (size_t)w;
+    }
+    extern char **environ;
+    for (char **e = environ; *e && !overflow; e++) {
+        if (strncmp(*e, "ZCCL_", 5) && strncmp(*e, "NCCL_", 5)) continue;
+        if (strchr(*e, '\n')) {
+            fprintf(stderr, NAME ": rank %d: cannot pass %.*s to host '%s': its value has a newline\n", rank,
+                    (int)strcspn(*e, "="), *e, dest);
+            return 1;
+        }
+        int w = snprintf(env + n, sizeof env - n, "%s\n", *e);
+        if (w < 0 || (size_t)w >= sizeof env - n) overflow = 1;
+        else n += (size_t)w;
+    }
+    if (overflow || n + 1 >= sizeof env) {
+        fprintf(stderr, NAME ": rank %d: the ZCCL_*/NCCL_* environment is too large to pass to host '%s'\n", rank,
+                dest);
+        return 1;
+    }
+    env[n++] = '\n';
+    int p[2];
+    if (pipe(p) != 0) {
+        fprintf(stderr, NAME ": rank %d: pipe: %s\n", rank, strerror(errno));
+        return 1;
+    }
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(p[1], env + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fprintf(stderr, NAME ": rank %d: write to pipe: %s\n", rank, strerror(errno));
+            return 1;
+        }
+        off += (size_t)w;
+    }
+    close(p[1]);
+    if (dup2(p[0], 0) < 0) {
+        fprintf(stderr, NAME ": rank %d: dup2: %s\n", rank, strerror(errno));
+        return 1;
+    }
+    if (p[0] != 0) close(p[0]);
+
+    /* The remote command line: sh -c SCRIPT zcclrun CWD PROGRAM ARGS..., every word quoted for the remote shell. */
+    static char cmd[65536];
+    size_t used = 0;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+    int bad_len = shell_quote(cmd, sizeof cmd, &used, "sh") || shell_quote(cmd, sizeof cmd, &used, "-c") ||
+                  shell_quote(cmd, sizeof cmd, &used,
+                              "while IFS= read -r zccl_kv && [ -n \"$zccl_kv\" ]; do export \"$zccl_kv\"; done; "
+                              "unset zccl_kv; cd \"$1\" 2>/dev/null; shift; exec \"$@\" </dev/null") ||
+                  shell_quote(cmd, sizeof cmd, &used, NAME) || shell_quote(cmd, sizeof cmd, &used, cwd);
+    for (char **a = argv; *a && !bad_len; a++) bad_len = shell_quote(cmd, sizeof cmd, &used, *a);
+    if (bad_len) {
+        fprintf(stderr, NAME ": rank %d: the command line for host '%s' is too long\n", rank, dest);
+        return 1;
+    }
+    int nagent = 0;
+    while (agent[nagent]) nagent++;
+    char **av = calloc((size_t)nagent + 3, sizeof *av);
+    if (!av) return 1;
+    for (int k = 0; k < nagent; k++) av[k] = agent[k];
+    av[nagent] = (char *)dest;
+    av[nagent + 1] = cmd;
+    execvp(av[0], av);
+    int e = errno;
+    fprintf(stderr, NAME ": rank %d: cannot execute the remote shell %s: %s\n", rank, av[0], strerror(e));
+    return e == ENOENT ? 127 : 126;
+}
+
 static int exec_rank(int rank, void *arg)
 {
     struct job *job = arg;
     char **argv = job->argv;
     if (job->hosts) {
-        const char *ns = job->hosts->hosts[job->hosts->host_of[rank]].ns;
-        if (ns && enter_host(ns, rank) != 0) return 1;
+        const struct host *h = &job->hosts->hosts[job->hosts->host_of[rank]];
+        if (h->ssh) return exec_remote(rank, h->ssh, job->ssh, argv); /* binding is the remote host's affair */
+        if (h->ns && enter_host(h->ns, rank) != 0) return 1;
     }
     if (job->bind && bind_self(job->bind, rank) != 0) return 1;
     execvp(argv[0], argv);
@@ -618,6 +764,7 @@ int main(int argc, char **argv)
     struct zl_opts o = {.nranks = 1, .name = NAME};
     enum bind_kind bind = BIND_NONE;
     const char *hostfile = NULL;
+    const char *ssh_cmd = "ssh -x -o BatchMode=yes"; /* --ssh: the remote shell for ssh hosts */
     int nranks_given = 0;
     int report_bindings = 0;
     int i = 1;
@@ -626,6 +773,7 @@ int main(int argc, char **argv)
         if (a[0] != '-' || a[1] == '\0') break; /* the program */
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--version")) { printf("zcclrun (zccl) %s\n", ZCCL_VERSION_STRING); return 0; }
         if (!strcmp(a, "--tag-output")) { o.tag_output = 1; continue; }
         if (!strcmp(a, "--report-bindings")) { report_bindings = 1; continue; }
 
@@ -638,7 +786,7 @@ int main(int argc, char **argv)
             opt = optbuf;
             val = eq + 1;
         }
-        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BIND, O_HOSTFILE, O_BAD } which = O_BAD;
+        enum { O_N, O_PORT, O_ADDR, O_TIMEOUT, O_BIND, O_HOSTFILE, O_SSH, O_BAD } which = O_BAD;
         if (!strcmp(opt, "-n") || !strcmp(opt, "-np") || !strcmp(opt, "--np") || !strcmp(opt, "--nproc") ||
             !strcmp(opt, "--nproc-per-node") || !strcmp(opt, "--nproc_per_node"))
             which = O_N;
@@ -652,6 +800,8 @@ int main(int argc, char **argv)
             which = O_BIND;
         else if (!strcmp(opt, "--hostfile") || !strcmp(opt, "--machinefile"))
             which = O_HOSTFILE;
+        else if (!strcmp(opt, "--ssh"))
+            which = O_SSH;
         else if (!eq && strncmp(a, "-n", 2) == 0 && a[2] >= '0' && a[2] <= '9') { /* -n4 */
             which = O_N;
             opt = "-n";
@@ -678,6 +828,10 @@ int main(int argc, char **argv)
         case O_HOSTFILE:
             if (!*val) return bad("%s: empty file name%s", opt, "");
             hostfile = val;
+            break;
+        case O_SSH:
+            if (!val[strspn(val, " \t")]) return bad("--ssh: empty command%s%s", "", "");
+            ssh_cmd = val;
             break;
         case O_PORT:
             if (parse_int(val, 1, 65535, &v) != 0) return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
@@ -717,7 +871,7 @@ int main(int argc, char **argv)
         return 1;
     }
     struct hostplan hp = {0};
-    char master_addr[INET6_ADDRSTRLEN];
+    char master_addr[256];
     if (hostfile) {
         if ((rc = hostfile_read(hostfile, &hp)) != 0 ||
             (rc = hostplan_assign(&hp, nranks_given ? &o.nranks : (o.nranks = 0, &o.nranks), hostfile)) != 0) {
@@ -727,8 +881,21 @@ int main(int argc, char **argv)
         o.local_rank = hp.local_rank;
         o.local_size = hp.local_size;
         /* Rank 0 runs the bootstrap root: by default it listens on the first host's own address. */
-        const char *ns0 = hp.hosts[0].ns;
-        if (!o.addr && ns0) {
+        const char *ns0 = hp.hosts[0].ns, *ssh0 = hp.hosts[0].ssh;
+        if (ssh0) {
+            /* A remote first host: its name is the address (as the other hosts resolve it), and the port one that
+             * cannot be checked from here: random in 20000..59999 unless --port says. */
+            if (!o.addr) {
+                const char *at = strchr(ssh0, '@');
+                snprintf(master_addr, sizeof master_addr, "%s", at ? at + 1 : ssh0);
+                o.addr = master_addr;
+            }
+            if (o.port == 0) {
+                unsigned r = 0;
+                if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (unsigned)getpid() * 2654435761u;
+                o.port = 20000 + (int)(r % 40000u);
+            }
+        } else if (!o.addr && ns0) {
             if (netns_addr_port(ns0, master_addr, sizeof master_addr, &o.port) != 0) {
                 hostplan_free(&hp);
                 return 1;
@@ -744,7 +911,14 @@ int main(int argc, char **argv)
         }
     }
     struct bind_plan plan;
-    struct job job = {.argv = prog_argv, .bind = NULL, .hosts = hostfile ? &hp : NULL};
+    /* --ssh's command as argv: split at blanks (no quoting; a wrapper script takes anything more elaborate) */
+    char *ssh_copy = strdup(ssh_cmd), *ssh_argv[32];
+    int nssh = 0;
+    for (char *save = NULL, *t = ssh_copy ? strtok_r(ssh_copy, " \t", &save) : NULL; t && nssh < 31;
+         t = strtok_r(NULL, " \t", &save))
+        ssh_argv[nssh++] = t;
+    ssh_argv[nssh] = NULL;
+    struct job job = {.argv = prog_argv, .bind = NULL, .hosts = hostfile ? &hp : NULL, .ssh = ssh_argv};
     int use_hwloc = bind != BIND_NONE || report_bindings;
     if (use_hwloc) {
         if (bind_prepare(&plan, bind, o.nranks) != 0) {
@@ -757,5 +931,6 @@ int main(int argc, char **argv)
     rc = zl_launch(&o, exec_rank, &job);
     if (use_hwloc) bind_free(&plan);
     hostplan_free(&hp);
+    free(ssh_copy);
     return rc;
 }

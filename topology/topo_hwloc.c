@@ -139,9 +139,12 @@ zccl_result_t zccl__topo_from_hwloc(hwloc_topology_t hw, zccl_topo_source_t sour
     ZCCL_CHECK_GOTO(zccl__topo_hwloc_io(t), res, fail);
     ZCCL_CHECK_GOTO(read_distances(t), res, fail);
     ZCCL_CHECK_GOTO(zccl__topo_finish(t), res, fail);
-    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from %s: %d packages, %d NUMA nodes, %d cores, %d PUs, %d GPUs, %d NICs",
-              t->origin, t->hw_packages, t->nnuma, t->ncores, t->pus, t->nkind[ZCCL_TOPO_DEV_GPU],
-              t->nkind[ZCCL_TOPO_DEV_NIC]);
+#define S_(n) ((n) == 1 ? "" : "s")
+    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from %s: %d package%s, %d NUMA node%s, %d core%s, %d PU%s, %d GPU%s, %d NIC%s",
+              t->origin, t->hw_packages, S_(t->hw_packages), t->nnuma, S_(t->nnuma), t->ncores, S_(t->ncores), t->pus,
+              S_(t->pus), t->nkind[ZCCL_TOPO_DEV_GPU], S_(t->nkind[ZCCL_TOPO_DEV_GPU]), t->nkind[ZCCL_TOPO_DEV_NIC],
+              S_(t->nkind[ZCCL_TOPO_DEV_NIC]));
+#undef S_
     *out = t;
     return ZCCL_SUCCESS;
 fail:

@@ -270,8 +270,11 @@ zccl_result_t zccl_topo_create_nccl_xml(const char *path, unsigned flags, zccl_t
         zccl_topo_destroy(t);
         return res;
     }
-    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from NCCL file %s: %d CPUs, %d GPUs, %d NICs", path, t->ncpus,
-              t->nkind[ZCCL_TOPO_DEV_GPU], t->nkind[ZCCL_TOPO_DEV_NIC]);
+#define S_(n) ((n) == 1 ? "" : "s")
+    ZCCL_INFO(ZCCL_LOG_TOPO, "topology from NCCL file %s: %d CPU%s, %d GPU%s, %d NIC%s", path, t->ncpus, S_(t->ncpus),
+              t->nkind[ZCCL_TOPO_DEV_GPU], S_(t->nkind[ZCCL_TOPO_DEV_GPU]), t->nkind[ZCCL_TOPO_DEV_NIC],
+              S_(t->nkind[ZCCL_TOPO_DEV_NIC]));
+#undef S_
     *out = t;
     return ZCCL_SUCCESS;
 }

@@ -6,4 +6,4 @@
 #include "topo_model.h"
 
 ZCCL_SETTING(zccl__set_topo_file) = {.name = "ZCCL_TOPO_FILE", .deflt = "",
-                            .help = "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file"};
+                            .help = "topology of this machine for VMs that hide it: hwloc XML export or NCCL topology file", .nccl = "NCCL_TOPO_FILE"};

@@ -16,21 +16,21 @@ ZCCL_SETTING(zccl__set_cma_threshold) = {.name = "ZCCL_CMA_THRESHOLD", .deflt = 
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 ZCCL_SETTING(zccl__set_ib_disable) = {.name = "ZCCL_IB_DISABLE", .deflt = "0", .help = "1: never use the InfiniBand/RoCE verbs transport (TCP between "
                              "hosts)",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true, .nccl = "NCCL_IB_DISABLE"};
 ZCCL_SETTING(zccl__set_ib_hca) = {.name = "ZCCL_IB_HCA", .deflt = "",
                          .help = "RDMA devices to use, NCCL grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; "
-                         "unset = first active port of any device"};
+                         "unset = first active port of any device", .nccl = "NCCL_IB_HCA"};
 ZCCL_SETTING(zccl__set_ib_gid_index) = {.name = "ZCCL_IB_GID_INDEX", .deflt = "-1",
                                .help = "GID table index (RoCE); -1 = the first RoCE v2 IPv4-mapped GID, else the first GID",
-        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535};
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535, .nccl = "NCCL_IB_GID_INDEX"};
 ZCCL_SETTING(zccl__set_ib_timeout) = {.name = "ZCCL_IB_TIMEOUT", .deflt = "18",
                              .help = "IB local ACK timeout exponent: 4.096 us * 2^value per try, 1..31",
-        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 31};
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 31, .nccl = "NCCL_IB_TIMEOUT"};
 ZCCL_SETTING(zccl__set_ib_retry_cnt) = {.name = "ZCCL_IB_RETRY_CNT", .deflt = "7", .help = "IB transport retries before a send fails, 0..7",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7};
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7, .nccl = "NCCL_IB_RETRY_CNT"};
 ZCCL_SETTING(zccl__set_ib_qps_per_conn) = {.name = "ZCCL_IB_QPS_PER_CONN", .deflt = "1",
                                   .help = "queue pairs per IB connection (chunks striped over them), 1..16",
-        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16, .must_match = true};
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16, .must_match = true, .nccl = "NCCL_IB_QPS_PER_CONNECTION"};
 ZCCL_SETTING(zccl__set_ib_zcopy_bytes) = {.name = "ZCCL_IB_ZCOPY_BYTES", .deflt = "0",
                                  .help = "IB transfers of at least this many bytes use the user's buffer directly through "
                                  "the registration cache (no staging copy); 0 = always stage. The cache cannot see "

@@ -7,8 +7,9 @@
 #     formulas (fp64: params 8 psi, grads 8 psi, AdamW m+v 16 psi; divided by N for what the stage shards) up to
 #     the padding of the layout, and shrink against stage 0 by at least (N - 0.1)x; stage 3 runs with
 #     --max-live 600000 and the store's peak gathered bytes must stay within it.
-# DATA is ../shared/data/digits.csv.gz; when it is absent, fetch_digits.sh fetches the set into FALLBACK; when that
-# fails too the test is skipped (exit 77). Each run has zcclrun --timeout as its deadline.
+# DATA is ../shared/data/digits.csv.gz; when it is absent, fetch_digits.sh fetches the set into FALLBACK ("cache":
+# the file zero_train itself uses, ${XDG_CACHE_HOME:-~/.cache}/zccl/digits.csv.gz); when that fails too the test is
+# skipped (exit 77). Each run has zcclrun --timeout as its deadline.
 set -uo pipefail
 zcclrun=${1:?usage: check.sh ZCCLRUN ZERO_TRAIN DATA FALLBACK [EPOCHS]}
 prog=${2:?}
@@ -16,6 +17,7 @@ data=${3:?}
 fallback=${4:?}
 epochs=${5:-4}
 here=$(cd "$(dirname "$0")" && pwd)
+[[ "$fallback" == cache ]] && fallback=${XDG_CACHE_HOME:-$HOME/.cache}/zccl/digits.csv.gz
 if [[ ! -s "$data" ]]; then
     if [[ -s "$fallback" ]] || "$here/fetch_digits.sh" "$fallback"; then
         data=$fallback

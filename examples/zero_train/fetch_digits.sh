@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
-# fetch_digits.sh DEST — puts the UCI handwritten digits set (digits.csv.gz, 1,797 8x8 images) at DEST, taken from
+# fetch_digits.sh [DEST] — puts the UCI handwritten digits set (digits.csv.gz, 1,797 8x8 images) at DEST, taken from
 # Debian's python3-sklearn package (sklearn/datasets/data/digits.csv.gz) without installing the package:
 # apt-get download + dpkg-deb -x into a temporary folder. Does nothing when DEST exists.
-# Exit status: 0 when DEST exists afterwards; 1 (with the reason on stderr) otherwise.
+# DEST defaults to the cache folder zero_train looks in: ${XDG_CACHE_HOME:-$HOME/.cache}/zccl/digits.csv.gz.
+# Exit status: 0 when DEST exists afterwards (its path is printed); 1 (with the reason on stderr) otherwise.
 set -euo pipefail
-dest=${1:?usage: fetch_digits.sh DEST}
-[[ -s "$dest" ]] && exit 0
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+    sed -n '2,6s/^# \{0,1\}//p' "$0"
+    exit 0
+fi
+dest=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/zccl/digits.csv.gz}
+if [[ -s "$dest" ]]; then
+    echo "fetch_digits.sh: $dest is there already"
+    exit 0
+fi
+echo "fetch_digits.sh: fetching the digits set from Debian's python3-sklearn package into $dest"
 command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
     echo "fetch_digits.sh: apt-get and dpkg-deb are needed (Debian or Ubuntu)" >&2
     exit 1

@@ -10,8 +10,9 @@
  * ranks see the same samples per optimizer step and follow the same loss curve. Output (rank 0): per-epoch loss
  * and held-out accuracy, per-rank memory beside the ZeRO formulas, bytes communicated, and a last line
  *   final loss=L accuracy=A bytes_sent=B
- * Data: --data PATH (default ../shared/data/digits.csv.gz beside the source tree; examples/zero_train/
- * fetch_digits.sh fetches it from Debian's python3-sklearn package).
+ * Data: --data PATH; without it, the first of ../shared/data/digits.csv.gz beside the source tree and the cache file
+ * ${XDG_CACHE_HOME:-~/.cache}/zccl/digits.csv.gz that exists; when neither does, rank 0 runs
+ * examples/zero_train/fetch_digits.sh, which takes the set from Debian's python3-sklearn package into that cache.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -26,8 +27,11 @@
 #include "mlp.h"
 #include "shard.h"
 
-#ifndef ZT_DEFAULT_DATA
-#define ZT_DEFAULT_DATA "../shared/data/digits.csv.gz"
+#ifndef ZT_SHARED_DATA /* set by examples/CMakeLists.txt: the source tree's ../shared/data/digits.csv.gz */
+#define ZT_SHARED_DATA "../shared/data/digits.csv.gz"
+#endif
+#ifndef ZT_FETCH_SCRIPT /* set by examples/CMakeLists.txt: the source tree's examples/zero_train/fetch_digits.sh */
+#define ZT_FETCH_SCRIPT "examples/zero_train/fetch_digits.sh"
 #endif
 
 #define NLAYERS 3
@@ -59,7 +63,9 @@ static void usage(FILE *f)
             "  --seed S           weight initialisation and sample order (default 1)\n"
             "  --lr LR            AdamW learning rate per 32 samples of global batch, scaled linearly (default 5e-4)\n"
             "  --weight-decay WD  decoupled weight decay of the weight matrices (default 1e-4)\n"
-            "  --data PATH        digits.csv.gz (default " ZT_DEFAULT_DATA ")\n"
+            "  --data PATH        digits.csv.gz (default: " ZT_SHARED_DATA " if present, else\n"
+            "                     ${XDG_CACHE_HOME:-~/.cache}/zccl/digits.csv.gz, fetched there by rank 0 with\n"
+            "                     " ZT_FETCH_SCRIPT " when absent)\n"
             "  --first-bucket N   bytes of the first gradient bucket (default 16K)\n"
             "  --bucket-cap N     bytes of the other gradient buckets (default 256K)\n"
             "  --in-flight K      most buckets communicating at once (0 or absent: ZCCL_BUCKETS_IN_FLIGHT, default 2)\n"
@@ -108,7 +114,7 @@ static int parse_size(const char *opt, const char *s, uint64_t lo, size_t *out)
 static int parse_opts(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.stage = 0, .epochs = 12, .accum = 1, .batch = 64, .clip = 1.0, .lr_per32 = 5e-4, .wd = 1e-4,
-                  .seed = 1, .data = ZT_DEFAULT_DATA, .first_bytes = 16384, .cap_bytes = 262144,
+                  .seed = 1, .data = NULL, .first_bytes = 16384, .cap_bytes = 262144,
                   .heldout_percent = 20};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -244,6 +250,53 @@ static zccl_result_t backward(zt_zero_t *z, acts_t *a, size_t m)
     return ZCCL_SUCCESS;
 }
 
+/* The cache file: ${XDG_CACHE_HOME:-$HOME/.cache}/zccl/digits.csv.gz (empty when neither variable is set). */
+static void cache_path(char *buf, size_t len)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(buf, len, "%s/zccl/digits.csv.gz", xdg);
+    else if (home && *home) snprintf(buf, len, "%s/.cache/zccl/digits.csv.gz", home);
+    else buf[0] = '\0';
+}
+
+static int readable(const char *path)
+{
+    FILE *f = path[0] ? fopen(path, "rb") : NULL;
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* The data file when --data is absent: ../shared's copy, else the cache file. When neither exists and fetch is set
+ * (rank 0), fetch_digits.sh fills the cache first, telling the user where the file goes. Returns 0 with the path in
+ * buf, or -1 with the reason in err. */
+static int find_data(char *buf, size_t len, int fetch, char *err, size_t errlen)
+{
+    if (readable(ZT_SHARED_DATA)) {
+        snprintf(buf, len, "%s", ZT_SHARED_DATA);
+        return 0;
+    }
+    cache_path(buf, len);
+    if (!buf[0]) {
+        snprintf(err, errlen, "no --data given, %s is absent and neither XDG_CACHE_HOME nor HOME is set",
+                 ZT_SHARED_DATA);
+        return -1;
+    }
+    if (readable(buf)) return 0;
+    if (fetch) {
+        char cmd[2 * 4096 + 64];
+        fprintf(stderr, "zero_train: %s is absent; fetching the digits set into %s\n", ZT_SHARED_DATA, buf);
+        snprintf(cmd, sizeof cmd, "'%s' '%s' >&2", ZT_FETCH_SCRIPT, buf); /* build-time paths, no quotes in them */
+        if (strchr(buf, '\'') || system(cmd) != 0 || !readable(buf)) {
+            snprintf(err, errlen, "%s could not fetch the digits set into %s (give it with --data PATH)",
+                     ZT_FETCH_SCRIPT, buf);
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(err, errlen, "%s is absent (fetch it with %s, or give --data PATH)", buf, ZT_FETCH_SCRIPT);
+    return -1;
+}
+
 static void fmt_bytes(char *buf, size_t len, double b)
 {
     snprintf(buf, len, "%.0f", b);
@@ -283,9 +336,31 @@ int main(int argc, char **argv)
 
     /* Every rank reads the file (small); a failure on any rank stops all of them together. */
     zt_digits_t all, train, held;
-    char err[512] = "";
-    double bad = zt_digits_load(o.data, &all, err, sizeof err) ? 1.0 : 0.0;
-    if (bad) fprintf(stderr, "zero_train rank %d: %s (fetch it with examples/zero_train/fetch_digits.sh)\n", rank, err);
+    char err[8192 + 512] = "", found[4096];
+    double bad = 0;
+    if (!o.data) {
+        /* Rank 0 fetches when needed while the others wait in the all-reduce; then every rank looks (a rank on
+         * another host without the file fetches it there too). */
+        if (rank == 0 && find_data(found, sizeof found, 1, err, sizeof err)) {
+            fprintf(stderr, "zero_train rank 0: %s\n", err);
+            bad = 1;
+        }
+        CHECK(zccl_allreduce(&bad, &bad, 1, ZCCL_FLOAT64, ZCCL_SUM, comm, NULL));
+        if (bad > 0) {
+            zccl_comm_destroy(comm);
+            return 3;
+        }
+        if (rank != 0 && find_data(found, sizeof found, 1, err, sizeof err)) {
+            fprintf(stderr, "zero_train rank %d: %s\n", rank, err);
+            bad = 1;
+        }
+        o.data = found;
+    }
+    if (!bad && zt_digits_load(o.data, &all, err, sizeof err)) {
+        fprintf(stderr, "zero_train rank %d: %s (without --data, zero_train finds or fetches the set itself)\n", rank,
+                err);
+        bad = 1;
+    }
     CHECK(zccl_allreduce(&bad, &bad, 1, ZCCL_FLOAT64, ZCCL_SUM, comm, NULL));
     if (bad > 0) {
         zccl_comm_destroy(comm);

@@ -17,6 +17,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <openssl/sha.h>
+#include "zccl_version.h"
 #include "api.h"
 #include "bootstrap.h"
 #include "comm.h"
@@ -46,6 +47,22 @@ zccl_result_t zccl__comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t
     pthread_mutex_init(&comm->exec_mutex, NULL);
     pthread_cond_init(&comm->shrink_cv, NULL);
     zccl__log_set_rank(rank);
+    /* Once per job: rank 0 of the first communicator a process creates (not again for splits or shrinks). */
+    static int first_comm = 1;
+    if (__atomic_exchange_n(&first_comm, 0, __ATOMIC_RELAXED) && rank == 0) {
+#ifdef ZCCL_HAVE_IB
+        const char *ib = "yes";
+#else
+        const char *ib = "no";
+#endif
+#ifdef ZCCL_HAVE_CUDA
+        const char *cuda = "yes (GPUDirect RDMA registration)";
+#else
+        const char *cuda = "no";
+#endif
+        ZCCL_INFO(ZCCL_LOG_INIT, "zccl version %s (IB: %s, CUDA: %s)", ZCCL_VERSION_STRING, ib, cuda);
+        zccl__config_warn_unknown();
+    }
 
     int64_t v, init_ms;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_INIT_TIMEOUT_MS, &init_ms), res, fail);
@@ -208,16 +225,49 @@ bad:
     return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_SECRET must be exactly 32 hexadecimal digits");
 }
 
+/* The first host name of a Slurm node list: "node[01-04,07],gpu5" -> "node01", "r[1-2]-n[3,5]" -> "r1-n3", "a,b" ->
+ * "a". Each bracket contributes its first number (zero padding kept); nothing after the first top-level comma is
+ * read. Returns 0, or -1 when the list is empty, malformed or the name does not fit in len bytes. */
+int zccl__slurm_first_host(const char *list, char *out, size_t len) {
+    size_t n = 0;
+    const char *p = list;
+    if (!p || !len) return -1;
+    while (*p && *p != ',') {
+        if (*p == '[') {
+            p++;
+            const char *start = p;
+            while (*p >= '0' && *p <= '9') p++;
+            if (p == start || (*p != '-' && *p != ',' && *p != ']')) return -1;
+            if (n + (size_t)(p - start) >= len) return -1;
+            memcpy(out + n, start, (size_t)(p - start));
+            n += (size_t)(p - start);
+            while (*p && *p != ']') p++;
+            if (*p != ']') return -1;
+            p++;
+            continue;
+        }
+        if (*p == ']' || n + 1 >= len) return -1;
+        out[n++] = *p++;
+    }
+    out[n] = '\0';
+    return n ? 0 : -1;
+}
+
 ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
     zccl__log_init();
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: argument 'comm' is NULL");
     *comm = NULL;
     int rank = -1, size = -1, port = -1;
     bool fr = false, fs = false, fp;
+    /* Slurm's task variables count only inside a job step (srun): a batch script's own shell has SLURM_PROCID=0 and
+     * SLURM_NTASKS of the whole allocation too, and would wait for ranks that never come. */
+    const char *step = getenv("SLURM_STEP_ID");
+    if (!step || !*step) step = getenv("SLURM_STEPID");
+    const bool slurm_step = step && *step;
     static const char *pairs[][2] = {{"RANK", "WORLD_SIZE"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                                     {"PMI_RANK", "PMI_SIZE"}};
+                                     {"PMI_RANK", "PMI_SIZE"}, {"SLURM_PROCID", "SLURM_NTASKS"}};
     const char *used = NULL;
-    for (size_t i = 0; i < 3 && !fr; i++) {
+    for (size_t i = 0; i < (slurm_step ? 4u : 3u) && !fr; i++) {
         ZCCL_CHECK(env_int(pairs[i][0], 0, 65535, &rank, &fr));
         ZCCL_CHECK(env_int(pairs[i][1], 1, 65536, &size, &fs));
         if (fr != fs)
@@ -227,14 +277,59 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
     }
     if (!fr)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: none of RANK/WORLD_SIZE (torchrun, zcclrun), "
-                           "OMPI_COMM_WORLD_RANK/SIZE (Open MPI) or PMI_RANK/PMI_SIZE (MPICH) is set");
+                           "OMPI_COMM_WORLD_RANK/SIZE (Open MPI), PMI_RANK/PMI_SIZE (MPICH) or SLURM_PROCID/"
+                           "SLURM_NTASKS (srun) is set");
     if (rank >= size)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "environment %s=%d is not below the world size %d", used, rank, size);
+    const bool slurm = !strcmp(used, "SLURM_PROCID");
+    char slurm_host[256];
     const char *addr = getenv("MASTER_ADDR");
+    if ((!addr || !*addr) && slurm) {
+        /* task 0 runs on the step's first node */
+        const char *lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"};
+        for (size_t i = 0; i < 2 && (!addr || !*addr); i++) {
+            const char *l = getenv(lists[i]);
+            if (!l || !*l) continue;
+            if (zccl__slurm_first_host(l, slurm_host, sizeof slurm_host) != 0)
+                return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: cannot read the first host of "
+                                   "%s=\"%s\"; set MASTER_ADDR", lists[i], l);
+            addr = slurm_host;
+            if (rank == 0)
+                ZCCL_INFO(ZCCL_LOG_INIT, "MASTER_ADDR not set: bootstrap root on %s, the first node of %s", addr,
+                          lists[i]);
+        }
+    }
     if (!addr || !*addr)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: MASTER_ADDR is not set (the bootstrap root's host)");
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: MASTER_ADDR is not set (the bootstrap root's "
+                           "host)%s", slurm ? ", nor SLURM_STEP_NODELIST or SLURM_JOB_NODELIST" : "");
     ZCCL_CHECK(env_int("MASTER_PORT", 1, 65535, &port, &fp));
-    if (!fp) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: MASTER_PORT is not set");
+    int job = 0, stepid = 0;
+    bool fj = false, fst = false;
+    if (!fp && slurm) {
+        /* Every task of the step computes the same port from the job and step ids: 12000..31999, below Linux's
+         * ephemeral range; two steps of one job running at once get different ports unless 20000 apart. */
+        ZCCL_CHECK(env_int("SLURM_JOB_ID", 0, INT32_MAX, &job, &fj));
+        ZCCL_CHECK(env_int(getenv("SLURM_STEP_ID") && *getenv("SLURM_STEP_ID") ? "SLURM_STEP_ID" : "SLURM_STEPID", 0,
+                           INT32_MAX, &stepid, &fst));
+        if (fj) {
+            port = 12000 + (int)(((unsigned)job + 7919u * (unsigned)stepid) % 20000u);
+            fp = true;
+            if (rank == 0)
+                ZCCL_INFO(ZCCL_LOG_INIT, "MASTER_PORT not set: port %d from SLURM_JOB_ID=%d, step %d", port, job,
+                          stepid);
+        }
+    }
+    if (!fp)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: MASTER_PORT is not set%s",
+                           slurm ? " (nor SLURM_JOB_ID to derive one from)" : "");
+    /* torchrun's default (static) rendezvous keeps its own store listening on MASTER_PORT in the agent process and
+     * tells the workers so with TORCHELASTIC_USE_AGENT_STORE: the bootstrap root then takes the next port. */
+    const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent_store && (!strcasecmp(agent_store, "true") || !strcmp(agent_store, "1"))) {
+        port = port < 65535 ? port + 1 : port - 1;
+        if (rank == 0)
+            ZCCL_INFO(ZCCL_LOG_INIT, "torchrun's agent store holds MASTER_PORT: bootstrap root on port %d", port);
+    }
 
     uint8_t secret[ZCCL_SECRET_BYTES];
     const char *hex = zccl__cfg_str(ZCCL_CFG_SECRET);
@@ -244,7 +339,8 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
         /* No secret handed out: derive one every rank can compute. It separates jobs, it does not protect. */
         char buf[512];
         const char *run = getenv("TORCHELASTIC_RUN_ID");
-        snprintf(buf, sizeof buf, "zccl|%s|%d|%s", addr, port, run ? run : "");
+        if (slurm) snprintf(buf, sizeof buf, "zccl|%s|%d|slurm %d.%d", addr, port, job, stepid);
+        else snprintf(buf, sizeof buf, "zccl|%s|%d|%s", addr, port, run ? run : "");
         uint8_t d[32];
         SHA256((const unsigned char *)buf, strlen(buf), d);
         memcpy(secret, d, sizeof secret);

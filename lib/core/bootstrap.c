@@ -402,13 +402,11 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
  * Returns true and fills msg when the launcher reported a rank's death.
  */
 static bool launcher_reports(char *msg, size_t len) {
-    static int fd = -2;
-    if (fd == -2) {
-        const char *v = getenv("ZCCL_LAUNCH_STATUS_FD");
-        char *end = NULL;
-        long x = v && *v ? strtol(v, &end, 10) : -1;
-        fd = (end && *end == '\0' && x >= 0 && x < 65536) ? (int)x : -1;
-    }
+    /* Read every time, not cached: a process that forks its ranks may have initialised a communicator itself. */
+    const char *v = getenv("ZCCL_LAUNCH_STATUS_FD");
+    char *end = NULL;
+    long x = v && *v ? strtol(v, &end, 10) : -1;
+    const int fd = (end && *end == '\0' && x >= 0 && x < 65536) ? (int)x : -1;
     if (fd < 0 || len < 2) return false;
     ssize_t n = pread(fd, msg, len - 1, 0);
     if (n <= 0) return false;
@@ -460,12 +458,10 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     for (;;) {
         res = join_wait(comm, -1, as, start, deadline_ns, &next_warn);
         if (res == ZCCL_REMOTE_ERROR) return res;
-        const uint64_t slice = ZCCL_MIN(deadline_ns, zccl__now_ns() + 300000000ull);
-        const bool last = slice >= deadline_ns;
-        zccl__connect_quiet(!last);
-        res = zccl__connect_auth(&info->root, info->secret, &h, sizeof h, slice, &fd);
-        zccl__connect_quiet(false);
-        if (res != ZCCL_TIMEOUT || last) break;
+        zccl__connect_until(zccl__now_ns() + 300000000ull);
+        res = zccl__connect_auth(&info->root, info->secret, &h, sizeof h, deadline_ns, &fd);
+        zccl__connect_until(0);
+        if (res != ZCCL_TIMEOUT || zccl__now_ns() >= deadline_ns) break;
     }
     if (res != ZCCL_SUCCESS)
         return zccl__error(res, "rank %d could not join the bootstrap root at %s: %s", comm->rank, as,

@@ -116,6 +116,7 @@ typedef struct zccl_cfg_desc {
     int64_t lo, hi;     /* ZCCL_CFG_INT / ZCCL_CFG_BYTES: accepted range, inclusive */
     bool must_match;    /* shapes the protocol or the schedules: every rank must have the same value (checked at
                            init through a hash each rank publishes) */
+    const char *nccl;   /* NCCL's variable of the same meaning and grammar, read when `name` is unset; or NULL */
 } zccl_cfg_desc_t;
 
 /** A setting is named by its row. */
@@ -138,8 +139,10 @@ size_t zccl__cfg_count(void);
 zccl_cfg_id_t zccl__cfg_at(size_t i);
 /** The row named `name` (e.g. "ZCCL_DEBUG"; the first n characters when n > 0), or NULL. */
 zccl_cfg_id_t zccl__cfg_find(const char *name, size_t n);
-/** The value in force (environment, else default). Never NULL. */
+/** The value in force (the ZCCL_* variable, else its NCCL_* counterpart, else the default). Never NULL. */
 const char *zccl__cfg_str(zccl_cfg_id_t id);
+/** The environment variable that sets the value in force (the ZCCL_* or the NCCL_* name), or NULL for the default. */
+const char *zccl__cfg_source(zccl_cfg_id_t id);
 /**
  * Parses an integer or byte-count setting within the table's range (byte counts take bytes.c's suffixes: K/M/G/T
  * = powers of 1024). An invalid value is an error naming the variable, its value and the accepted range.

@@ -36,11 +36,15 @@ static void log_init_once(void) {
     const char *v = zccl__cfg_str(ZCCL_CFG_DEBUG);
     int level = zccl__log_level_of(v);
     if (level < 0) {
-        fprintf(stderr, "zccl: ZCCL_DEBUG=%s is not one of NONE, WARN, INFO, TRACE; using NONE\n", v);
+        fprintf(stderr, "zccl: %s=%s is not one of NONE, WARN, INFO, TRACE; using NONE\n",
+                zccl__cfg_source(ZCCL_CFG_DEBUG), v);
         level = ZCCL_LOG_NONE;
     }
     const char *s = zccl__cfg_str(ZCCL_CFG_DEBUG_SUBSYS);
     if (*s) {
+        /* NCCL_DEBUG_SUBSYS may name NCCL's own subsystems (NET, GRAPH, ALLOC, ...): those are skipped quietly. */
+        const char *src = zccl__cfg_source(ZCCL_CFG_DEBUG_SUBSYS);
+        const bool from_nccl = src && strcmp(src, "ZCCL_DEBUG_SUBSYS") != 0;
         const zccl_log_subsys_t *names = zccl__log_subsys;
         int exclude = (*s == '^');
         unsigned mask = 0;
@@ -53,7 +57,7 @@ static void log_init_once(void) {
             if (i < ZCCL_LOG_NSUBSYS) {
                 mask |= names[i].bit;
                 known++;
-            } else {
+            } else if (!from_nccl) {
                 fprintf(stderr, "zccl: ZCCL_DEBUG_SUBSYS=%s: '%s' is not a subsystem (INIT, BOOT, SHM, TCP, COLL, "
                                 "ENV, TOPO, TUNE, IB, ALL); ignored\n", s, tok);
             }

@@ -40,7 +40,7 @@ done
 skip() { echo "SKIP: $*"; exit 77; }
 
 qemu=$(command -v qemu-system-x86_64 || true)
-[[ -n "$qemu" ]] || skip "qemu-system-x86_64 not found (apt-get install qemu-system-x86, or tools/deps.sh)"
+[[ -n "$qemu" ]] || skip "qemu-system-x86_64 not found (apt-get install qemu-system-x86, or tools/deps.sh --vm)"
 kernel=$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 [[ -n "$kernel" ]] || skip "no kernel image /boot/vmlinuz-* (apt-get install linux-image-amd64)"
 [[ -r "$kernel" ]] || skip "$kernel is not readable (run as root, or make it readable: some distributions install it mode 0600)"
@@ -48,7 +48,7 @@ kver=${kernel#/boot/vmlinuz-}
 moddir=/lib/modules/$kver
 [[ -r "$moddir/modules.dep" ]] || skip "$moddir/modules.dep missing (modules of $kver not installed)"
 for t in busybox cpio gzip ldd rdma ibv_rc_pingpong rping ib_write_bw ip; do
-  command -v "$t" >/dev/null || skip "'$t' not found (tools/deps.sh installs the soft-RoCE VM's packages)"
+  command -v "$t" >/dev/null || skip "'$t' not found (tools/deps.sh --vm installs the soft-RoCE VM's packages)"
 done
 busybox=$(command -v busybox)
 "$busybox" --list | grep -x insmod >/dev/null || skip "$busybox has no insmod applet (apt-get install busybox-static)"
