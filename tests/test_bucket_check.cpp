@@ -6,6 +6,9 @@
  *       into parameter 1's region after marking it ready, before the bucket launches. With the check, rank 0's
  *       finish fails with ZCCL_INVALID_USAGE naming parameter 1 and rank 1's fails quoting it; without the check
  *       (control) both succeed and the sum is wrong, which is the silent corruption the check exists for.
+ *   BucketCheck.WriteAfterCompletion   all-reduce mode: rank 0 writes into parameter 0's region after its bucket's
+ *       collective completed and before finish: rank 0's finish fails naming parameter 0, and rank 1's next
+ *       micro-step fails quoting it (rank 0 refused the collective rank 1 waits for).
  *   BucketCheck.WriteIntoAReusedBuffer   2 ranks, reduce-scatter mode with K = 1 buffer for two buckets: rank 0
  *       writes into bucket 0's region after its collective completed; bucket 1 then gets the same buffer. With the
  *       check, rank 0's zccl_bucket_grad_ptr for bucket 1 fails naming bucket 0's parameters, and rank 1 fails too.
@@ -82,6 +85,44 @@ TEST(BucketCheck, WriteBetweenMarkAndLaunch) {
         run_ranks(2, [check](zccl_comm_t comm, int rank, int) { return write_between_mark_and_launch(comm, rank, check); },
                   o);
     }
+}
+
+TEST(BucketCheck, WriteAfterCompletion) {
+    Options o;
+    o.deadline_s = 60;
+    o.env = {{"ZCCL_BUCKET_CHECK", std::string("1")}, {"ZCCL_TIMEOUT_MS", std::string("15000")}};
+    run_ranks(2, [](zccl_comm_t comm, int rank, int) -> int {
+        const size_t numel[2] = {kNumel, kNumel};
+        zccl_bucket_plan_t plan = nullptr;
+        if (zccl_bucket_plan_create(comm, 2, numel, ZCCL_FLOAT32, nullptr, &plan) != ZCCL_SUCCESS)
+            return fail(rank, std::string("plan_create: ") + zccl_get_last_error(comm));
+        for (int step = 0; step < 2; step++) {
+            zccl_bucket_begin(plan, 1);
+            float *g[2];
+            for (int i = 1; i >= 0; i--) {
+                zccl_bucket_grad_ptr(plan, i, (void **)&g[i]);
+                for (size_t e = 0; e < kNumel; e++) g[i][e] += 1.0f;
+                zccl_bucket_mark_ready(plan, i);
+            }
+            usleep(300 * 1000);                            /* every bucket has completed */
+            if (rank == 0 && step == 0) g[0][9] = -1.0f;   /* the stale pointer, before finish */
+            zccl_result_t r = zccl_bucket_finish(plan);
+            const std::string msg = zccl_get_last_error(comm);
+            if (rank == 0 && step == 0) {
+                if (r != ZCCL_INVALID_USAGE || !has(msg, "parameter 0 ") || !has(msg, "after its bucket's collective"))
+                    return fail(rank, "expected ZCCL_INVALID_USAGE naming parameter 0, got " + std::to_string(r) +
+                                          ": " + msg);
+                zccl_bucket_plan_destroy(plan);
+                return 0;
+            }
+            if (rank == 1 && step == 1) {
+                if (r == ZCCL_SUCCESS) return fail(rank, "rank 1's next micro-step succeeded");
+                if (!has(msg, "ZCCL_BUCKET_CHECK")) return fail(rank, "rank 1's error does not quote the check: " + msg);
+            }
+        }
+        zccl_bucket_plan_destroy(plan);
+        return 0;
+    }, o);
 }
 
 TEST(BucketCheck, WriteIntoAReusedBuffer) {
