@@ -42,9 +42,12 @@ typedef enum {
     ZCCL_INVALID_ARGUMENT = 4,     /**< An argument is invalid; the message names it. */
     ZCCL_INVALID_USAGE = 5,        /**< The call is valid alone but not in this state (e.g. destroyed stream). */
     ZCCL_REMOTE_ERROR = 6,         /**< A peer rank failed, disconnected or sent something invalid. */
-    ZCCL_IN_PROGRESS = 7,          /**< Queued work has not completed yet (zccl_stream_query). */
-    ZCCL_TIMEOUT = 8,              /**< A deadline (ZCCL_TIMEOUT_MS) passed; the message names the peer. */
-    ZCCL_NUM_RESULTS = 9
+    ZCCL_IN_PROGRESS = 7,          /**< Work has not completed yet: zccl_stream_query, a non-blocking communicator
+                                        (zccl_config_t.blocking = 0) still initialising or running. */
+    /* 8 is ncclNumResults in NCCL and is no result code here either (zccl_get_error_string says "unknown"). */
+    ZCCL_TIMEOUT = 9,              /**< A deadline (ZCCL_TIMEOUT_MS) passed; the message names the peer. zccl only
+                                        (NCCL has no such code). */
+    ZCCL_NUM_RESULTS = 10
 } zccl_result_t;
 
 /** Element types; numbering identical to ncclDataType_t. */
@@ -59,15 +62,20 @@ typedef enum {
     ZCCL_FLOAT32 = 7,
     ZCCL_FLOAT64 = 8,
     ZCCL_BFLOAT16 = 9, /**< bfloat16: the upper 16 bits of a binary32. */
-    ZCCL_NUM_TYPES = 10
+    ZCCL_FLOAT8E4M3 = 10, /**< OCP 8-bit float E4M3 (OFP8): bias 7, no infinities, S.1111.111 is NaN, max 448. */
+    ZCCL_FLOAT8E5M2 = 11, /**< OCP 8-bit float E5M2 (OFP8): bias 15, IEEE-like with infinities and NaNs, max 57344. */
+    ZCCL_NUM_TYPES = 12
 } zccl_datatype_t;
 
 /**
  * Reduction operations; numbering identical to ncclRedOp_t.
  * Integer sum and product wrap modulo 2^bits (two's complement), as NCCL does. ZCCL_AVG is the sum divided by
- * the number of ranks, applied once to the complete sum (integer types: truncating division). For float16 and
- * bfloat16 each reduction step converts its operands to float32, combines them, and rounds the result to the
- * nearest even representable value once.
+ * the number of ranks, applied once to the complete sum (integer types: truncating division). For float16,
+ * bfloat16 and the two fp8 types each reduction step converts its operands to float32, combines them, and rounds
+ * the result to the nearest even representable value once. fp8 results that overflow the format saturate to the
+ * largest finite value of its sign (CUDA's __NV_SATFINITE, which NCCL uses); NaN operands give NaN; E5M2 infinities
+ * stay infinite (docs/groups.md, "fp8").
+ * Values from ZCCL_NUM_OPS up are handles made by zccl_redop_create_premulsum(), valid on their communicator only.
  */
 typedef enum {
     ZCCL_SUM = 0,
@@ -212,6 +220,73 @@ zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, int nexclud
  * outcome for the exchange of colors; the new communicators are then set up group by group.
  */
 zccl_result_t zccl_comm_split(zccl_comm_t comm, int color, int key, zccl_comm_t *newcomm);
+
+/* ---- configured and non-blocking communicators (NCCL's ncclConfig_t) ---------------------------------------- */
+
+/**
+ * Options for zccl_comm_init_rank_config() and zccl_comm_split_config(). Always start from ZCCL_CONFIG_INITIALIZER
+ * and then set fields: size, magic and version identify the layout the caller was compiled with, so that fields
+ * added at the end later keep old callers working (a shorter `size` means the missing fields take their defaults).
+ *  - size:        sizeof(zccl_config_t) of the caller; at least offsetof(zccl_config_t, split_share) + sizeof(int).
+ *  - magic:       0x7a63636c ("zccl"); any other value is ZCCL_INVALID_ARGUMENT naming 'magic'.
+ *  - version:     ZCCL_VERSION_CODE of the caller's header; must not be newer than the library's.
+ *  - blocking:    1 (default): creation and operations return when done, as without a config. 0: NCCL's
+ *                 non-blocking mode: creation returns ZCCL_IN_PROGRESS at once while it continues on a background
+ *                 thread, and zccl_comm_get_async_error() reports ZCCL_IN_PROGRESS until it has finished, then
+ *                 ZCCL_SUCCESS or its error. Any other value is ZCCL_INVALID_ARGUMENT naming 'blocking'.
+ *  - comm_name:   a name shown in this communicator's log lines and error messages ("[name]"); copied (at most 63
+ *                 characters kept); NULL: none.
+ *  - split_share: reserved (NCCL's splitShare); must be 0 or 1, has no effect.
+ */
+typedef struct {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    const char *comm_name;
+    int split_share; /* reserved */
+} zccl_config_t;
+
+/** zccl_config_t.magic */
+#define ZCCL_CONFIG_MAGIC 0x7a63636c
+/** Default configuration: blocking, no name. */
+#define ZCCL_CONFIG_INITIALIZER {sizeof(zccl_config_t), 0x7a63636c, ZCCL_VERSION_CODE, 1, NULL, 0}
+
+/**
+ * zccl_comm_init_rank() with options (NCCL's ncclCommInitRankConfig).
+ * @param config  NULL: the defaults (the same as zccl_comm_init_rank). Read during the call only.
+ * Blocking (config->blocking = 1): as zccl_comm_init_rank(). Non-blocking (0): validates the arguments, stores a
+ * usable handle in *comm and returns ZCCL_IN_PROGRESS; the bootstrap and connection set-up continue in the
+ * background. Poll zccl_comm_get_async_error(*comm, &r) until r is not ZCCL_IN_PROGRESS; r is then ZCCL_SUCCESS or
+ * the error creation failed with (the message: zccl_get_last_error on the polling thread). While r is
+ * ZCCL_IN_PROGRESS, collectives, send/recv and group calls on the communicator return ZCCL_IN_PROGRESS without
+ * doing anything (call them again later); zccl_comm_destroy/zccl_comm_abort wait for the background work to end.
+ * After a failed non-blocking creation the handle must still be freed with zccl_comm_destroy() or zccl_comm_abort().
+ * Errors: as zccl_comm_init_rank(), plus ZCCL_INVALID_ARGUMENT naming a config field ('size', 'magic', 'version',
+ * 'blocking', 'split_share') that is wrong.
+ */
+zccl_result_t zccl_comm_init_rank_config(zccl_comm_t *comm, int nranks, zccl_unique_id_t id, int rank,
+                                         const zccl_config_t *config);
+
+/**
+ * zccl_comm_split() with options for the new communicator (NCCL's ncclCommSplit with its config argument).
+ * config NULL: the new communicator inherits comm's blocking mode and has no name. The split itself runs on the
+ * calling thread in both modes (it is collective over comm); with blocking = 0 the new communicator is complete
+ * when this returns and the call returns ZCCL_SUCCESS. Errors: as zccl_comm_split(), plus a config field as in
+ * zccl_comm_init_rank_config().
+ */
+zccl_result_t zccl_comm_split_config(zccl_comm_t comm, int color, int key, zccl_comm_t *newcomm,
+                                     const zccl_config_t *config);
+
+/**
+ * Completes every operation of comm still outstanding on streams or in a background initialisation and flushes
+ * the communicator's work, so that zccl_comm_destroy() afterwards only frees memory (NCCL's ncclCommFinalize).
+ * Collective in the sense that peers waiting for this rank's part of an outstanding operation get it. A
+ * non-blocking communicator returns ZCCL_SUCCESS once done (zccl finishes the work before returning in both modes).
+ * Calling zccl_comm_destroy() without it is allowed. Errors: ZCCL_INVALID_ARGUMENT (comm NULL); the first error of
+ * an outstanding operation (as zccl_stream_synchronize), or the communicator's async error.
+ */
+zccl_result_t zccl_comm_finalize(zccl_comm_t comm);
 
 /** Stores the communicator's size in *count. Errors: ZCCL_INVALID_ARGUMENT if comm or count is NULL. */
 zccl_result_t zccl_comm_count(const zccl_comm_t comm, int *count);
@@ -366,21 +441,147 @@ zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl
 
 /**
  * Point-to-point send of count elements to rank peer; matched, in order, by zccl_recv on peer with the same
- * count and datatype. Messages between two ranks arrive in the order they were sent. A blocking send of a large
- * message may wait until the peer has posted the matching receive, so two ranks that exchange data must order
- * their calls: one rank sends first while the other receives first.
- * @param peer  0 <= peer < nranks and peer != the caller's rank (sending to oneself is ZCCL_INVALID_ARGUMENT;
- *              NCCL allows it only inside group calls, which zccl does not have yet).
+ * count and datatype. Messages between two ranks arrive in the order they were sent. Outside a group a blocking
+ * send of a large message may wait until the peer has posted the matching receive, so two ranks that exchange
+ * data must order their calls (one sends first while the other receives first) or, simpler, put the sends and
+ * receives in one group (zccl_group_start): grouped transfers progress together in any posting order.
+ * @param peer  0 <= peer < nranks. peer == the caller's rank (a local copy) is allowed only inside a group, where
+ *              the send is matched by a zccl_recv from the caller's rank with the same count and datatype in the
+ *              same group; outside a group it is ZCCL_INVALID_ARGUMENT naming 'peer' ("a send to oneself completes
+ *              only against a zccl_recv from oneself in the same group").
  */
 zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
                         zccl_stream_t stream);
 
-/** Point-to-point receive of count elements from rank peer into recvbuf (count elements). See zccl_send. */
+/** Point-to-point receive of count elements from rank peer into recvbuf (count elements). See zccl_send; peer ==
+ *  the caller's rank only inside a group, matched by a zccl_send to oneself there. */
 zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
                         zccl_stream_t stream);
 
 /** Returns once every rank of comm has entered the barrier (a one-element all-reduce). */
 zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream);
+
+/* ---- group calls (NCCL's ncclGroupStart / ncclGroupEnd) ----------------------------------------------------- */
+
+/**
+ * Opens a group: collectives and send/recv issued until the matching zccl_group_end() are validated and recorded,
+ * not run; they return ZCCL_SUCCESS at once and must not be waited for individually. Groups nest: a depth counter
+ * counts zccl_group_start calls and only the outermost zccl_group_end runs the group. A group belongs to the
+ * calling thread. See docs/groups.md.
+ * Errors: ZCCL_INVALID_USAGE if the nesting depth would exceed 1024.
+ */
+zccl_result_t zccl_group_start(void);
+
+/**
+ * Closes a group; the outermost call posts every recorded operation together. All send/recv of the group on one
+ * communicator form one combined schedule whose transfers the engine progresses concurrently, so sends and receives
+ * between two ranks may be recorded in any order on either side (an all-to-all written as n receives then n sends
+ * cannot deadlock); a send to oneself is copied into the matching receive from oneself. Collectives of the group run
+ * after that, in the order they were recorded. Operations on several communicators may share a group: each
+ * communicator's part runs in turn (all its send/recv together, then its collectives), in the order in which
+ * each communicator first appeared in the group, so every rank must use the communicators of a group in the same
+ * order of first use (as with separate calls).
+ * Streams: the group runs where its operations were issued. If every operation of a communicator named the same
+ * stream, that communicator's part is queued on it as one operation and this call returns once it is queued
+ * (synchronize the stream to wait); operations with a NULL stream run before zccl_group_end returns. The
+ * operations of one communicator in a group must all name the same stream (NULL included), else
+ * ZCCL_INVALID_USAGE. Creating a communicator inside a group runs at once (not deferred to the group's end).
+ * Errors: ZCCL_INVALID_USAGE without a matching zccl_group_start, or for a self send/recv without its counterpart
+ * in the group; any error of a recorded operation, with the message naming it: "zccl_group_end: call 3 (zccl_send
+ * to peer 2, count 1024): ..." (calls numbered from 1 in recording order). A group whose transfers fail part-way
+ * breaks the communicator as a failed collective would (zccl_comm_get_async_error). Argument errors of a call made
+ * inside the group are returned by that call itself, as outside a group, and the call is not recorded.
+ */
+zccl_result_t zccl_group_end(void);
+
+/* ---- all-to-all, gather, scatter ----------------------------------------------------------------------------- */
+
+/**
+ * All-to-all: rank r sends block q of its sendbuf to rank q, and recvbuf[q*count + i] = sendbuf_q[r*count + i]
+ * (as ncclAllToAll / MPI_Alltoall). Direct (pairwise) algorithm: in one phase every rank sends to and receives from
+ * every peer, the own block is a local copy.
+ * @param sendbuf  nranks*count elements: block q (count elements at sendbuf + q*count) goes to rank q.
+ * @param recvbuf  nranks*count elements: block q comes from rank q. In place when sendbuf == recvbuf (the blocks
+ *                 are staged through the communicator's scratch memory); other overlaps are ZCCL_INVALID_ARGUMENT.
+ * @param count    elements sent to, and received from, EACH rank (not the total).
+ */
+zccl_result_t zccl_alltoall(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                            zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * All-to-all with per-peer counts and displacements (MPI_Alltoallv; NCCL users write it as grouped send/recv).
+ * Rank r sends sendcounts[q] elements starting at sendbuf + sdispls[q] to rank q, and receives recvcounts[q]
+ * elements from rank q into recvbuf + rdispls[q]. sendcounts[q] on rank r must equal recvcounts[r] on rank q
+ * (a mismatch is not detected: the data is then wrong or the call fails with ZCCL_TIMEOUT / ZCCL_REMOTE_ERROR
+ * naming the peer, as in MPI).
+ * @param sendcounts, sdispls, recvcounts, rdispls  nranks entries each, in ELEMENTS; copied before the call
+ *                 returns, so they need not outlive a queued operation (the buffers must). Any count may be 0.
+ * @param sendbuf  must hold every [sdispls[q], sdispls[q] + sendcounts[q]) range; may be NULL if all are empty.
+ * @param recvbuf  must hold every [rdispls[q], rdispls[q] + recvcounts[q]) range; the received ranges must not
+ *                 overlap each other. May be NULL if all are empty. Not in place: sendbuf's and recvbuf's used
+ *                 ranges must not overlap (ZCCL_INVALID_ARGUMENT).
+ * Errors: the common ones, plus ZCCL_INVALID_ARGUMENT naming a NULL array or the entry whose displacement + count
+ * overflows, or two received ranges that overlap.
+ */
+zccl_result_t zccl_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                             const size_t *recvcounts, const size_t *rdispls, zccl_datatype_t datatype,
+                             zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Gather: root's recvbuf[q*count + i] = sendbuf_q[i] (as ncclGather / MPI_Gather). Direct algorithm: every rank
+ * sends its block to the root, which receives all blocks in one phase.
+ * @param sendbuf  count elements on every rank. On the root, in place when sendbuf == recvbuf + root*count.
+ * @param recvbuf  nranks*count elements, significant on the root only (may be NULL elsewhere).
+ * @param count    elements each rank contributes.
+ * @param root     0 <= root < nranks.
+ */
+zccl_result_t zccl_gather(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype, int root,
+                          zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Scatter: recvbuf_q[i] = root's sendbuf[q*count + i] (as ncclScatter / MPI_Scatter). Direct algorithm: the root
+ * sends block q to rank q, all in one phase.
+ * @param sendbuf  nranks*count elements, significant on the root only (may be NULL elsewhere).
+ * @param recvbuf  count elements on every rank. On the root, in place when recvbuf == sendbuf + root*count.
+ * @param count    elements each rank receives.
+ * @param root     0 <= root < nranks.
+ */
+zccl_result_t zccl_scatter(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype, int root,
+                           zccl_comm_t comm, zccl_stream_t stream);
+
+/* ---- user-defined reductions: PreMulSum (NCCL's ncclRedOpCreatePreMulSum) ------------------------------------- */
+
+/** Where the scalar of zccl_redop_create_premulsum lives (values of NCCL's ncclScalarResidence_t). */
+typedef enum {
+    ZCCL_SCALAR_DEVICE = 0,         /**< pointer to memory read when each operation runs (NCCL: GPU memory). */
+    ZCCL_SCALAR_HOST_IMMEDIATE = 1  /**< pointer to host memory read once, by zccl_redop_create_premulsum. */
+} zccl_scalar_residence_t;
+
+/**
+ * Creates a reduction "sum of (scalar * x)": result = sum over ranks r of (scalar * x_r), where each product is
+ * computed in the datatype's precision (integers: wrapping multiplication; float16/bfloat16/fp8: the product is
+ * rounded to the type, then the sum proceeds as ZCCL_SUM), as NCCL does. Use it for averaging with a weight
+ * (scalar = 1/nranks) in one pass. The handle is valid for `datatype` on `comm` only, until zccl_redop_destroy.
+ * @param[out] op   the new handle: ZCCL_NUM_OPS (5), 6, ... (freed numbers are reused).
+ * @param scalar    points to one element of `datatype`.
+ * @param residence ZCCL_SCALAR_HOST_IMMEDIATE: *scalar is read now. ZCCL_SCALAR_DEVICE: the pointer is kept and
+ *                  *scalar is read each time an operation with the handle is issued (called, or recorded in a
+ *                  group); it must be host memory in this build (a pointer that is not ordinary host memory: ZCCL_INVALID_ARGUMENT "device-resident
+ *                  scalars need GPU memory support").
+ * Use: pass the handle as the `op` of zccl_allreduce, zccl_reduce, zccl_reduce_scatter or zccl_reduce_scatter_v
+ * with the same datatype and communicator; a handle used with another datatype, on another communicator or after
+ * zccl_redop_destroy is ZCCL_INVALID_ARGUMENT naming 'op' and saying which.
+ * Errors: ZCCL_INVALID_ARGUMENT naming op/scalar/datatype/residence/comm; ZCCL_SYSTEM_ERROR (out of memory).
+ */
+zccl_result_t zccl_redop_create_premulsum(zccl_redop_t *op, void *scalar, zccl_datatype_t datatype,
+                                          zccl_scalar_residence_t residence, zccl_comm_t comm);
+
+/**
+ * Frees a handle made by zccl_redop_create_premulsum on comm. Operations already issued with it (queued on a
+ * stream or in an open group) keep their copy of the scalar. Errors: ZCCL_INVALID_ARGUMENT for comm NULL, a
+ * built-in op (ZCCL_SUM..ZCCL_AVG), a handle of another communicator or one already destroyed (the message says which).
+ */
+zccl_result_t zccl_redop_destroy(zccl_redop_t op, zccl_comm_t comm);
 
 /* ---- algorithm choice (docs/tuning.md) ---------------------------------------------------------------------- */
 

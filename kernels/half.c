@@ -2,8 +2,8 @@
  * half.c — IEEE binary16 and bfloat16: conversions to and from binary32, and the reduction and scaling kernels
  * that use them.
  *
- * The kernels live here, beside the conversions, because the conversions must be inlined into the loops for GCC
- * to vectorise them, and a static inline function can only be shared with another file through a header.
+ * The conversions themselves are static inline functions of elem_math.h, so that they are inlined into these loops
+ * (GCC vectorises them) and shared with any other kernel, including CUDA code compiled by nvcc.
  *
  * The conversions here are integer and bit manipulation; the only floating-point operations in them are exact
  * (an int-to-float conversion and a multiplication by a power of two, on normal numbers) or a NaN test. So:
@@ -24,99 +24,11 @@
 /* Alignment-1 element type: the kernels accept any address (see int.c). */
 typedef uint16_t zk_u16 __attribute__((aligned(1)));
 
-/* ---------------------------------------------------------------------------------------------------------- */
-/* Conversions                                                                                                 */
-/*                                                                                                            */
-/* Each computes every candidate result without branches and then selects one, so that a vectorised loop can */
-/* evaluate all lanes at once; values computed for the cases not selected are discarded, and every shift      */
-/* count stays within 0..31 so that those discarded values are still defined C.                               */
-/* ---------------------------------------------------------------------------------------------------------- */
-
-/*
- * binary16 -> binary32, exact for every input. NaNs keep their payload and their quiet bit (binary16 bit 9
- * becomes binary32 bit 22), so a signalling NaN widens to a signalling NaN; any arithmetic on it yields a quiet
- * NaN, and narrowing sets the quiet bit.
- */
-static inline float zk_half_to_float(uint16_t h)
-{
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t mag = h & 0x7fffu;
-    /* Normal: moving the fields into place and adding (127 - 15) << 23 rebiases the exponent. */
-    const uint32_t normal = (mag << 13) + (112u << 23);
-    /* Infinity and NaN: the exponent becomes all ones and the payload moves up unchanged. */
-    const uint32_t inf_nan = (mag << 13) | 0x7f800000u;
-    /*
-     * Subnormal (and zero): the value is mag * 2^-24. The integer converts to float exactly (mag < 2^10) and the
-     * product is a normal binary32 (>= 2^-24), so this is exact even with flush-to-zero or denormals-are-zero.
-     */
-    const uint32_t subnormal = zk_bits32((float)(int32_t)mag * 0x1p-24f);
-    const uint32_t r = mag < 0x0400u ? subnormal : mag >= 0x7c00u ? inf_nan : normal;
-    return zk_from_bits32(sign | r);
-}
-
-/*
- * binary32 -> binary16, round to nearest, ties to even. Magnitudes are compared as signed integers, which is
- * monotonic in the value for non-negative floats and maps straight onto vpcmpgtd.
- */
-static inline uint16_t zk_float_to_half(float f)
-{
-    const uint32_t x = zk_bits32(f);
-    const uint32_t sign = (x >> 16) & 0x8000u;
-    const int32_t ax = (int32_t)(x & 0x7fffffffu);
-    const uint32_t ux = (uint32_t)ax;
-
-    /*
-     * Normal result (2^-14 <= |f| < 65520): rebias the exponent, then drop 13 mantissa bits adding 0xfff plus the
-     * lowest kept bit, so that a tie rounds up exactly when the kept part is odd. A carry out of the mantissa
-     * correctly bumps the exponent.
-     */
-    const uint32_t normal = (ux - (112u << 23) + 0x0fffu + ((ux >> 13) & 1u)) >> 13;
-
-    /*
-     * Subnormal result (|f| < 2^-14): the result is |f| / 2^-24 rounded to an integer, i.e. the 24-bit
-     * significand shifted right by 126 - exponent, at least 14. Shifts of 25 or more give 0 (the significand is
-     * below 2^24, so the value is below one half); the count is clamped into 14..31 so that it stays a defined
-     * shift for the lanes whose result is discarded. A rounded-up result of 0x400 is the smallest normal, which
-     * is the right encoding.
-     */
-    int32_t shift = 126 - (ax >> 23);
-    shift = shift < 14 ? 14 : shift;
-    shift = shift > 31 ? 31 : shift;
-    const uint32_t sig = (ux & 0x7fffffu) | 0x800000u;
-    const uint32_t subnormal =
-        (sig + (1u << (shift - 1)) - 1u + ((sig >> shift) & 1u)) >> shift;
-
-    /* NaN: keep the top 10 payload bits and set the quiet bit, so that the result is never mistaken for Inf. */
-    const uint32_t nan = 0x7e00u | ((ux >> 13) & 0x03ffu);
-
-    /*
-     * 65520 = 0x477ff000 is halfway between 65504 (the largest finite half, odd significand) and 2^16; ties go to
-     * the even side, which is beyond the range, so everything from there up is infinity.
-     */
-    const uint32_t r = ax > 0x7f800000 ? nan : ax >= 0x477ff000 ? 0x7c00u : ax >= 0x38800000 ? normal : subnormal;
-    return (uint16_t)(sign | r);
-}
-
-/* bfloat16 -> binary32: bfloat16 is the upper half of a binary32, so widening is exact and needs no cases. */
-static inline float zk_bf16_to_float(uint16_t h)
-{
-    return zk_from_bits32((uint32_t)h << 16);
-}
-
-/*
- * binary32 -> bfloat16, round to nearest, ties to even: add 0x7fff plus the lowest kept bit and truncate. This is
- * also right for subnormals, and a carry out of the largest finite values gives infinity, as it should. A NaN
- * would round into infinity or the other sign, so it is truncated instead, with the quiet bit set so that its
- * payload cannot truncate to zero. Selecting before the common shift, and testing for NaN with a float compare
- * (one vcmpunordps), keeps the vector loop short: measured 40% faster than selecting between two finished
- * results with an integer range test.
- */
-static inline uint16_t zk_float_to_bf16(float f)
-{
-    const uint32_t x = zk_bits32(f);
-    const uint32_t r = f != f ? (x | 0x00400000u) : x + 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(r >> 16);
-}
+/* The conversions are the shared element math of elem_math.h (also usable from CUDA code). */
+#define zk_half_to_float zccl_em_half_to_float
+#define zk_float_to_half zccl_em_float_to_half
+#define zk_bf16_to_float zccl_em_bf16_to_float
+#define zk_float_to_bf16 zccl_em_float_to_bf16
 
 float zccl_half_to_float(uint16_t h)
 {

@@ -23,8 +23,8 @@ extern "C" {
  *    types computed as (a+b)/divisor in the working precision (float16/bfloat16/float32 convert the divisor to
  *    float, exact up to 2^24). divisor <= 1: no division. The divisor is ignored for PROD, MAX and MIN.
  *  - Integer SUM/PROD wrap modulo 2^bits (computed in unsigned arithmetic; no signed-overflow UB).
- *  - float16/bfloat16: both operands are widened to float32, combined (and divided), and the result is rounded
- *    to nearest-even once. NaN stays NaN; MAX/MIN follow fmaxf/fminf semantics for floating types
+ *  - float16/bfloat16/fp8 (E4M3, E5M2): both operands are widened to float32, combined (and divided), and the
+ *    result is rounded to nearest-even once (fp8: saturating to the largest finite value; elem_math.h). NaN stays NaN; MAX/MIN follow fmaxf/fminf semantics for floating types
  *    (a NaN operand yields the other operand; -0 orders below +0) — see docs/kernels.md.
  *  - Aliasing: dst may equal a or b exactly (in-place); partial overlap is not allowed.
  *  - No alignment requirement: any byte address works. count 0 accepts NULL pointers.
@@ -48,6 +48,19 @@ uint16_t zccl_float_to_half(float f);
 /** bfloat16 <-> binary32, round-to-nearest-even; NaN stays a (quiet) NaN. */
 float zccl_bf16_to_float(uint16_t h);
 uint16_t zccl_float_to_bf16(float f);
+/** OCP fp8 E4M3 / E5M2 <-> binary32 (elem_math.h): widening exact; narrowing round-to-nearest-even, saturating to
+ *  the largest finite value of the sign for overflow and infinities (CUDA's __NV_SATFINITE); NaN stays NaN. */
+float zccl_e4m3_to_float(uint8_t v);
+uint8_t zccl_float_to_e4m3(float f);
+float zccl_e5m2_to_float(uint8_t v);
+uint8_t zccl_float_to_e5m2(float f);
+
+/**
+ * PreMulSum's multiplication: dst[i] = (*scalar) * src[i] for 0 <= i < count, in the datatype's precision
+ * (integers wrap; float16/bfloat16/fp8 products are rounded to the type once). scalar points to one element of dt.
+ * dst may equal src. count 0 accepts NULL pointers.
+ */
+void zccl_kernel_premul(void *dst, const void *src, size_t count, zccl_datatype_t dt, const void *scalar);
 
 #ifdef __cplusplus
 }

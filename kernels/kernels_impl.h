@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "elem_math.h"
 #include "kernels.h"
 
 /*
@@ -32,31 +33,13 @@
 #define ZK_HIDDEN
 #endif
 
-static inline uint32_t zk_bits32(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
-static inline float zk_from_bits32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
-static inline uint64_t zk_bits64(double f) { uint64_t u; memcpy(&u, &f, sizeof u); return u; }
-static inline double zk_from_bits64(uint64_t u) { double f; memcpy(&f, &u, sizeof f); return f; }
-
-/*
- * Maximum and minimum with fmax/fmin semantics: a NaN operand yields the other operand (NaN only if both are),
- * and -0 orders below +0, as C23 Annex F recommends for fmax. The library fmaxf cannot be used because GCC only
- * vectorises it under -ffinite-math-only, and the SSE maxps instruction alone returns its second operand for
- * NaN and for equal zeros. Equal operands are combined bitwise: they are either identical, or +0 and -0, where
- * AND clears the sign (+0, for max) and OR sets it (-0, for min). Each step is a compare and a blend.
- */
-static inline float zk_maxf(float x, float y)
-{
-    const float larger = x > y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) & zk_bits32(y)) : larger;
-    return y != y ? x : r;
-}
-
-static inline float zk_minf(float x, float y)
-{
-    const float smaller = x < y ? x : y;
-    const float r = x == y ? zk_from_bits32(zk_bits32(x) | zk_bits32(y)) : smaller;
-    return y != y ? x : r;
-}
+/* Bit casts and fmax/fmin-style maximum and minimum: the shared element math (elem_math.h). */
+#define zk_bits32 zccl_em_bits32
+#define zk_from_bits32 zccl_em_from_bits32
+#define zk_bits64 zccl_em_bits64
+#define zk_from_bits64 zccl_em_from_bits64
+#define zk_maxf zccl_em_maxf
+#define zk_minf zccl_em_minf
 
 /* Family entry points (int.c, float.c, half.c), called by reduce.c once the datatype is known. */
 ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
@@ -69,6 +52,10 @@ ZK_HIDDEN void zccl_kernels_scale_int(void *dst, const void *src, size_t n, zccl
 ZK_HIDDEN void zccl_kernels_scale_float(void *dst, const void *src, size_t n, zccl_datatype_t dt,
                                         uint32_t divisor);
 ZK_HIDDEN void zccl_kernels_scale_half(void *dst, const void *src, size_t n, zccl_datatype_t dt, uint32_t divisor);
+/* fp8 E4M3 / E5M2 (fp8.c). */
+ZK_HIDDEN void zccl_kernels_reduce_fp8(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
+                                       zccl_redop_t op, uint32_t divisor);
+ZK_HIDDEN void zccl_kernels_scale_fp8(void *dst, const void *src, size_t n, zccl_datatype_t dt, uint32_t divisor);
 /* float16 through F16C (half_f16c.c); return 0 when the CPU lacks F16C and the portable path must run. */
 ZK_HIDDEN int zccl_kernels_reduce_f16c(void *dst, const void *a, const void *b, size_t n, zccl_redop_t op,
                                        uint32_t divisor);

@@ -1,6 +1,6 @@
 /*
  * reduce.c — the public entry points of the reduction kernels: route each call by datatype to the kernel file
- * of its family (int.c, float.c, half.c), which picks the loop for the operation and runs it.
+ * of its family (int.c, float.c, half.c, fp8.c), which picks the loop for the operation and runs it.
  */
 #include <stdint.h>
 #include <string.h>
@@ -30,6 +30,10 @@ void zccl_kernel_reduce(void *dst, const void *a, const void *b, size_t count, z
     case ZCCL_BFLOAT16:
         zccl_kernels_reduce_half(dst, a, b, count, dt, op, divisor);
         break;
+    case ZCCL_FLOAT8E4M3:
+    case ZCCL_FLOAT8E5M2:
+        zccl_kernels_reduce_fp8(dst, a, b, count, dt, op, divisor);
+        break;
     default:
         break;
     }
@@ -41,6 +45,8 @@ static size_t zk_elem_size(zccl_datatype_t dt)
     switch (dt) {
     case ZCCL_INT8:
     case ZCCL_UINT8:
+    case ZCCL_FLOAT8E4M3:
+    case ZCCL_FLOAT8E5M2:
         return 1;
     case ZCCL_FLOAT16:
     case ZCCL_BFLOAT16:
@@ -84,6 +90,10 @@ void zccl_kernel_scale(void *dst, const void *src, size_t count, zccl_datatype_t
     case ZCCL_FLOAT16:
     case ZCCL_BFLOAT16:
         zccl_kernels_scale_half(dst, src, count, dt, divisor);
+        break;
+    case ZCCL_FLOAT8E4M3:
+    case ZCCL_FLOAT8E5M2:
+        zccl_kernels_scale_fp8(dst, src, count, dt, divisor);
         break;
     default:
         break;

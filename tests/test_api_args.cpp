@@ -52,7 +52,7 @@ struct Checker {
 
 /* Out-of-range values are kept as int and converted only at each call: loading an enum variable that holds a
  * value outside the enum's range is undefined behaviour in C++ (UBSan -fsanitize=enum reports it). */
-const int kBadTypes[] = {-1, 10, 1000};
+const int kBadTypes[] = {-1, 12, 1000};
 const int kBadOps[] = {-1, 5, 1000};
 
 /* Element counts whose byte size overflows size_t (float64), or whose total exceeds SIZE_MAX/2 (int8). */
@@ -276,23 +276,26 @@ TEST(ApiArgs, NoCommunicatorEntries) {
     ck.success(zccl_comm_abort(nullptr), "comm_abort(NULL)");
     for (const auto &f : ck.failures) ADD_FAILURE() << f;
 
-    const size_t sizes[10] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-    for (int t = 0; t < 10; t++) EXPECT_EQ(zccl_type_size((zccl_datatype_t)t), sizes[t]) << "datatype " << t;
+    const size_t sizes[12] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+    static_assert(ZCCL_NUM_TYPES == 12 && ZCCL_FLOAT8E4M3 == 10 && ZCCL_FLOAT8E5M2 == 11, "NCCL's numbering");
+    for (int t = 0; t < 12; t++) EXPECT_EQ(zccl_type_size((zccl_datatype_t)t), sizes[t]) << "datatype " << t;
     EXPECT_EQ(zccl_type_size((zccl_datatype_t)-1), 0u);
-    EXPECT_EQ(zccl_type_size((zccl_datatype_t)10), 0u);
+    EXPECT_EQ(zccl_type_size((zccl_datatype_t)12), 0u);
     EXPECT_EQ(zccl_type_size((zccl_datatype_t)1000), 0u);
 }
 
 TEST(ApiArgs, ErrorStrings) {
     std::set<std::string> seen;
+    static_assert(ZCCL_IN_PROGRESS == 7 && ZCCL_TIMEOUT == 9 && ZCCL_NUM_RESULTS == 10, "NCCL's numbering, 8 unused");
     for (int c = 0; c < ZCCL_NUM_RESULTS; c++) {
+        if (c == 8) continue; /* ncclNumResults in NCCL: no result code */
         const char *s = zccl_get_error_string((zccl_result_t)c);
         ASSERT_NE(s, nullptr) << "code " << c;
         EXPECT_GT(strlen(s), 0u) << "code " << c;
         EXPECT_TRUE(seen.insert(s).second) << "code " << c << " shares its string \"" << s << "\"";
         EXPECT_STRNE(s, "unknown result") << "code " << c;
     }
-    for (int c : {(int)ZCCL_NUM_RESULTS, 100, -1, INT32_MAX}) {
+    for (int c : {8, (int)ZCCL_NUM_RESULTS, 100, -1, INT32_MAX}) {
         const char *s = zccl_get_error_string((zccl_result_t)c);
         ASSERT_NE(s, nullptr) << "code " << c;
         EXPECT_STREQ(s, "unknown result") << "code " << c;

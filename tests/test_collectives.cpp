@@ -484,8 +484,8 @@ class Matrix {
             const void *s = c ? a_.p() : nullptr;
             void *r = c ? b_.p() : nullptr;
             if (k == 0) {
-                /* zccl.h: sending to or receiving from oneself is ZCCL_INVALID_ARGUMENT naming 'peer' (NCCL allows
-                 * it only inside group calls). count 0 is a no-op and is not checked here. */
+                /* zccl.h: outside a group, sending to or receiving from oneself is ZCCL_INVALID_ARGUMENT naming 'peer' (it
+                 * is allowed inside a group: test_groups.cpp). count 0 is a no-op and is not checked here. */
                 if (self_rejected_ || c == 0) continue;
                 zccl_result_t sr = zccl_send(s, c, dt, rank_, comm_, stream_);
                 zccl_result_t rr = zccl_recv(r, c, dt, rank_, comm_, stream_);

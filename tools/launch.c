@@ -424,32 +424,22 @@ static void zl_child_setup(int rank, const struct zl_opts *o, const char *addr, 
     sigprocmask(SIG_SETMASK, oldmask, NULL);
 }
 
-int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
+/* One launch: what its phases (signals, output pipes, start, supervision, clean-up) share. */
+struct zl_run {
+    const struct zl_opts *o;
+    const char *name, *addr, *secret;
+    int n, port, sfd;
+    sigset_t oldmask;
+    struct zl_state st;
+    pid_t *started;             /* pids as launched (st.pids clears them when reaped) */
+    struct zl_stream *streams;  /* 2 per rank with --tag-output, else NULL */
+    struct pollfd *pfds;
+};
+
+/* Blocks the signals the launcher forwards (and SIGCHLD) and reads them from a signalfd instead. */
+static int zl_watch_signals(struct zl_run *R)
 {
-    const char *name = o->name ? o->name : "zcclrun";
-    const char *addr = o->addr ? o->addr : "127.0.0.1";
-    int n = o->nranks;
-    if (n < 1 || n > ZL_MAX_RANKS) {
-        fprintf(stderr, "%s: number of ranks must be between 1 and %d\n", name, ZL_MAX_RANKS);
-        return 2;
-    }
-    int port = o->port;
-    if (port == 0 && (port = zl_free_port(addr, name)) < 0) return 1;
-
-    char secret_buf[33];
-    const char *secret = getenv("ZCCL_SECRET");
-    if (!secret || !*secret) {
-        if (zl_random_secret(secret_buf) != 0) {
-            fprintf(stderr, "%s: getrandom: %s\n", name, strerror(errno));
-            return 1;
-        }
-        secret = secret_buf;
-    }
-
-    zl_status_fd = memfd_create("zccl-launch-status", 0); /* inherited across exec on purpose; -1: ranks do without */
-
-    /* ---- signals ---- */
-    sigset_t watch, block, oldmask;
+    sigset_t watch, block;
     sigemptyset(&watch);
     sigaddset(&watch, SIGCHLD);
     for (int i = 0; i < ZL_NFWD; i++) {
@@ -460,95 +450,102 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
     block = watch;
     sigaddset(&block, SIGPIPE);
     signal(SIGCHLD, SIG_DFL); /* SIG_IGN inherited from our parent would auto-reap the ranks */
-    sigprocmask(SIG_BLOCK, &block, &oldmask);
-    int sfd = signalfd(-1, &watch, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sfd < 0) {
-        fprintf(stderr, "%s: signalfd: %s\n", name, strerror(errno));
-        sigprocmask(SIG_SETMASK, &oldmask, NULL);
+    sigprocmask(SIG_BLOCK, &block, &R->oldmask);
+    R->sfd = signalfd(-1, &watch, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (R->sfd < 0) {
+        fprintf(stderr, "%s: signalfd: %s\n", R->name, strerror(errno));
+        sigprocmask(SIG_SETMASK, &R->oldmask, NULL);
         return 1;
     }
+    return 0;
+}
 
-    struct zl_state st = {.name = name, .n = n, .first_fail = -1, .kill_at = INFINITY};
-    st.pids = calloc((size_t)n, sizeof(pid_t));
-    pid_t *started = calloc((size_t)n, sizeof(pid_t)); /* pids as launched (st.pids clears them when reaped) */
-    struct zl_stream *streams = NULL;
-    struct pollfd *pfds = calloc((size_t)(1 + (o->tag_output ? 2 * n : 0)), sizeof(struct pollfd));
-    if (!st.pids || !pfds || !started) {
-        fprintf(stderr, "%s: out of memory\n", name);
+/* --tag-output: one pipe per rank and stream, read by the supervisor and written line by line with a tag. */
+static int zl_open_streams(struct zl_run *R)
+{
+    const int n = R->n;
+    struct rlimit rl;
+    rlim_t need = (rlim_t)(4 * n + 32);
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    struct zl_stream *streams = R->streams = calloc((size_t)(2 * n), sizeof *streams);
+    if (!streams) {
+        fprintf(stderr, "%s: out of memory\n", R->name);
         return 1;
     }
-
-    if (o->tag_output) {
-        struct rlimit rl;
-        rlim_t need = (rlim_t)(4 * n + 32);
-        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < need) {
-            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
-            setrlimit(RLIMIT_NOFILE, &rl);
-        }
-        streams = calloc((size_t)(2 * n), sizeof *streams);
-        if (!streams) {
-            fprintf(stderr, "%s: out of memory\n", name);
+    for (int i = 0; i < 2 * n; i++) streams[i].fd = streams[i].wfd = -1;
+    for (int i = 0; i < 2 * n; i++) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0) {
+            fprintf(stderr, "%s: cannot create output pipes for %d ranks: %s%s\n", R->name, n, strerror(errno),
+                    errno == EMFILE ? " (raise the open-file limit or drop --tag-output)" : "");
             return 1;
         }
-        for (int i = 0; i < 2 * n; i++) streams[i].fd = streams[i].wfd = -1;
-        for (int i = 0; i < 2 * n; i++) {
-            int p[2];
-            if (pipe2(p, O_CLOEXEC) != 0) {
-                fprintf(stderr, "%s: cannot create output pipes for %d ranks: %s%s\n", name, n, strerror(errno),
-                        errno == EMFILE ? " (raise the open-file limit or drop --tag-output)" : "");
-                return 1;
-            }
-            fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
-            streams[i].fd = p[0];
-            streams[i].wfd = p[1];
-            streams[i].rank = i / 2;
-            streams[i].dest = (i % 2) ? 2 : 1;
-            streams[i].buf = malloc(ZL_LINE_MAX + 1);
-            if (!streams[i].buf) {
-                fprintf(stderr, "%s: out of memory\n", name);
-                return 1;
-            }
+        fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
+        streams[i].fd = p[0];
+        streams[i].wfd = p[1];
+        streams[i].rank = i / 2;
+        streams[i].dest = (i % 2) ? 2 : 1;
+        streams[i].buf = malloc(ZL_LINE_MAX + 1);
+        if (!streams[i].buf) {
+            fprintf(stderr, "%s: out of memory\n", R->name);
+            return 1;
         }
     }
+    return 0;
+}
 
-    /* ---- start the ranks ---- */
+/* Forks the ranks; a fork that fails stops those already started. */
+static void zl_start_ranks(struct zl_run *R, zl_child_fn fn, void *arg)
+{
+    struct zl_state *st = &R->st;
     fflush(stdout);
     fflush(stderr);
     pid_t self = getpid();
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* see the design notes */
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < R->n; r++) {
         pid_t pid = fork();
         if (pid < 0) {
-            fprintf(stderr, "%s: cannot start rank %d: fork: %s\n", name, r, strerror(errno));
-            st.launch_failed = 1;
-            st.exit_code = 1;
-            if (st.alive > 0) zl_stop_all(&st);
+            fprintf(stderr, "%s: cannot start rank %d: fork: %s\n", R->name, r, strerror(errno));
+            st->launch_failed = 1;
+            st->exit_code = 1;
+            if (st->alive > 0) zl_stop_all(st);
             break;
         }
         if (pid == 0) {
-            zl_child_setup(r, o, addr, port, secret, sfd, streams, &oldmask, self);
-            free(pfds);
+            zl_child_setup(r, R->o, R->addr, R->port, R->secret, R->sfd, R->streams, &R->oldmask, self);
+            free(R->pfds);
             int rc = fn(r, arg);
             exit(rc);
         }
-        st.pids[r] = pid;
-        started[r] = pid;
-        st.alive++;
+        st->pids[r] = pid;
+        R->started[r] = pid;
+        st->alive++;
     }
-    if (streams) {
-        for (int i = 0; i < 2 * n; i++) {
-            close(streams[i].wfd);
-            streams[i].wfd = -1;
+    if (R->streams) {
+        for (int i = 0; i < 2 * R->n; i++) {
+            close(R->streams[i].wfd);
+            R->streams[i].wfd = -1;
         }
     }
+}
 
-    /* ---- supervise ---- */
-    double deadline = o->timeout_s > 0 ? zl_now() + o->timeout_s : INFINITY;
+/* Until every rank has exited (and their output is drained): signals, output, the job's deadline, the grace period
+ * after a stop. */
+static void zl_supervise(struct zl_run *R)
+{
+    struct zl_state *st = &R->st;
+    struct zl_stream *streams = R->streams;
+    struct pollfd *pfds = R->pfds;
+    const int n = R->n;
+    double deadline = R->o->timeout_s > 0 ? zl_now() + R->o->timeout_s : INFINITY;
     double drain_until = INFINITY;
     int open_streams = streams ? 2 * n : 0;
-    while (st.alive > 0 || (open_streams > 0 && zl_now() < drain_until)) {
+    while (st->alive > 0 || (open_streams > 0 && zl_now() < drain_until)) {
         double now = zl_now();
-        double next = deadline < st.kill_at ? deadline : st.kill_at;
+        double next = deadline < st->kill_at ? deadline : st->kill_at;
         if (drain_until < next) next = drain_until;
         int ms = -1;
         if (!isinf(next)) {
@@ -556,19 +553,19 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
             ms = d < 0 ? 0 : d > 1e9 ? 1000000000 : (int)d;
         }
         int np = 0;
-        pfds[np++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        pfds[np++] = (struct pollfd){.fd = R->sfd, .events = POLLIN};
         for (int i = 0; streams && i < 2 * n; i++)
             if (streams[i].fd >= 0) pfds[np++] = (struct pollfd){.fd = streams[i].fd, .events = POLLIN};
         int pr = poll(pfds, (nfds_t)np, ms);
         if (pr < 0 && errno != EINTR) {
-            fprintf(stderr, "%s: poll: %s\n", name, strerror(errno));
+            fprintf(stderr, "%s: poll: %s\n", R->name, strerror(errno));
             break;
         }
         if (pr > 0 && (pfds[0].revents & POLLIN)) {
             struct signalfd_siginfo si;
-            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si) {
-                if ((int)si.ssi_signo == SIGCHLD) zl_reap(&st);
-                else zl_on_signal(&st, (int)si.ssi_signo, si.ssi_code);
+            while (read(R->sfd, &si, sizeof si) == (ssize_t)sizeof si) {
+                if ((int)si.ssi_signo == SIGCHLD) zl_reap(st);
+                else zl_on_signal(st, (int)si.ssi_signo, si.ssi_code);
             }
         }
         if (pr > 0 && streams) {
@@ -578,29 +575,34 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
                 if (i < 2 * n && !zl_pump(&streams[i])) open_streams--;
             }
         }
-        zl_reap(&st); /* cheap; covers a SIGCHLD coalesced with an earlier read */
+        zl_reap(st); /* cheap; covers a SIGCHLD coalesced with an earlier read */
         now = zl_now();
-        if (now >= deadline && st.alive > 0) {
+        if (now >= deadline && st->alive > 0) {
             deadline = INFINITY;
-            if (st.first_fail < 0 && !st.launch_failed) {
-                st.timed_out = 1;
-                fprintf(stderr, "%s: timeout after %g s; stopping %d rank%s\n", name, o->timeout_s, st.alive,
-                        st.alive == 1 ? "" : "s");
-                zl_stop_all(&st);
+            if (st->first_fail < 0 && !st->launch_failed) {
+                st->timed_out = 1;
+                fprintf(stderr, "%s: timeout after %g s; stopping %d rank%s\n", R->name, R->o->timeout_s, st->alive,
+                        st->alive == 1 ? "" : "s");
+                zl_stop_all(st);
             }
         }
-        if (now >= st.kill_at) {
-            if (st.alive > 0) {
-                fprintf(stderr, "%s: %d rank%s still running after %.0f s; sending SIGKILL\n", name, st.alive,
-                        st.alive == 1 ? "" : "s", ZL_GRACE_S);
-                zl_signal_all(&st, SIGKILL);
+        if (now >= st->kill_at) {
+            if (st->alive > 0) {
+                fprintf(stderr, "%s: %d rank%s still running after %.0f s; sending SIGKILL\n", R->name, st->alive,
+                        st->alive == 1 ? "" : "s", ZL_GRACE_S);
+                zl_signal_all(st, SIGKILL);
             }
-            st.kill_at = INFINITY;
+            st->kill_at = INFINITY;
         }
-        if (st.alive == 0 && isinf(drain_until)) drain_until = now + ZL_DRAIN_S;
+        if (st->alive == 0 && isinf(drain_until)) drain_until = now + ZL_DRAIN_S;
     }
-    /* flush whatever partial lines are left */
-    for (int i = 0; streams && i < 2 * n; i++) {
+}
+
+/* Flushes partial output lines, stops what the ranks left running, removes their /dev/shm leftovers, frees. */
+static void zl_finish(struct zl_run *R)
+{
+    struct zl_stream *streams = R->streams;
+    for (int i = 0; streams && i < 2 * R->n; i++) {
         if (streams[i].fd >= 0) {
             if (streams[i].len > 0) {
                 streams[i].buf[streams[i].len++] = '\n';
@@ -611,18 +613,51 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
         free(streams[i].buf);
     }
     free(streams);
-    free(pfds);
-    if (st.stopped) zl_stop_orphans();
+    free(R->pfds);
+    if (R->st.stopped) zl_stop_orphans();
     prctl(PR_SET_CHILD_SUBREAPER, 0);
-    remove_shm_leftovers(started, n);
-    free(started);
-    free(st.pids);
-    close(sfd);
+    remove_shm_leftovers(R->started, R->n);
+    free(R->started);
+    free(R->st.pids);
+    close(R->sfd);
     /* The signal mask stays as it is: unblocking now would deliver a pending SIGPIPE and kill the caller before
      * it can exit with the status computed here. */
+}
 
-    if (st.timed_out) return 124;
-    if (st.first_fail >= 0 || st.launch_failed) return st.exit_code;
-    if (st.got_sig) return 128 + st.got_sig;
+int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
+{
+    struct zl_run R = {.o = o, .name = o->name ? o->name : "zcclrun", .addr = o->addr ? o->addr : "127.0.0.1",
+                       .n = o->nranks, .port = o->port, .sfd = -1};
+    if (R.n < 1 || R.n > ZL_MAX_RANKS) {
+        fprintf(stderr, "%s: number of ranks must be between 1 and %d\n", R.name, ZL_MAX_RANKS);
+        return 2;
+    }
+    if (R.port == 0 && (R.port = zl_free_port(R.addr, R.name)) < 0) return 1;
+    char secret_buf[33];
+    R.secret = getenv("ZCCL_SECRET");
+    if (!R.secret || !*R.secret) {
+        if (zl_random_secret(secret_buf) != 0) {
+            fprintf(stderr, "%s: getrandom: %s\n", R.name, strerror(errno));
+            return 1;
+        }
+        R.secret = secret_buf;
+    }
+    zl_status_fd = memfd_create("zccl-launch-status", 0); /* inherited across exec on purpose; -1: ranks do without */
+    if (zl_watch_signals(&R) != 0) return 1;
+    R.st = (struct zl_state){.name = R.name, .n = R.n, .first_fail = -1, .kill_at = INFINITY};
+    R.st.pids = calloc((size_t)R.n, sizeof(pid_t));
+    R.started = calloc((size_t)R.n, sizeof(pid_t));
+    R.pfds = calloc((size_t)(1 + (o->tag_output ? 2 * R.n : 0)), sizeof(struct pollfd));
+    if (!R.st.pids || !R.pfds || !R.started) {
+        fprintf(stderr, "%s: out of memory\n", R.name);
+        return 1;
+    }
+    if (o->tag_output && zl_open_streams(&R) != 0) return 1;
+    zl_start_ranks(&R, fn, arg);
+    zl_supervise(&R);
+    zl_finish(&R);
+    if (R.st.timed_out) return 124;
+    if (R.st.first_fail >= 0 || R.st.launch_failed) return R.st.exit_code;
+    if (R.st.got_sig) return 128 + R.st.got_sig;
     return 0;
 }

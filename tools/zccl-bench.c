@@ -190,134 +190,94 @@ static int find_coll(const char *s)
 }
 
 /* Returns 0, or the exit status for a parse error / --help (-1 for help). */
-static int parse_args(int argc, char **argv, struct cfg *c)
+/* --env: every ZCCL_* setting with the value in force (the settings table), then checked; exit 2 if invalid. */
+static void print_env(void)
 {
-    *c = (struct cfg){.coll = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
-                      .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1, .type = 7,
-                      .op = ZCCL_SUM, .root = 0, .average = 3};
-    static const struct { char s; const char *l; } longs[] = {
-        {'t', "nthreads"}, {'g', "ngpus"}, {'b', "minbytes"}, {'e', "maxbytes"}, {'i', "stepbytes"},
-        {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
-        {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
-        {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"},
-    };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
-        if (!strcmp(a, "--version")) { printf("zccl-bench (zccl) %s\n", ZCCL_VERSION_STRING); return -1; }
-        if (!strcmp(a, "--env")) { /* every ZCCL_* setting with the value in force (the settings table), then checked */
-            size_t need = zccl_config_describe(NULL, 0);
-            char *text = malloc(need + 1);
-            if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
-            int ninvalid = 0;
-            need = zccl_config_check(NULL, 0, &ninvalid);
-            text = malloc(need + 1);
-            if (text) { zccl_config_check(text, need + 1, NULL); fputs(text, stderr); free(text); }
-            if (ninvalid) {
-                fprintf(stderr, "zccl-bench: %d invalid setting%s (above)\n", ninvalid, ninvalid == 1 ? "" : "s");
-                exit(2);
-            }
-            return -1;
-        }
-        if (a[0] != '-' || a[1] == '\0') {
-            if (c->coll >= 0) return bad("unexpected argument '%s' (the operation is already '%s')", a,
-                                         colls[c->coll].name);
-            c->coll = find_coll(a);
-            if (c->coll < 0)
-                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
-                           "sendrecv)%s", a, "");
-            continue;
-        }
-        char opt = 0;
-        const char *val = NULL;
-        char optname[48];
-        if (!strcmp(a, "-np") || !strncmp(a, "-np=", 4) || (!strncmp(a, "-np", 3) && a[3] >= '0' && a[3] <= '9')) {
-            opt = 'N';
-            if (a[3]) val = a + 3 + (a[3] == '=');
-            snprintf(optname, sizeof optname, "-np");
-        } else if (a[1] == '-') {
-            const char *eq = strchr(a, '=');
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
-                if (strlen(longs[k].l) == len && !strncmp(a + 2, longs[k].l, len)) opt = longs[k].s;
-            if (!opt) return bad("unknown option '%s'%s", a, "");
-            if (eq) val = eq + 1;
-            snprintf(optname, sizeof optname, "%.*s", (int)(len + 2), a);
-        } else {
-            opt = a[1];
-            if (!strchr("tgbeifnmwpcodrzyTGCaJ", opt)) return bad("unknown option '%s'%s", a, "");
-            if (a[2]) val = a + 2;
-            snprintf(optname, sizeof optname, "-%c", opt);
-        }
-        if (!val) {
-            if (i + 1 >= argc) return bad("option '%s' needs a value%s", optname, "");
-            val = argv[++i];
-        }
-        long v = 0;
-        size_t sz = 0;
-#define NUM(min, max, what)                                                                                       \
-    do {                                                                                                          \
-        if (parse_long(val, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
-    } while (0)
-        switch (opt) {
-        case 'b':
-        case 'e':
-        case 'i':
-            if (parse_size(val, &sz) != 0)
-                return bad("%s: invalid size '%s' (a number of bytes below 2^62, optionally with K, M, G or T)",
-                           optname, val);
-            if (opt == 'b') c->minbytes = sz;
-            else if (opt == 'e') c->maxbytes = sz;
-            else c->stepbytes = sz;
-            break;
-        case 'f': NUM(2, 1 << 20, "an integer step factor >= 2 (use -i for additive steps)"); c->stepfactor = (size_t)v; break;
-        case 'n': NUM(1, INT_MAX, "an iteration count >= 1"); c->iters = (int)v; break;
-        case 'w': NUM(0, INT_MAX, "an iteration count >= 0"); c->warmup = (int)v; break;
-        case 'm': NUM(1, 1 << 20, "a count >= 1"); c->agg = (int)v; break;
-        case 'c': NUM(0, 1000, "a check count >= 0"); c->check = (int)v; break;
-        case 'z': NUM(0, 1, "0 or 1"); c->blocking = (int)v; break;
-        case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
-        case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
-        case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
-        case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
-        case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
-        case 't':
-        case 'g':
-            NUM(1, 1, "supported (zccl-bench runs one rank per process: use -np or a launcher)");
-            break;
-        case 'G': NUM(0, 0, "supported (no CUDA graphs in zccl)"); break;
-        case 'p':
-        case 'T': NUM(LONG_MIN, LONG_MAX, "a number"); break; /* accepted, no effect */
-        case 'd':
-            if (!strcmp(val, "all")) c->type = -1;
-            else if ((c->type = find_type(val)) < 0)
-                return bad("-d: unknown datatype '%s' (int8 uint8 int32 uint32 int64 uint64 half float double "
-                           "bfloat16 all)%s", val, "");
-            break;
-        case 'o':
-            if (!strcmp(val, "all")) {
-                c->op = -1;
-            } else {
-                c->op = -2;
-                for (int k = 0; k < NOPS; k++)
-                    if (!strcmp(val, opnames[k])) c->op = k;
-                if (c->op == -2) return bad("-o: unknown reduction '%s' (sum prod max min avg all)%s", val, "");
-            }
-            break;
-        case 'A':
-            if (!*val || strpbrk(val, ";:,^ "))
-                return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
-            c->algo = val;
-            break;
-        case 'J':
-            if (!*val) return bad("-J: empty file name%s%s", "", "");
-            c->json = val;
-            break;
-        default: break;
-        }
-#undef NUM
+    size_t need = zccl_config_describe(NULL, 0);
+    char *text = malloc(need + 1);
+    if (text) { zccl_config_describe(text, need + 1); fputs(text, stdout); free(text); }
+    int ninvalid = 0;
+    need = zccl_config_check(NULL, 0, &ninvalid);
+    text = malloc(need + 1);
+    if (text) { zccl_config_check(text, need + 1, NULL); fputs(text, stderr); free(text); }
+    if (ninvalid) {
+        fprintf(stderr, "zccl-bench: %d invalid setting%s (above)\n", ninvalid, ninvalid == 1 ? "" : "s");
+        exit(2);
     }
+}
+
+/* One option's value into c: opt is its short letter (nccl-tests' names), optname as the user spelt it. */
+static int set_option(struct cfg *c, char opt, const char *val, const char *optname)
+{
+    long v = 0;
+    size_t sz = 0;
+#define NUM(min, max, what)                                                                                       \
+do {                                                                                                          \
+    if (parse_long(val, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
+} while (0)
+    switch (opt) {
+    case 'b':
+    case 'e':
+    case 'i':
+        if (parse_size(val, &sz) != 0)
+            return bad("%s: invalid size '%s' (a number of bytes below 2^62, optionally with K, M, G or T)",
+                       optname, val);
+        if (opt == 'b') c->minbytes = sz;
+        else if (opt == 'e') c->maxbytes = sz;
+        else c->stepbytes = sz;
+        break;
+    case 'f': NUM(2, 1 << 20, "an integer step factor >= 2 (use -i for additive steps)"); c->stepfactor = (size_t)v; break;
+    case 'n': NUM(1, INT_MAX, "an iteration count >= 1"); c->iters = (int)v; break;
+    case 'w': NUM(0, INT_MAX, "an iteration count >= 0"); c->warmup = (int)v; break;
+    case 'm': NUM(1, 1 << 20, "a count >= 1"); c->agg = (int)v; break;
+    case 'c': NUM(0, 1000, "a check count >= 0"); c->check = (int)v; break;
+    case 'z': NUM(0, 1, "0 or 1"); c->blocking = (int)v; break;
+    case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
+    case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
+    case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
+    case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
+    case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
+    case 't':
+    case 'g':
+        NUM(1, 1, "supported (zccl-bench runs one rank per process: use -np or a launcher)");
+        break;
+    case 'G': NUM(0, 0, "supported (no CUDA graphs in zccl)"); break;
+    case 'p':
+    case 'T': NUM(LONG_MIN, LONG_MAX, "a number"); break; /* accepted, no effect */
+    case 'd':
+        if (!strcmp(val, "all")) c->type = -1;
+        else if ((c->type = find_type(val)) < 0)
+            return bad("-d: unknown datatype '%s' (int8 uint8 int32 uint32 int64 uint64 half float double "
+                       "bfloat16 all)%s", val, "");
+        break;
+    case 'o':
+        if (!strcmp(val, "all")) {
+            c->op = -1;
+        } else {
+            c->op = -2;
+            for (int k = 0; k < NOPS; k++)
+                if (!strcmp(val, opnames[k])) c->op = k;
+            if (c->op == -2) return bad("-o: unknown reduction '%s' (sum prod max min avg all)%s", val, "");
+        }
+        break;
+    case 'A':
+        if (!*val || strpbrk(val, ";:,^ "))
+            return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
+        c->algo = val;
+        break;
+    case 'J':
+        if (!*val) return bad("-J: empty file name%s%s", "", "");
+        c->json = val;
+        break;
+    default: break;
+    }
+#undef NUM
+    return 0;
+}
+
+/* The whole configuration's consistency, once every option is read. */
+static int check_cfg(const struct cfg *c)
+{
     if (c->coll < 0)
         return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s", "",
                    "");
@@ -334,6 +294,71 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     if (c->coll == C_SENDRECV && c->algo)
         return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
+}
+
+/* Which option argv[*i] is (short, long or -np), and its value (attached or the next argument). */
+static int split_option(int argc, char **argv, int *i, char *opt, const char **val, char *optname, size_t len)
+{
+    static const struct { char s; const char *l; } longs[] = {
+        {'t', "nthreads"}, {'g', "ngpus"}, {'b', "minbytes"}, {'e', "maxbytes"}, {'i', "stepbytes"},
+        {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
+        {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
+        {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
+        {'N', "np"}, {'A', "algo"},
+    };
+    const char *a = argv[*i];
+    *opt = 0;
+    *val = NULL;
+    if (!strcmp(a, "-np") || !strncmp(a, "-np=", 4) || (!strncmp(a, "-np", 3) && a[3] >= '0' && a[3] <= '9')) {
+        *opt = 'N';
+        if (a[3]) *val = a + 3 + (a[3] == '=');
+        snprintf(optname, len, "-np");
+    } else if (a[1] == '-') {
+        const char *eq = strchr(a, '=');
+        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        for (size_t k = 0; k < sizeof longs / sizeof longs[0]; k++)
+            if (strlen(longs[k].l) == n && !strncmp(a + 2, longs[k].l, n)) *opt = longs[k].s;
+        if (!*opt) return bad("unknown option '%s'%s", a, "");
+        if (eq) *val = eq + 1;
+        snprintf(optname, len, "%.*s", (int)(n + 2), a);
+    } else {
+        *opt = a[1];
+        if (!strchr("tgbeifnmwpcodrzyTGCaJ", *opt)) return bad("unknown option '%s'%s", a, "");
+        if (a[2]) *val = a + 2;
+        snprintf(optname, len, "-%c", *opt);
+    }
+    if (!*val) {
+        if (*i + 1 >= argc) return bad("option '%s' needs a value%s", optname, "");
+        *val = argv[++*i];
+    }
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct cfg *c)
+{
+    *c = (struct cfg){.coll = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
+                      .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1, .type = 7,
+                      .op = ZCCL_SUM, .root = 0, .average = 3};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return -1; }
+        if (!strcmp(a, "--version")) { printf("zccl-bench (zccl) %s\n", ZCCL_VERSION_STRING); return -1; }
+        if (!strcmp(a, "--env")) { print_env(); return -1; }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (c->coll >= 0) return bad("unexpected argument '%s' (the operation is already '%s')", a,
+                                         colls[c->coll].name);
+            c->coll = find_coll(a);
+            if (c->coll < 0)
+                return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
+                           "sendrecv)%s", a, "");
+            continue;
+        }
+        char opt, optname[48];
+        const char *val;
+        if (split_option(argc, argv, &i, &opt, &val, optname, sizeof optname) != 0) return 2;
+        if (set_option(c, opt, val, optname) != 0) return 2;
+    }
+    return check_cfg(c);
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */

@@ -7,11 +7,53 @@
 
 #include "bootstrap.h"
 #include "comm.h"
+#include "stream.h"
 
 /** Creates this rank's communicator of nranks ranks from a decoded unique id (lib/api/comm_init.c). */
 zccl_result_t zccl__comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t *id, int rank);
+/** The same into a zeroed struct the caller allocated (non-blocking creation, comm_config.c). On failure the
+ *  struct is freed too unless comm->keep_shell is set. */
+zccl_result_t zccl__comm_init_into(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                   int rank);
+/** Before destroy/abort: waits for a non-blocking creation still running; returns true (having freed the handle)
+ *  when that creation failed, so nothing else is left to free. */
+bool zccl__comm_settle(struct zccl_comm *comm);
 /** Frees a communicator and its tuner (zccl__comm_free frees the core's part). */
 void zccl__comm_release(struct zccl_comm *comm);
+
+/* ---- argument checks shared by the entry points (collectives.c); each names the function and the argument ---- */
+zccl_result_t zccl__check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
+                                 int has_op, zccl_redop_t op, size_t *bytes);
+zccl_result_t zccl__check_root(const char *fn, const char *what, zccl_comm_t comm, int root);
+zccl_result_t zccl__check_buf(const char *fn, const char *name, const void *p);
+zccl_result_t zccl__check_overlap(const char *fn, const void *s, size_t sbytes, const void *r, size_t rbytes,
+                                  bool in_place);
+/** "zccl_allreduce", ... for a collective. */
+const char *zccl__coll_api_name(zccl_coll_t c);
+
+/* ---- issuing (group.c) --------------------------------------------------------------------------------------- */
+/** Every entry point's last step: resolves a PreMulSum handle, then records the operation in the calling thread's
+ *  open group, or queues it on the stream / runs it now (zccl__op_issue). Takes ownership of what op owns. */
+zccl_result_t zccl__api_issue(const zccl_op_t *op, zccl_stream_t stream);
+/** Creating a communicator inside a group runs its internal collectives at once: the group is set aside meanwhile
+ *  (returns the depth to give back to zccl__group_resume). */
+int zccl__group_suspend(void);
+void zccl__group_resume(int saved);
+/** Whether the calling thread has a group open (zccl_group_start without its zccl_group_end yet). */
+bool zccl__group_open(void);
+
+/* ---- PreMulSum handles (redop.c) ------------------------------------------------------------------------------ */
+/** ZCCL_SUCCESS if op is a live PreMulSum handle of comm made for dt; else ZCCL_INVALID_ARGUMENT naming why. */
+zccl_result_t zccl__redop_check(zccl_comm_t comm, zccl_redop_t op, zccl_datatype_t dt, const char *fn);
+/** Copies the handle's scalar (one element of its datatype) into out[8]; false if op is not a handle of comm. */
+bool zccl__redop_scalar(zccl_comm_t comm, zccl_redop_t op, uint8_t out[8]);
+/** Forgets every handle of comm (its destruction). */
+void zccl__redop_forget(zccl_comm_t comm);
+
+/* ---- non-blocking communicators (comm_config.c) -------------------------------------------------------------- */
+/** ZCCL_SUCCESS if comm is ready; ZCCL_IN_PROGRESS (without logging) while a non-blocking creation runs; its error
+ *  if that creation failed. */
+zccl_result_t zccl__comm_ready(zccl_comm_t comm, const char *fn);
 
 /** The first host of a Slurm node list ("node[01-04],x" -> "node01"); 0, or -1 if malformed or longer than len. */
 int zccl__slurm_first_host(const char *list, char *out, size_t len);

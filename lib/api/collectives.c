@@ -5,32 +5,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "api.h"
 #include "comm.h"
+#include "kernels.h"
 #include "engine.h"
 #include "notice.h"
 #include "zccl_ext.h"
 #include "stream.h"
 #include "tuner.h"
 
-static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
 ZCCL_API size_t zccl_type_size(zccl_datatype_t dt) {
     return ((unsigned)dt < ZCCL_NUM_TYPES) ? type_sizes[dt] : 0;
 }
 
 static const char *coll_names[ZCCL_COLL_COUNT] = {"zccl_allreduce", "zccl_reduce_scatter", "zccl_allgather",
-                                                  "zccl_broadcast", "zccl_reduce", "zccl_send", "zccl_recv"};
+                                                  "zccl_broadcast", "zccl_reduce", "zccl_send", "zccl_recv",
+                                                  "zccl_alltoall", "zccl_alltoallv", "zccl_gather", "zccl_scatter"};
 
 /* Checks the arguments every collective shares; on success *bytes is count*elemsize*mult. */
 static zccl_result_t check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
                                   int has_op, zccl_redop_t op, size_t *bytes) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    ZCCL_CHECK(zccl__comm_ready(comm, fn)); /* a non-blocking communicator still being created: ZCCL_IN_PROGRESS */
     if ((unsigned)dt >= ZCCL_NUM_TYPES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d is not a zccl_datatype_t (0..%d)", fn,
                            (int)dt, ZCCL_NUM_TYPES - 1);
-    if (has_op && (unsigned)op >= ZCCL_NUM_OPS)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d is not a zccl_redop_t (0..%d)", fn, (int)op,
-                           ZCCL_NUM_OPS - 1);
+    if (has_op && (int)op < 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d is not a zccl_redop_t (0..%d) nor a "
+                           "PreMulSum handle", fn, (int)op, ZCCL_NUM_OPS - 1);
+    if (has_op && (unsigned)op >= ZCCL_NUM_OPS) ZCCL_CHECK(zccl__redop_check(comm, op, dt, fn));
     size_t total;
     if (!zccl__mul_ok(count, mult, &total) || !zccl__mul_ok(total, zccl_type_size(dt), bytes) || *bytes > SIZE_MAX / 2)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu elements (x%zu ranks) of %zu bytes "
@@ -66,7 +71,8 @@ static zccl_result_t check_overlap(const char *fn, const void *s, size_t sbytes,
 static void make_desc(const struct zccl_comm *comm, const zccl_op_t *o, uint64_t seq, zccl_call_desc_t *d) {
     memset(d, 0, sizeof *d);
     const bool has_op = o->coll == ZCCL_COLL_ALLREDUCE || o->coll == ZCCL_COLL_REDUCE_SCATTER || o->coll == ZCCL_COLL_REDUCE;
-    const bool has_root = o->coll == ZCCL_COLL_BROADCAST || o->coll == ZCCL_COLL_REDUCE;
+    const bool has_root = o->coll == ZCCL_COLL_BROADCAST || o->coll == ZCCL_COLL_REDUCE ||
+                          o->coll == ZCCL_COLL_GATHER || o->coll == ZCCL_COLL_SCATTER;
     d->seq = seq;
     d->count = o->count;
     d->coll = (uint8_t)o->coll;
@@ -146,7 +152,17 @@ static zccl_result_t run_refused(struct zccl_comm *comm, const zccl_op_t *o, uin
     return ZCCL_SUCCESS;
 }
 
+static zccl_result_t op_run(const zccl_op_t *o);
+
 zccl_result_t zccl__op_run(const zccl_op_t *o) {
+    const char *old = zccl__log_set_tag(o->comm ? o->comm->name : NULL); /* comm_name in this op's log lines */
+    zccl_result_t res = o->group ? o->run_group(o->group) /* a group's part on one communicator (group.c) */
+                                 : op_run(o);
+    zccl__log_set_tag(old);
+    return res;
+}
+
+static zccl_result_t op_run(const zccl_op_t *o) {
     struct zccl_comm *comm = o->comm;
     if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: the communicator was aborted",
@@ -193,6 +209,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         return ZCCL_SUCCESS;
     }
     zccl_schedule_t s;
+    void *premul_buf = NULL;
     if (res == ZCCL_SUCCESS) {
         const size_t es = zccl_type_size(b.dt);
         zccl_sched_args_t a = {
@@ -207,9 +224,29 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
             a.displs = b.vcounts + comm->nranks;
             a.count = b.vcounts[comm->rank];
         }
+        a.a2av = b.a2av;
+        /* PreMulSum: this rank's input times the scalar, in the datatype's precision, into a buffer of its own;
+         * then an out-of-place sum from there (recvbuf may be the original input: it is no longer read). */
+        if (b.premul) {
+            size_t in_elems = b.count;
+            if (b.coll == ZCCL_COLL_REDUCE_SCATTER)
+                in_elems = b.vcounts ? b.vcounts[2 * comm->nranks - 1] + b.vcounts[comm->nranks - 1]
+                                     : b.count * (size_t)comm->nranks;
+            premul_buf = malloc(in_elems * es > 0 ? in_elems * es : 1);
+            if (!premul_buf) {
+                res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for the PreMulSum products (%zu bytes)", name,
+                                  in_elems * es);
+            } else {
+                zccl_kernel_premul(premul_buf, b.sendbuf, in_elems, b.dt, b.scalar);
+                b.sendbuf = premul_buf;
+                b.op = ZCCL_SUM;
+                b.in_place = false;
+                a.in_place = false;
+            }
+        }
         zccl__tune(comm, &a); /* cheapest predicted algorithm (tuner.c), the same on every rank */
         if (a.counts) a.algo = ZCCL_ALGO_RING; /* uneven blocks: only the ring schedules take them */
-        res = zccl__sched_build(&a, &s);
+        if (res == ZCCL_SUCCESS) res = zccl__sched_build(&a, &s);
     }
     if (res == ZCCL_SUCCESS) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
@@ -223,6 +260,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
         in_engine = true;
         zccl__sched_free(&s);
     }
+    free(premul_buf);
     /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system
      * error, calls that differ between ranks, even scratch memory this rank could not get while its peers went
      * ahead) leaves the ranks out of step: later operations on this communicator cannot succeed, so they fail at
@@ -250,7 +288,7 @@ zccl_result_t zccl__op_run(const zccl_op_t *o) {
  * ranks the call still takes its place in the sequence (run_refused), on the stream it was meant for, so that the
  * peers fail it too instead of pairing their call with this rank's next one. */
 static zccl_result_t refuse(zccl_op_t o, zccl_stream_t stream, zccl_result_t res) {
-    if (!o.comm || o.comm->nranks < 2) return res;
+    if (!o.comm || o.comm->nranks < 2 || res == ZCCL_IN_PROGRESS) return res;
     /* A send or receive without a valid peer (out of range, or this rank) pairs with nobody: nothing to tell. */
     if ((o.coll == ZCCL_COLL_SEND || o.coll == ZCCL_COLL_RECV) &&
         (o.root < 0 || o.root >= o.comm->nranks || o.root == o.comm->rank))
@@ -263,6 +301,9 @@ static zccl_result_t refuse(zccl_op_t o, zccl_stream_t stream, zccl_result_t res
     o.recvbuf = NULL;
     o.vcounts = NULL;
     o.reason = strdup(msg);
+    o.op = ZCCL_SUM; /* a refused call carries no PreMulSum handle to resolve */
+    /* Straight to the stream (or run now), also inside a group: a refused call is not part of the group's fused
+     * work, and telling the peers must not wait for zccl_group_end. */
     zccl__op_issue(&o, stream); /* consumes o.reason; its result is this refusal's, returned below */
     zccl__set_last_error(msg);
     return res;
@@ -281,7 +322,7 @@ static zccl_result_t noop(zccl_op_t o, zccl_stream_t stream) {
         return ZCCL_SUCCESS;
     }
     o.noop = true;
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 /* Runs a validation step of the public function whose partly filled op is `o`: a failure refuses the call. */
@@ -302,7 +343,7 @@ ZCCL_API zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t
     TRY(check_buf(fn, "recvbuf", recvbuf));
     o.in_place = (sendbuf == recvbuf);
     TRY(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, o.in_place));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -318,7 +359,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter(const void *sendbuf, void *recvbuf, s
     const size_t rbytes = total / (size_t)comm->nranks;
     o.in_place = ((const char *)recvbuf == (const char *)sendbuf + (size_t)comm->rank * rbytes);
     TRY(check_overlap(fn, sendbuf, total, recvbuf, rbytes, o.in_place));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
@@ -333,7 +374,7 @@ ZCCL_API zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t
     const size_t sbytes = total / (size_t)comm->nranks;
     o.in_place = ((const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes);
     TRY(check_overlap(fn, sendbuf, sbytes, recvbuf, total, o.in_place));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 /* Validates and copies the per-rank counts of a _v collective: *out holds nranks counts then nranks displacements
@@ -393,7 +434,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_v(const void *sendbuf, void *recvbuf,
     o.in_place = mine && ((const char *)recvbuf == (const char *)sendbuf + moff * es);
     if (mine && (res = check_overlap(fn, sendbuf, tbytes, recvbuf, mine * es, o.in_place)) != ZCCL_SUCCESS)
         return refuse_v(o, stream, res);
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_allgather_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
@@ -414,7 +455,7 @@ ZCCL_API zccl_result_t zccl_allgather_v(const void *sendbuf, void *recvbuf, cons
     if (mine && (res = check_overlap(fn, sendbuf, mine * es, recvbuf, tbytes, o.in_place)) != ZCCL_SUCCESS)
         return refuse_v(o, stream, res);
     o.sendbuf = mine ? sendbuf : (const char *)recvbuf + moff * es;
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
@@ -430,7 +471,7 @@ ZCCL_API zccl_result_t zccl_broadcast(const void *sendbuf, void *recvbuf, size_t
     TRY(check_buf(fn, "recvbuf", recvbuf));
     o.in_place = (sendbuf == recvbuf);
     if (is_root) TRY(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, o.in_place));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
@@ -446,7 +487,7 @@ ZCCL_API zccl_result_t zccl_reduce(const void *sendbuf, void *recvbuf, size_t co
     if (is_root) TRY(check_buf(fn, "recvbuf", recvbuf));
     o.in_place = is_root && (sendbuf == recvbuf);
     if (is_root) TRY(check_overlap(fn, sendbuf, bytes, recvbuf, bytes, o.in_place));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatype_t datatype, int peer,
@@ -456,12 +497,13 @@ ZCCL_API zccl_result_t zccl_send(const void *sendbuf, size_t count, zccl_datatyp
     zccl_op_t o = {.coll = ZCCL_COLL_SEND, .sendbuf = sendbuf, .recvbuf = NULL, .count = count, .dt = datatype, .op = ZCCL_SUM, .root = peer, .comm = comm};
     TRY(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
     TRY(check_root(fn, "peer", comm, peer));
-    if (peer == comm->rank)
-        TRY(zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; sending to oneself is "
-                        "not supported", fn, peer));
+    if (peer == comm->rank && !zccl__group_open())
+        TRY(zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank: a send to oneself "
+                        "completes only against a zccl_recv from oneself in the same group (zccl_group_start)", fn,
+                        peer));
     if (count == 0) return ZCCL_SUCCESS; /* only the two ranks take part: nothing to keep in step */
     TRY(check_buf(fn, "sendbuf", sendbuf));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t datatype, int peer, zccl_comm_t comm,
@@ -471,16 +513,33 @@ ZCCL_API zccl_result_t zccl_recv(void *recvbuf, size_t count, zccl_datatype_t da
     zccl_op_t o = {.coll = ZCCL_COLL_RECV, .sendbuf = NULL, .recvbuf = recvbuf, .count = count, .dt = datatype, .op = ZCCL_SUM, .root = peer, .comm = comm};
     TRY(check_common(fn, comm, count, 1, datatype, 0, ZCCL_SUM, &bytes));
     TRY(check_root(fn, "peer", comm, peer));
-    if (peer == comm->rank)
-        TRY(zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank; receiving from "
-                        "oneself is not supported", fn, peer));
+    if (peer == comm->rank && !zccl__group_open())
+        TRY(zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'peer' = %d is the calling rank: a receive from "
+                        "oneself completes only against a zccl_send to oneself in the same group "
+                        "(zccl_group_start)", fn, peer));
     if (count == 0) return ZCCL_SUCCESS;
     TRY(check_buf(fn, "recvbuf", recvbuf));
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
 
 ZCCL_API zccl_result_t zccl_barrier(zccl_comm_t comm, zccl_stream_t stream) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_barrier: argument 'comm' is NULL");
     zccl_op_t o = {.coll = ZCCL_COLL_ALLREDUCE, .barrier = true, .sendbuf = NULL, .recvbuf = NULL, .count = 1, .dt = ZCCL_UINT8, .op = ZCCL_SUM, .root = 0, .comm = comm};
-    return zccl__op_issue(&o, stream);
+    return zccl__api_issue(&o, stream);
 }
+
+/* ---- shared with the other entry points of this layer (api.h) ------------------------------------------------ */
+
+zccl_result_t zccl__check_common(const char *fn, zccl_comm_t comm, size_t count, size_t mult, zccl_datatype_t dt,
+                                 int has_op, zccl_redop_t op, size_t *bytes) {
+    return check_common(fn, comm, count, mult, dt, has_op, op, bytes);
+}
+zccl_result_t zccl__check_root(const char *fn, const char *what, zccl_comm_t comm, int root) {
+    return check_root(fn, what, comm, root);
+}
+zccl_result_t zccl__check_buf(const char *fn, const char *name, const void *p) { return check_buf(fn, name, p); }
+zccl_result_t zccl__check_overlap(const char *fn, const void *s, size_t sbytes, const void *r, size_t rbytes,
+                                  bool in_place) {
+    return check_overlap(fn, s, sbytes, r, rbytes, in_place);
+}
+const char *zccl__coll_api_name(zccl_coll_t c) { return (unsigned)c < ZCCL_COLL_COUNT ? coll_names[c] : "?"; }

@@ -27,14 +27,31 @@
 
 void zccl__comm_release(struct zccl_comm *comm) {
     if (!comm) return;
+    zccl__redop_forget(comm);
     zccl__tuner_free(comm);
     zccl__comm_free(comm);
 }
 
 zccl_result_t zccl__comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t *id, int rank) {
-    zccl_result_t res;
     struct zccl_comm *comm = calloc(1, sizeof *comm);
     if (!comm) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a communicator");
+    return zccl__comm_init_into(comm, out, nranks, id, rank);
+}
+
+static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                    int rank);
+
+zccl_result_t zccl__comm_init_into(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                   int rank) {
+    const int group = zccl__group_suspend(); /* the creation's own collectives are not part of a caller's group */
+    const zccl_result_t res = comm_init_body(comm, out, nranks, id, rank);
+    zccl__group_resume(group);
+    return res;
+}
+
+static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, int nranks, const zccl_id_info_t *id,
+                                    int rank) {
+    zccl_result_t res;
     comm->rank = comm->tc.rank = rank;
     comm->nranks = comm->tc.nranks = nranks;
     comm->tc.comm_id = id->comm_id;
@@ -153,8 +170,9 @@ zccl_result_t zccl__comm_init(zccl_comm_t *out, int nranks, const zccl_id_info_t
         comm->timeout_ms = saved;
         if (res != ZCCL_SUCCESS) goto fail;
     }
-    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d ready (communicator %016llx)", rank, nranks,
-              (unsigned long long)comm->tc.comm_id);
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d ready (communicator %016llx%s%s%s)", rank, nranks,
+              (unsigned long long)comm->tc.comm_id, comm->name[0] ? " \"" : "", comm->name,
+              comm->name[0] ? "\"" : "");
     *out = comm;
     return ZCCL_SUCCESS;
 fail:
@@ -377,6 +395,7 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
 
 ZCCL_API zccl_result_t zccl_comm_destroy(zccl_comm_t comm) {
     if (!comm) return ZCCL_SUCCESS;
+    if (zccl__comm_settle(comm)) return ZCCL_SUCCESS; /* a failed non-blocking creation: only the handle was left */
     if (zccl__stream_busy_with(comm))
         return zccl__error(ZCCL_INVALID_USAGE, "zccl_comm_destroy: a stream still holds unfinished operations of this "
                            "communicator; synchronize it first");
@@ -388,6 +407,7 @@ ZCCL_API zccl_result_t zccl_comm_destroy(zccl_comm_t comm) {
 
 ZCCL_API zccl_result_t zccl_comm_abort(zccl_comm_t comm) {
     if (!comm) return ZCCL_SUCCESS;
+    if (zccl__comm_settle(comm)) return ZCCL_SUCCESS;
     __atomic_store_n(&comm->tc.aborted, 1, __ATOMIC_RELEASE);
     zccl__doorbell_ring(&comm->tc, comm->rank); /* a collective sleeping on its doorbell wakes, sees `aborted`, returns */
     zccl__stream_forget(comm);             /* queued operations fail; waits for a stream running one of ours */
@@ -401,6 +421,12 @@ ZCCL_API zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_get_async_error: argument 'comm' is NULL");
     if (!async_error)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_get_async_error: argument 'async_error' is NULL");
+    const int nb = __atomic_load_n(&comm->nb_state, __ATOMIC_ACQUIRE);
+    if (nb != ZCCL_SUCCESS) { /* non-blocking creation still running, or failed */
+        if (nb != ZCCL_IN_PROGRESS) zccl__set_last_error(comm->nb_msg);
+        *async_error = (zccl_result_t)nb;
+        return ZCCL_SUCCESS;
+    }
     zccl_result_t e = __atomic_load_n(&comm->tc.async_error, __ATOMIC_ACQUIRE);
     *async_error = e != ZCCL_SUCCESS ? e : (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE) ? ZCCL_REMOTE_ERROR
                                                                                               : ZCCL_SUCCESS);

@@ -17,6 +17,8 @@
 ZCCL_API zccl_result_t zccl_comm_shrink(zccl_comm_t comm, const int *exclude, int nexclude, zccl_comm_t *newcomm) {
     const char *fn = "zccl_comm_shrink";
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    if (__atomic_load_n(&comm->nb_state, __ATOMIC_ACQUIRE) == ZCCL_IN_PROGRESS)
+        return ZCCL_IN_PROGRESS; /* a non-blocking creation still running */
     if (!newcomm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'newcomm' is NULL", fn);
     *newcomm = NULL;
     if (nexclude < 0 || nexclude >= comm->nranks || (nexclude > 0 && !exclude))
@@ -134,8 +136,7 @@ typedef struct {
 
 /* All-gather of `bytes` bytes per rank over comm, as one ordinary collective (same order rules, same errors). */
 static zccl_result_t allgather_bytes(zccl_comm_t comm, const void *mine, void *all, size_t bytes) {
-    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .sendbuf = mine, .recvbuf = all, .count = bytes, .dt = ZCCL_UINT8,
-                   .op = ZCCL_SUM, .comm = comm};
+    zccl_op_t o = {.coll = ZCCL_COLL_ALLGATHER, .barrier = false, .sendbuf = mine, .recvbuf = all, .count = bytes, .dt = ZCCL_UINT8, .op = ZCCL_SUM, .root = 0, .in_place = false, .comm = comm, .vcounts = NULL};
     return zccl__op_run(&o);
 }
 
@@ -143,6 +144,7 @@ ZCCL_API zccl_result_t zccl_comm_split(zccl_comm_t comm, int color, int key, zcc
     const char *fn = "zccl_comm_split";
     if (newcomm) *newcomm = NULL;
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'comm' is NULL", fn);
+    ZCCL_CHECK(zccl__comm_ready(comm, fn)); /* non-blocking creation still running: ZCCL_IN_PROGRESS */
     if (!newcomm) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'newcomm' is NULL", fn);
     if (color < ZCCL_SPLIT_NOCOLOR)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'color' = %d must be >= 0 or ZCCL_SPLIT_NOCOLOR (-1)",

@@ -164,7 +164,7 @@ void zccl__comm_free(struct zccl_comm *comm) {
     pthread_mutex_destroy(&comm->tc.in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);
     pthread_cond_destroy(&comm->shrink_cv);
-    free(comm);
+    if (!comm->keep_shell) free(comm);
 }
 
 const char *zccl__comm_async_msg(zccl_comm_t comm) { return comm->async_msg; }

@@ -63,6 +63,14 @@ struct zccl_comm {
     zccl_call_desc_t *desc_in; /* per peer: the descriptor received from it */
     uint64_t *desc_mark;       /* per peer: [2r] run that sent to r, [2r+1] run that received from r */
     uint64_t desc_run;
+    /* zccl_config_t (lib/api/comm_config.c) */
+    char name[64];             /* comm_name: shown in log lines and messages; "" = none */
+    bool nonblocking;          /* created with blocking = 0 */
+    int nb_state;              /* non-blocking creation: ZCCL_IN_PROGRESS while it runs, then its result */
+    bool nb_thread_running;
+    pthread_t nb_thread;
+    bool keep_shell;           /* zccl__comm_free frees everything but the struct (a failed non-blocking creation) */
+    char nb_msg[1024];         /* the failed creation's message */
 };
 
 /* ---- the communicator's own parts (comm.c) and the setup steps of its creation (comm_setup.c) ---- */

@@ -270,3 +270,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     if (xs != xs_local) free(xs);
     return res;
 }
+
+zccl_result_t zccl__engine_run_xfers(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx) {
+    return nx ? run_phase(comm, x, nx, 0) : ZCCL_SUCCESS;
+}

@@ -16,5 +16,11 @@
 zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
                                zccl_datatype_t dt, zccl_redop_t op);
 
+/**
+ * Runs a set of transfers as one phase: all progress concurrently (transfers on one channel in array order), as a
+ * group's send/recv do (lib/api/group.c). Sets x[i].complete for those that finished, so that after an error the
+ * caller can name the first transfer that did not. Errors as zccl__engine_run.
+ */
+zccl_result_t zccl__engine_run_xfers(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx);
 
 #endif

@@ -101,6 +101,10 @@ void zccl__op_release(zccl_op_t *op) {
     free(op->reason);
     op->reason = NULL;
     op->vcounts = NULL;
+    free(op->a2av);
+    op->a2av = NULL;
+    if (op->group && op->release_group) op->release_group(op->group);
+    op->group = NULL;
 }
 
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
@@ -226,4 +230,19 @@ void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg) {
     s->notify = fn;
     s->notify_arg = arg;
     pthread_mutex_unlock(&s->mu);
+}
+
+void zccl__stream_wait_comm(struct zccl_comm *comm) {
+    pthread_mutex_lock(&live_mu);
+    for (struct zccl_stream *s = live; s; s = s->next_live) {
+        pthread_mutex_lock(&s->mu);
+        for (;;) {
+            bool busy = false;
+            for (size_t i = s->head; i < s->tail && !busy; i++) busy = (s->q[i % s->cap].comm == comm);
+            if (!busy) break;
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_unlock(&live_mu);
 }

@@ -25,6 +25,14 @@ typedef struct {
     bool refused;    /* the caller was refused (an invalid argument): takes the call's sequence number and tells
                         the peers (notice.h), or joins ZCCL_CHECK's check marked invalid; moves nothing */
     char *reason;    /* refused: the error message, owned by the op */
+    size_t *a2av;    /* all-to-allv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned; else NULL */
+    bool premul;     /* PreMulSum: each rank's input is multiplied by `scalar` (one element of dt), then summed */
+    uint8_t scalar[8];
+    /* A group's part on one communicator (lib/api/group.c), run by run_group instead of a schedule; owned, freed
+     * by release_group. NULL for ordinary operations. */
+    void *group;
+    zccl_result_t (*run_group)(const void *group);
+    void (*release_group)(void *group);
 } zccl_op_t;
 
 /** Frees what the op owns (its copy of the counts of a _v collective). */
@@ -36,6 +44,8 @@ zccl_result_t zccl__op_run(const zccl_op_t *op);
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t stream);
 /** True if some stream still holds queued or running operations of comm. */
 bool zccl__stream_busy_with(struct zccl_comm *comm);
+/** Waits until no stream holds a queued or running operation of comm (zccl_comm_finalize). */
+void zccl__stream_wait_comm(struct zccl_comm *comm);
 /** Drops queued operations of an aborted comm from every stream (they fail with ZCCL_REMOTE_ERROR) and waits until
  *  no stream runs one of its operations. */
 void zccl__stream_forget(struct zccl_comm *comm);

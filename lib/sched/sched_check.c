@@ -57,6 +57,7 @@ typedef struct {
     size_t nsends;
     uint64_t *stamp;  /* per peer: last pass of try_recvs in which a receive from it was left waiting */
     uint64_t pass;
+    size_t *a2av;     /* all-to-allv: this rank's counts and displacements (4n) */
     zccl_schedule_t sched;
 } rank_t;
 
@@ -173,17 +174,40 @@ static bool build_channels(sim_t *sim) {
     return true;
 }
 
+/* All-to-allv in the checker: rank r's counts and packed displacements, derived from the matrix (r's row: what it
+ * sends; r's column: what it receives). a2v must hold 4n entries. */
+static void a2av_of(const zccl_sched_args_t *a, int r, size_t *a2v) {
+    const int n = a->nranks;
+    size_t so = 0, ro = 0;
+    for (int q = 0; q < n; q++) {
+        a2v[q] = a->a2av_matrix[(size_t)r * n + q];
+        a2v[n + q] = so;
+        so += a2v[q];
+        a2v[2 * n + q] = a->a2av_matrix[(size_t)q * n + r];
+        a2v[3 * n + q] = ro;
+        ro += a2v[2 * n + q];
+    }
+}
+
 static size_t send_size(const zccl_sched_args_t *a, int r) {
+    const int n = a->nranks;
     switch (a->coll) {
     case ZCCL_COLL_REDUCE_SCATTER: return zccl__vtotal(a);
     case ZCCL_COLL_BROADCAST: return r == a->root ? a->count : 0;
+    case ZCCL_COLL_ALLTOALL: return (size_t)n * a->count;
+    case ZCCL_COLL_ALLTOALLV: return a->a2av[2 * n - 1] + a->a2av[n - 1]; /* last displacement + count */
+    case ZCCL_COLL_SCATTER: return r == a->root ? (size_t)n * a->count : 0;
     default: return a->count;
     }
 }
 static size_t recv_size(const zccl_sched_args_t *a, int r) {
+    const int n = a->nranks;
     switch (a->coll) {
     case ZCCL_COLL_ALLGATHER: return zccl__vtotal(a);
     case ZCCL_COLL_REDUCE: return r == a->root ? a->count : 0;
+    case ZCCL_COLL_ALLTOALL: return (size_t)n * a->count;
+    case ZCCL_COLL_ALLTOALLV: return a->a2av[4 * n - 1] + a->a2av[3 * n - 1];
+    case ZCCL_COLL_GATHER: return r == a->root ? (size_t)n * a->count : 0;
     default: return a->count;
     }
 }
@@ -194,17 +218,31 @@ static bool setup_rank(sim_t *sim, const zccl_sched_args_t *args, int r, zccl_sc
     zccl_sched_args_t a = *args;
     a.rank = r;
     if (a.counts) a.count = a.counts[r]; /* uneven blocks: each rank's own count */
+    if (a.coll == ZCCL_COLL_ALLTOALLV) {
+        if (!a.a2av_matrix) return fail(sim, "all-to-allv needs a2av_matrix in the checker");
+        R->a2av = malloc(4 * (size_t)n * sizeof *R->a2av);
+        if (!R->a2av) return fail(sim, "out of memory");
+        a2av_of(&a, r, R->a2av);
+        a.a2av = R->a2av;
+    }
     if (zccl__sched_build(&a, &R->sched) != ZCCL_SUCCESS) return fail(sim, "rank %d: schedule build failed", r);
     if (mutate) mutate(r, &R->sched);
     size_t ss = send_size(&a, r), rs = recv_size(&a, r);
-    bool inp = args->in_place && !(args->coll == ZCCL_COLL_BROADCAST && r != args->root) &&
-               !(args->coll == ZCCL_COLL_REDUCE && r != args->root);
+    const bool rooted = args->coll == ZCCL_COLL_BROADCAST || args->coll == ZCCL_COLL_REDUCE ||
+                        args->coll == ZCCL_COLL_GATHER || args->coll == ZCCL_COLL_SCATTER;
+    bool inp = args->in_place && args->coll != ZCCL_COLL_ALLTOALLV && !(rooted && r != args->root);
     if (inp) {
         /* One allocation; the smaller buffer lives inside the larger one where NCCL's in-place rule puts it. */
         size_t big = ss > rs ? ss : rs;
         R->alloc[0] = new_syms(n, big);
         if (!R->alloc[0]) return fail(sim, "out of memory");
-        if (args->coll == ZCCL_COLL_REDUCE_SCATTER) {
+        if (args->coll == ZCCL_COLL_SCATTER) { /* recvbuf = sendbuf + root*count */
+            R->arena[ZCCL_BUF_SEND] = R->alloc[0];
+            R->arena[ZCCL_BUF_RECV] = R->alloc[0] + (size_t)r * a.count;
+        } else if (args->coll == ZCCL_COLL_GATHER) { /* sendbuf = recvbuf + root*count */
+            R->arena[ZCCL_BUF_RECV] = R->alloc[0];
+            R->arena[ZCCL_BUF_SEND] = R->alloc[0] + (size_t)r * a.count;
+        } else if (args->coll == ZCCL_COLL_REDUCE_SCATTER) {
             R->arena[ZCCL_BUF_SEND] = R->alloc[0];
             size_t off, len;
             zccl__vblock(&a, r, &off, &len);
@@ -484,6 +522,36 @@ static bool verify(sim_t *sim, const zccl_sched_args_t *a) {
             if (r == a->root)
                 for (size_t i = 0; i < c; i++) if (!expect(sim, r, &out[i], (int64_t)i, -1, true, i)) return false;
             break;
+        case ZCCL_COLL_ALLTOALL: /* block q of rank r's output: block r of rank q's input */
+            for (int q = 0; q < n; q++)
+                for (size_t i = 0; i < c; i++)
+                    if (!expect(sim, r, &out[(size_t)q * c + i], (int64_t)((size_t)r * c + i), q, false,
+                                (size_t)q * c + i))
+                        return false;
+            break;
+        case ZCCL_COLL_ALLTOALLV: {
+            const size_t *me = R->a2av;
+            for (int q = 0; q < n; q++) {
+                const size_t *them = sim->ranks[q].a2av;
+                if (them[r] != me[2 * n + q])
+                    return fail(sim, "rank %d: all-to-allv counts disagree with rank %d", r, q);
+                for (size_t i = 0; i < me[2 * n + q]; i++)
+                    if (!expect(sim, r, &out[me[3 * n + q] + i], (int64_t)(them[n + r] + i), q, false, me[3 * n + q] + i))
+                        return false;
+            }
+            break;
+        }
+        case ZCCL_COLL_GATHER:
+            if (r == a->root)
+                for (int q = 0; q < n; q++)
+                    for (size_t i = 0; i < c; i++)
+                        if (!expect(sim, r, &out[(size_t)q * c + i], (int64_t)i, q, false, (size_t)q * c + i))
+                            return false;
+            break;
+        case ZCCL_COLL_SCATTER:
+            for (size_t i = 0; i < c; i++)
+                if (!expect(sim, r, &out[i], (int64_t)((size_t)r * c + i), a->root, false, i)) return false;
+            break;
         default: return fail(sim, "checker does not know collective %d", (int)a->coll);
         }
         if (!a->in_place) { /* out of place: the send buffer must be untouched */
@@ -574,6 +642,7 @@ out:
         free(R->recv_done);
         free(R->my_sends);
         free(R->stamp);
+        free(R->a2av);
         zccl__sched_free(&R->sched);
     }
     free(sim.ranks);

@@ -134,6 +134,11 @@ const zccl_algo_t zccl__algo_direct = {
         [ZCCL_COLL_ALLREDUCE] = zccl__sched_direct_allreduce,
         [ZCCL_COLL_REDUCE_SCATTER] = zccl__sched_direct_reduce_scatter,
         [ZCCL_COLL_ALLGATHER] = zccl__sched_direct_allgather,
+        /* sched_alltoall.c; these collectives have no other algorithm (schedule.c: algo_free) */
+        [ZCCL_COLL_ALLTOALL] = zccl__sched_direct_alltoall,
+        [ZCCL_COLL_ALLTOALLV] = zccl__sched_direct_alltoallv,
+        [ZCCL_COLL_GATHER] = zccl__sched_direct_gather,
+        [ZCCL_COLL_SCATTER] = zccl__sched_direct_scatter,
     },
     .predict = predict_direct,
     .formula = formula_direct,

@@ -5,7 +5,8 @@
 #include "algo.h"
 
 static const char *coll_names[ZCCL_COLL_COUNT] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                                  "reduce", "send", "recv"};
+                                                  "reduce", "send", "recv", "all-to-all", "all-to-allv",
+                                                  "gather", "scatter"};
 
 const char *zccl__algo_name(int algo) {
     const zccl_algo_t *row = zccl__algo(algo);
@@ -19,9 +20,19 @@ int zccl__algo_from_name(const char *name) {
 }
 
 /* Collectives whose schedule does not depend on the algorithm: broadcast and reduce use the first row's chain,
- * send and recv are single steps. */
+ * send and recv are single steps, all-to-all(v), gather and scatter use the direct row's builders
+ * (sched_alltoall.c) whatever algorithm is asked for. */
 static bool algo_free(zccl_coll_t coll) {
-    return coll == ZCCL_COLL_BROADCAST || coll == ZCCL_COLL_REDUCE || coll == ZCCL_COLL_SEND || coll == ZCCL_COLL_RECV;
+    return coll == ZCCL_COLL_BROADCAST || coll == ZCCL_COLL_REDUCE || coll == ZCCL_COLL_SEND ||
+           coll == ZCCL_COLL_RECV || coll == ZCCL_COLL_ALLTOALL || coll == ZCCL_COLL_ALLTOALLV ||
+           coll == ZCCL_COLL_GATHER || coll == ZCCL_COLL_SCATTER;
+}
+
+/* The first row that builds coll (an algorithm-free collective asked of a row without a builder for it). */
+static const zccl_algo_t *row_with(zccl_coll_t coll) {
+    for (int i = 0; i < zccl__nalgos; i++)
+        if (zccl__algo_table[i]->build[coll]) return zccl__algo_table[i];
+    return NULL;
 }
 
 bool zccl__algo_supports(int algo, zccl_coll_t coll) {
@@ -102,7 +113,8 @@ zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *
                                           .peer = a->root, .count = a->count});
         zccl__sched_end_phase(s);
     } else {
-        if (!row->build[a->coll]) row = zccl__algo_table[0]; /* broadcast, reduce: the chain */
+        if (!row->build[a->coll]) row = row_with(a->coll); /* broadcast, reduce: the chain; all-to-all...: direct */
+        if (!row) return zccl__error(ZCCL_INTERNAL_ERROR, "no algorithm builds %s", coll_names[a->coll]);
         char why[160];
         if (row->layout_ok && !row->layout_ok(a, why, sizeof why))
             return zccl__error(ZCCL_INVALID_ARGUMENT, "%s %s: %s", row->name, coll_names[a->coll], why);

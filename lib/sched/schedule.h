@@ -71,6 +71,10 @@ typedef enum {
     ZCCL_COLL_REDUCE,
     ZCCL_COLL_SEND,
     ZCCL_COLL_RECV,
+    ZCCL_COLL_ALLTOALL,  /* count: elements to/from each peer; direct (sched_alltoall.c) */
+    ZCCL_COLL_ALLTOALLV, /* per-peer counts and displacements in a2av; direct */
+    ZCCL_COLL_GATHER,    /* count per rank; root: the root */
+    ZCCL_COLL_SCATTER,   /* count per rank; root: the root */
     ZCCL_COLL_COUNT
 } zccl_coll_t;
 
@@ -91,6 +95,11 @@ typedef struct {
      * (displs = prefix sums of counts); count is then counts[rank]. NULL: every block has `count` elements. Only the
      * ring schedules read them. */
     const size_t *counts, *displs;
+    /* All-to-allv: this rank's sendcounts, sdispls, recvcounts, rdispls (nranks entries each, elements, back to
+     * back). The checker instead takes the whole matrix a2av_matrix[q * nranks + r] = elements rank q sends to rank
+     * r (each rank's blocks then packed in rank order) and derives every rank's a2av itself. */
+    const size_t *a2av;
+    const size_t *a2av_matrix;
     const int *host_of;      /* HIER only: host_of[r] is the host index (any int) of rank r, nranks entries; NULL
                                 = all ranks on one host. Every host must hold the same number of ranks; a rank's
                                 position on its host is its order among the host's ranks by rank number. */
@@ -138,6 +147,11 @@ void zccl__sched_rabenseifner_reduce_scatter(const zccl_sched_args_t *a, zccl_sc
 void zccl__sched_rabenseifner_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_recdbl_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_bruck_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);
+/* Direct all-to-all, all-to-allv, gather and scatter (sched_alltoall.c); they ignore `algo`. */
+void zccl__sched_direct_alltoall(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_alltoallv(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_gather(const zccl_sched_args_t *a, zccl_schedule_t *s);
+void zccl__sched_direct_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
 /** Hierarchical builders; they return false (building nothing) when the host layout is unusable. */
 bool zccl__sched_hier_layout_ok(const zccl_sched_args_t *a, char *why, size_t len);
 void zccl__sched_hier_allreduce(const zccl_sched_args_t *a, zccl_schedule_t *s);

@@ -15,9 +15,10 @@
 /* ---- collectives ------------------------------------------------------------------------------------------- */
 
 static const char *const coll_tune_names[ZCCL_COLL_COUNT] = {"allreduce", "reducescatter", "allgather", "broadcast",
-                                                             "reduce", "send", "recv"};
+                                                             "reduce", "send", "recv", "alltoall",
+                                                             "alltoallv", "gather", "scatter"};
 static const char *const coll_alt_names[ZCCL_COLL_COUNT] = {"all_reduce", "reduce_scatter", "all_gather", "bcast",
-                                                            NULL, NULL, NULL};
+                                                            NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 const char *zccl__coll_tune_name(zccl_coll_t c) { return (unsigned)c < ZCCL_COLL_COUNT ? coll_tune_names[c] : "?"; }
 

@@ -86,6 +86,9 @@ void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int li
     __attribute__((format(printf, 5, 6)));
 /** Sets the rank shown in every log line of this process (-1: unknown). */
 void zccl__log_set_rank(int rank);
+/** Sets the communicator name shown as "[name] " in this thread's log lines (NULL or "": none); returns the previous
+ *  one so that a caller can restore it. The string must outlive its use. */
+const char *zccl__log_set_tag(const char *tag);
 void zccl__log_init(void);
 
 #define ZCCL_WARN(sub, ...) zccl__log(ZCCL_LOG_WARN, (sub), __FILE__, __LINE__, __VA_ARGS__)

@@ -75,6 +75,14 @@ void zccl__log_init(void) { pthread_once(&log_once, log_init_once); }
 
 void zccl__log_set_rank(int rank) { __atomic_store_n(&log_rank, rank, __ATOMIC_RELAXED); }
 
+/* The communicator name (zccl_config_t.comm_name) of the operation this thread runs, shown as "[name] ". */
+static _Thread_local const char *log_tag;
+const char *zccl__log_set_tag(const char *tag) {
+    const char *old = log_tag;
+    log_tag = tag && *tag ? tag : NULL;
+    return old;
+}
+
 void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int line, const char *fmt, ...) {
     zccl__log_init();
     if ((int)level > zccl__log_level || !(subsys & log_subsys)) return;
@@ -88,11 +96,13 @@ void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int li
     base = base ? base + 1 : file;
     /* One fprintf per line so lines from threads of one process do not interleave. */
     if (level == ZCCL_LOG_WARN || level == ZCCL_LOG_TRACE)
-        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s:%d %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
-                __atomic_load_n(&log_rank, __ATOMIC_RELAXED), names[level], base, line, msg);
+        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s:%d %s%s%s%s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
+                __atomic_load_n(&log_rank, __ATOMIC_RELAXED), names[level], base, line, log_tag ? "[" : "",
+                log_tag ? log_tag : "", log_tag ? "] " : "", msg);
     else
-        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid), __atomic_load_n(&log_rank, __ATOMIC_RELAXED),
-                names[level], msg);
+        fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s%s%s%s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
+                __atomic_load_n(&log_rank, __ATOMIC_RELAXED), names[level], log_tag ? "[" : "", log_tag ? log_tag : "",
+                log_tag ? "] " : "", msg);
 }
 
 uint64_t zccl__now_ns(void) {
