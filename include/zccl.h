@@ -520,8 +520,9 @@ zccl_result_t zccl_alltoall(const void *sendbuf, void *recvbuf, size_t count, zc
  * @param recvbuf  must hold every [rdispls[q], rdispls[q] + recvcounts[q]) range; the received ranges must not
  *                 overlap each other. May be NULL if all are empty. Not in place: sendbuf's and recvbuf's used
  *                 ranges must not overlap (ZCCL_INVALID_ARGUMENT).
- * Errors: the common ones, plus ZCCL_INVALID_ARGUMENT naming a NULL array or the entry whose displacement + count
- * overflows, or two received ranges that overlap.
+ * Errors: the common ones, plus ZCCL_INVALID_ARGUMENT naming a NULL array, the entry whose displacement + count
+ * overflows, two received ranges that overlap (or a received and a sent one), or sendcounts[rank] !=
+ * recvcounts[rank] (the block a rank sends itself).
  */
 zccl_result_t zccl_alltoallv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                              const size_t *recvcounts, const size_t *rdispls, zccl_datatype_t datatype,
@@ -553,7 +554,8 @@ zccl_result_t zccl_scatter(const void *sendbuf, void *recvbuf, size_t count, zcc
 
 /** Where the scalar of zccl_redop_create_premulsum lives (values of NCCL's ncclScalarResidence_t). */
 typedef enum {
-    ZCCL_SCALAR_DEVICE = 0,         /**< pointer to memory read when each operation runs (NCCL: GPU memory). */
+    ZCCL_SCALAR_DEVICE = 0,         /**< pointer kept and read when each operation is issued (NCCL: GPU memory;
+                                         this build: host memory only). */
     ZCCL_SCALAR_HOST_IMMEDIATE = 1  /**< pointer to host memory read once, by zccl_redop_create_premulsum. */
 } zccl_scalar_residence_t;
 
@@ -566,8 +568,8 @@ typedef enum {
  * @param scalar    points to one element of `datatype`.
  * @param residence ZCCL_SCALAR_HOST_IMMEDIATE: *scalar is read now. ZCCL_SCALAR_DEVICE: the pointer is kept and
  *                  *scalar is read each time an operation with the handle is issued (called, or recorded in a
- *                  group); it must be host memory in this build (a pointer that is not ordinary host memory: ZCCL_INVALID_ARGUMENT "device-resident
- *                  scalars need GPU memory support").
+ *                  group); it must be host memory in this build (a pointer this process cannot read:
+ *                  ZCCL_INVALID_ARGUMENT "device-resident scalars need GPU memory support").
  * Use: pass the handle as the `op` of zccl_allreduce, zccl_reduce, zccl_reduce_scatter or zccl_reduce_scatter_v
  * with the same datatype and communicator; a handle used with another datatype, on another communicator or after
  * zccl_redop_destroy is ZCCL_INVALID_ARGUMENT naming 'op' and saying which.

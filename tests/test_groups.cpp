@@ -226,6 +226,10 @@ int body_timeout(zccl_comm_t comm, int rank, int n, Shared *sh, bool big_send) {
 
 class Groups : public ::testing::TestWithParam<std::tuple<std::string, int>> {
   protected:
+    void SetUp() override {
+        if (std::get<0>(GetParam()) == "ib" && access("/sys/class/infiniband", F_OK) != 0)
+            GTEST_SKIP() << "no RDMA device (the IB variant runs where one exists, e.g. the soft-RoCE VM)";
+    }
     Options opts(double deadline = 120) {
         Options o;
         o.deadline_s = deadline;
@@ -240,12 +244,39 @@ TEST_P(Groups, TwoCommunicators) { run_ranks(std::get<1>(GetParam()), body_two_c
 TEST_P(Groups, ErrorsNameTheCall) { run_ranks(std::get<1>(GetParam()), body_errors, opts()); }
 
 std::string param_name(const ::testing::TestParamInfo<std::tuple<std::string, int>> &i) {
-    return std::get<0>(i.param) + "_" + std::to_string(std::get<1>(i.param));
+    return std::get<0>(i.param) + "_" + std::to_string(std::get<1>(i.param)) + "ranks";
 }
 INSTANTIATE_TEST_SUITE_P(Transports, Groups,
                          ::testing::Combine(::testing::Values(std::string("shm"), std::string("tcp")),
                                             ::testing::Values(1, 2, 3, 4)),
                          param_name);
+/* IB/.../ib_<n>ranks: picked up by the soft-RoCE VM's default suites (tests/rdma/ib_guest.sh) */
+INSTANTIATE_TEST_SUITE_P(IB, Groups, ::testing::Combine(::testing::Values(std::string("ib")), ::testing::Values(2, 3, 4)),
+                         param_name);
+
+/* A collective that fails inside a group is named too: with ZCCL_CHECK=1, ranks that record different counts get
+ * ZCCL_INVALID_USAGE from zccl_group_end naming the call (call 2, after a send/recv pair that succeeds). */
+TEST(GroupsCheck, FailingCollectiveIsNamed) {
+    Options o;
+    o.deadline_s = 60;
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_CHECK", std::string("1")}};
+    run_ranks(2, [](zccl_comm_t comm, int rank, int n) {
+        int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8] = {0}, r = -1, s = rank;
+        zccl_group_start();
+        zccl_recv(&r, 1, ZCCL_INT32, 1 - rank, comm, nullptr);
+        zccl_allreduce(x, y, rank == 0 ? 4 : 5, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
+        zccl_send(&s, 1, ZCCL_INT32, 1 - rank, comm, nullptr);
+        zccl_result_t res = zccl_group_end();
+        const std::string m = zccl_get_last_error(comm);
+        GCHECK(r == 1 - rank, "the send/recv of the group did not complete: %d", r);
+        GCHECK(res == ZCCL_INVALID_USAGE, "expected ZCCL_INVALID_USAGE, got %d: %s", res, m.c_str());
+        GCHECK(m.find("zccl_group_end: call 2 (zccl_allreduce, count " + std::to_string(rank == 0 ? 4 : 5) + ")") !=
+                   std::string::npos && m.find("different collectives") != std::string::npos,
+               "message: %s", m.c_str());
+        (void)n;
+        return 0;
+    }, o);
+}
 
 class GroupTimeout : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 

@@ -366,3 +366,52 @@ TEST(Config, NonBlockingCreationFailureIsReported) {
 }
 
 }  // namespace
+
+namespace {
+
+/* In one process (so that thread sanitizer builds can run it; forked ranks are outside its model): a one-rank
+ * non-blocking communicator, polled from this thread while its creation thread runs; then a group with a self
+ * send/recv and an allreduce queued on a stream (run by the stream's thread), a PreMulSum allreduce, finalize. */
+TEST(ConfigInProcess, NonBlockingOneRankWithGroupStreamAndPreMulSum) {
+    zccl_unique_id_t id;
+    ASSERT_EQ(zccl_get_unique_id(&id), ZCCL_SUCCESS);
+    zccl_config_t cfg = ZCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.comm_name = "inproc";
+    zccl_comm_t comm = nullptr;
+    ASSERT_EQ(zccl_comm_init_rank_config(&comm, 1, id, 0, &cfg), ZCCL_IN_PROGRESS);
+    ASSERT_NE(comm, nullptr);
+    zccl_result_t ae = ZCCL_IN_PROGRESS;
+    for (int i = 0; i < 10000 && ae == ZCCL_IN_PROGRESS; i++) {
+        ASSERT_EQ(zccl_comm_get_async_error(comm, &ae), ZCCL_SUCCESS);
+        if (ae == ZCCL_IN_PROGRESS) usleep(1000);
+    }
+    ASSERT_EQ(ae, ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    zccl_stream_t st;
+    ASSERT_EQ(zccl_stream_create(&st), ZCCL_SUCCESS);
+    int32_t a[64], b[64], c[64], d[64];
+    for (int i = 0; i < 64; i++) { a[i] = i; b[i] = -1; c[i] = 2 * i; d[i] = 0; }
+    ASSERT_EQ(zccl_group_start(), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_recv(b, 64, ZCCL_INT32, 0, comm, st), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_allreduce(c, d, 64, ZCCL_INT32, ZCCL_SUM, comm, st), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_send(a, 64, ZCCL_INT32, 0, comm, st), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_group_end(), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_stream_synchronize(st), ZCCL_SUCCESS) << zccl_get_last_error(comm);
+    for (int i = 0; i < 64; i++) {
+        ASSERT_EQ(b[i], i);
+        ASSERT_EQ(d[i], 2 * i);
+    }
+    float scalar = 0.25f, x[16], y[16];
+    for (int i = 0; i < 16; i++) x[i] = (float)i;
+    zccl_redop_t op;
+    ASSERT_EQ(zccl_redop_create_premulsum(&op, &scalar, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_allreduce(x, y, 16, ZCCL_FLOAT32, op, comm, st), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_comm_finalize(comm), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_stream_query(st), ZCCL_SUCCESS);
+    for (int i = 0; i < 16; i++) ASSERT_EQ(y[i], 0.25f * (float)i);
+    ASSERT_EQ(zccl_redop_destroy(op, comm), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_stream_destroy(st), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl_comm_destroy(comm), ZCCL_SUCCESS);
+}
+
+}  // namespace

@@ -22,7 +22,7 @@ for a in "$@"; do
   case "$a" in
   --test)
     pkgs+=(googletest libgtest-dev iproute2 clang libclang-rt-14-dev graphviz openmpi-bin
-           python3-torch libtorch-dev python3-pytest python3-numpy python3-dev) ;;
+           python3-torch libtorch-dev pybind11-dev python3-pytest python3-numpy python3-dev) ;;
   --vm)
     pkgs+=(rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest qemu-system-x86 linux-image-amd64
            busybox-static cpio iproute2) ;;

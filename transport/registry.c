@@ -13,6 +13,8 @@ const zccl_transport_ops_t *const zccl__transports[] = {
     &zccl_transport_tcp, /* everything else */
     NULL,
 };
+_Static_assert(sizeof zccl__transports / sizeof zccl__transports[0] <= ZCCL_TRANSPORT_MAX + 1,
+               "more transports than zccl_tp_comm_t has state slots");
 
 const zccl_transport_ops_t *zccl__transport_by_name(const char *name) {
     for (size_t t = 0; zccl__transports[t]; t++)
@@ -20,18 +22,13 @@ const zccl_transport_ops_t *zccl__transport_by_name(const char *name) {
     return NULL;
 }
 
+int zccl__tp_slot(const zccl_transport_ops_t *ops) {
+    for (int t = 0; t < ZCCL_TRANSPORT_MAX && zccl__transports[t]; t++)
+        if (zccl__transports[t] == ops) return t;
+    return -1;
+}
+
 void zccl__tp_set_state(zccl_tp_comm_t *tc, const zccl_transport_ops_t *ops, void *state) {
-    for (int i = 0; i < ZCCL_TRANSPORT_MAX; i++)
-        if (tc->priv[i].ops == ops) {
-            tc->priv[i].state = state;
-            if (!state) tc->priv[i].ops = NULL;
-            return;
-        }
-    if (!state) return;
-    for (int i = 0; i < ZCCL_TRANSPORT_MAX; i++)
-        if (!tc->priv[i].ops) {
-            tc->priv[i].ops = ops;
-            tc->priv[i].state = state;
-            return;
-        }
+    const int i = zccl__tp_slot(ops);
+    if (i >= 0) __atomic_store_n(&tc->priv[i], state, __ATOMIC_RELEASE);
 }

@@ -78,11 +78,9 @@ typedef struct zccl_tp_comm {
     /* Accepted incoming connections: the communicator's service thread fills in_fd[peer] under in_mutex. */
     pthread_mutex_t in_mutex;
     int *in_fd;
-    /* Each transport's own state, found by its ops table (zccl__tp_state). */
-    struct {
-        const struct zccl_transport_ops *ops;
-        void *state;
-    } priv[ZCCL_TRANSPORT_MAX];
+    /* Each transport's own state, in the slot of its row of zccl__transports (zccl__tp_state). Written by the thread
+     * creating the communicator while its service thread may read another slot: accessed atomically. */
+    void *priv[ZCCL_TRANSPORT_MAX];
     /* Wake-up word: a futex this rank sleeps on while it waits; peers and the service thread bump it. It lives in
      * the rank's shared-memory segment when it has one, else in local_doorbell. */
     uint32_t *doorbell;
@@ -96,11 +94,12 @@ typedef struct zccl_tp_comm {
     zccl_result_t async_error;               /* the communicator broke (first remote error or timeout) */
 } zccl_tp_comm_t;
 
-/** The state a transport stored for tc (NULL before it set any). Linear over at most ZCCL_TRANSPORT_MAX rows. */
+/** The slot of a transport: its row in zccl__transports (a const table), or -1. */
+int zccl__tp_slot(const struct zccl_transport_ops *ops);
+/** The state a transport stored for tc (NULL before it set any). */
 static inline void *zccl__tp_state(const zccl_tp_comm_t *tc, const struct zccl_transport_ops *ops) {
-    for (int i = 0; i < ZCCL_TRANSPORT_MAX; i++)
-        if (tc->priv[i].ops == ops) return tc->priv[i].state;
-    return NULL;
+    const int i = zccl__tp_slot(ops);
+    return i >= 0 ? __atomic_load_n(&tc->priv[i], __ATOMIC_ACQUIRE) : NULL;
 }
 /** Stores (state non-NULL) or forgets (NULL) a transport's state in tc. */
 void zccl__tp_set_state(zccl_tp_comm_t *tc, const struct zccl_transport_ops *ops, void *state);

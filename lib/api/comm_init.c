@@ -129,15 +129,17 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
     me.pid = (int32_t)getpid();
     me.host_hash = zccl__host_hash();
     me.listen = local;
-    if (zccl__cma_probe_word == 0) {
-        uint64_t r = 0;
+    if (__atomic_load_n(&zccl__cma_probe_word, __ATOMIC_ACQUIRE) == 0) {
+        /* Several communicators may be created at once in one process (ncclCommInitAll's threads): the first
+         * non-zero value wins and every one publishes that. */
+        uint64_t r = 0, zero = 0;
         while (r == 0) getrandom(&r, sizeof r, 0);
-        zccl__cma_probe_word = r;
+        __atomic_compare_exchange_n(&zccl__cma_probe_word, &zero, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
     }
     me.cma_probe = (uint64_t)(uintptr_t)&zccl__cma_probe_word;
     struct statvfs vfs;
     me.shm_free = statvfs("/dev/shm", &vfs) == 0 ? (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize : 0;
-    me.cma_probe_value = zccl__cma_probe_word;
+    me.cma_probe_value = __atomic_load_n(&zccl__cma_probe_word, __ATOMIC_ACQUIRE);
     ZCCL_CHECK_GOTO(zccl__comm_locality_self(&me.loc, me.host_hash), res, fail);
     ZCCL_CHECK_GOTO(zccl__ib_local_info(&comm->tc, &me.ib), res, fail);
     zccl__comm_cfg_hashes(me.cfg_hash);

@@ -1,0 +1,202 @@
+/*
+ * ProcessGroupZccl.cpp — the "zccl" torch.distributed backend: its Work, construction through the store, the lane
+ * threads, abort and shutdown. The operations are in collectives.cpp and p2p.cpp; argument checks run in the
+ * caller's thread, the zccl calls and the local work around them on the lanes (see ProcessGroupZccl.hpp).
+ */
+#include <Python.h> /* first, as Python asks; only for releasing the GIL in the destructor */
+
+#include "ProcessGroupZccl.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "compose.hpp"
+#include "tensors.hpp"
+
+namespace zccl_torch {
+
+/* ---- Work ---------------------------------------------------------------------------------------------------- */
+
+WorkZccl::WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+std::vector<at::Tensor> WorkZccl::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> WorkZccl::getFuture() { return future_; }
+
+void WorkZccl::complete(std::exception_ptr error) {
+    finish(error);
+    if (error)
+        future_->setError(error);
+    else
+        future_->markCompleted(c10::IValue(outputs_));
+}
+
+/* ---- construction: ids through the store --------------------------------------------------------------------- */
+
+namespace {
+
+zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int size) {
+    zccl_unique_id_t id;
+    if (rank == 0) {
+        if (zccl_get_unique_id(&id) != ZCCL_SUCCESS)
+            throw std::runtime_error(std::string("zccl_torch: zccl_get_unique_id failed: ") +
+                                     zccl_get_last_error(nullptr));
+        std::vector<uint8_t> bytes(reinterpret_cast<uint8_t *>(&id), reinterpret_cast<uint8_t *>(&id) + sizeof id);
+        store.set(key, bytes);
+    } else {
+        std::vector<uint8_t> bytes = store.get(key); /* waits up to the store's timeout */
+        if (bytes.size() != sizeof id)
+            throw std::runtime_error("zccl_torch: store key '" + key + "' holds " + std::to_string(bytes.size()) +
+                                     " bytes, not a zccl unique id (" + std::to_string(sizeof id) + " bytes)");
+        std::memcpy(&id, bytes.data(), sizeof id);
+    }
+    zccl_comm_t comm = nullptr;
+    zccl_result_t res = zccl_comm_init_rank(&comm, size, id, rank);
+    if (res != ZCCL_SUCCESS)
+        throw std::runtime_error(std::string("zccl_torch: creating the communicator failed on rank ") +
+                                 std::to_string(rank) + " of " + std::to_string(size) + ": " +
+                                 zccl_get_error_string(res) + ": " + zccl_get_last_error(nullptr));
+    return comm;
+}
+
+} // namespace
+
+ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                                   std::chrono::milliseconds timeout)
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
+    /* The process group's timeout becomes zccl's collective deadline (read when a communicator is created),
+     * unless the user set ZCCL_TIMEOUT_MS. */
+    const bool set_timeout = std::getenv("ZCCL_TIMEOUT_MS") == nullptr && timeout.count() > 0;
+    if (set_timeout) setenv("ZCCL_TIMEOUT_MS", std::to_string(timeout.count()).c_str(), 1);
+    try {
+        lanes_[0].comm = init_comm(*store_, "zccl_torch/uid/0", rank, size);
+        lanes_[1].comm = init_comm(*store_, "zccl_torch/uid/1", rank, size);
+    } catch (...) {
+        if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
+        if (lanes_[0].comm) zccl_comm_destroy(lanes_[0].comm);
+        throw;
+    }
+    if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
+    for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
+}
+
+ProcessGroupZccl::~ProcessGroupZccl() {
+    /* Python drops the last reference with the GIL held (destroy_process_group). Joining the lanes and closing
+     * the communicators must not hold it: a lane may be completing a future whose callbacks need it, and other
+     * Python threads (multiprocessing's queue feeder) would stall meanwhile. */
+    PyThreadState *saved = nullptr;
+    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+    shutdown();
+    if (saved) PyEval_RestoreThread(saved);
+}
+
+void ProcessGroupZccl::stopLanes() {
+    for (auto &l : lanes_) {
+        {
+            std::lock_guard<std::mutex> g(l.mutex);
+            l.stop = true;
+        }
+        l.cv.notify_all();
+    }
+    for (auto &l : lanes_)
+        if (l.thread.joinable()) l.thread.join();
+}
+
+void ProcessGroupZccl::shutdown() {
+    if (shut_) return;
+    shut_ = true;
+    stopLanes(); /* the lanes finish what is queued first */
+    if (!aborted_)
+        for (auto &l : lanes_) {
+            /* a communicator broken by a lost peer or a deadline has nothing left to complete: abort it, which
+             * closes its connections without waiting for anyone */
+            zccl_result_t broken = ZCCL_SUCCESS;
+            zccl_comm_get_async_error(l.comm, &broken);
+            if (broken != ZCCL_SUCCESS)
+                zccl_comm_abort(l.comm);
+            else
+                zccl_comm_destroy(l.comm);
+        }
+    for (auto &l : lanes_) l.comm = nullptr;
+}
+
+/* zccl_comm_abort frees the communicator and may be called while another thread is blocked inside one of its
+ * calls. Each lane checks `aborted_` under its mutex before it starts a job, and abort() holds that mutex while it
+ * aborts the lane's communicator, so an idle lane never touches a freed one. A busy lane is normally blocked inside
+ * zccl (the reason to abort), which the abort wakes; a job made of several zccl calls (all-to-all, bitwise
+ * reductions) that is between two of them at that instant can still reach the freed communicator: zccl's API has
+ * no way to close that window until it offers an abort that does not free. */
+void ProcessGroupZccl::abort() {
+    if (shut_) return;
+    for (auto &l : lanes_) {
+        std::lock_guard<std::mutex> g(l.mutex);
+        aborted_ = true;
+        zccl_comm_abort(l.comm); /* blocked calls return within ~50 ms; queued jobs fail without running */
+    }
+    shutdown();
+}
+
+/* ---- lanes ----------------------------------------------------------------------------------------------------- */
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType type, const char *name,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::function<void(zccl_comm_t)> fn) {
+    if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
+    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
+    const int rank = rank_, size = size_;
+    const std::string op(name);
+    auto wrapped = [fn = std::move(fn), op, rank, size](zccl_comm_t comm) {
+        try {
+            fn(comm);
+        } catch (const ZcclFailure &f) {
+            throw std::runtime_error("zccl_torch: " + op + " failed on rank " + std::to_string(rank) + " of " +
+                                     std::to_string(size) + ": " + zccl_get_error_string(f.result) + ": " +
+                                     f.message);
+        } catch (const std::exception &e) {
+            throw std::runtime_error("zccl_torch: " + op + " failed on rank " + std::to_string(rank) + " of " +
+                                     std::to_string(size) + ": " + e.what());
+        }
+    };
+    Lane &l = lanes_[lane];
+    {
+        std::lock_guard<std::mutex> g(l.mutex);
+        l.queue.emplace_back(work, std::move(wrapped));
+    }
+    l.cv.notify_one();
+    return work;
+}
+
+void ProcessGroupZccl::runLane(int lane) {
+    Lane &l = lanes_[lane];
+    at::NoGradGuard no_grad; /* in-place copies into tensors that require grad (DDP's buckets do not) */
+    for (;;) {
+        std::pair<c10::intrusive_ptr<WorkZccl>, std::function<void(zccl_comm_t)>> job;
+        bool aborted = false;
+        {
+            std::unique_lock<std::mutex> g(l.mutex);
+            l.cv.wait(g, [&] { return l.stop || !l.queue.empty(); });
+            if (l.queue.empty()) return;
+            job = std::move(l.queue.front());
+            l.queue.pop_front();
+            aborted = aborted_; /* under the lane's mutex: see abort() */
+        }
+        std::exception_ptr error;
+        if (aborted) {
+            error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
+        } else {
+            try {
+                job.second(l.comm);
+            } catch (...) {
+                error = std::current_exception();
+            }
+        }
+        job.first->complete(error);
+    }
+}
+
+} // namespace zccl_torch

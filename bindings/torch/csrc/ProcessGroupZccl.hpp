@@ -1,0 +1,160 @@
+/*
+ * ProcessGroupZccl.hpp — a torch.distributed backend ("zccl") on top of zccl's public C API (include/zccl.h).
+ *
+ * One source for two torch generations: torch 1.x derives custom backends from c10d::ProcessGroup, torch 2.x from
+ * c10d::Backend (wrapped by a ProcessGroup that dispatches on device). TORCH_VERSION_MAJOR from torch/version.h
+ * picks the base; the operation signatures are the same in both.
+ *
+ * Execution. Every operation returns a Work at once and runs on a worker thread of the process group ("lane"),
+ * which calls zccl's blocking functions and then does the local work around them (copies out of non-contiguous
+ * tensors, PREMUL_SUM's scaling, bitwise reductions). zccl's streams would run the zccl calls alone, and a
+ * communicator may be driven by one thread at a time, so one thread per communicator is the simpler equivalent.
+ * Lane 0 (communicator comms_[0]) runs the collectives and point-to-point messages from a lower to a higher rank;
+ * lane 1 (comms_[1], a second communicator of the same ranks) runs messages from a higher to a lower rank, so that
+ * two ranks that both isend() before they irecv() do not deadlock on zccl's blocking send.
+ */
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include <zccl.h>
+
+namespace zccl_torch {
+
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+/* A Work completed by the lane thread: finish() wakes wait(), then the future is marked (DDP's comm hooks chain
+ * on it) with the output tensors or with the error. */
+class WorkZccl : public c10d::Work {
+  public:
+    WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+    std::vector<at::Tensor> result() override;
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+    void complete(std::exception_ptr error);
+
+  private:
+    std::vector<at::Tensor> outputs_;
+    c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupZccl : public BackendBase {
+  public:
+    /* Collective over the group: rank 0 creates zccl unique ids and publishes them through store. */
+    ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
+                     std::chrono::milliseconds timeout);
+    ~ProcessGroupZccl() override;
+
+    const std::string getBackendName() const override { return "zccl"; }
+
+    c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                             const c10d::BroadcastOptions &opts = c10d::BroadcastOptions()) override;
+    c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                             const c10d::AllreduceOptions &opts = c10d::AllreduceOptions()) override;
+    c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+        std::vector<at::Tensor> &tensors,
+        const c10d::AllreduceCoalescedOptions &opts = c10d::AllreduceCoalescedOptions()) override;
+    c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                          const c10d::ReduceOptions &opts = c10d::ReduceOptions()) override;
+    c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                             std::vector<at::Tensor> &inputs,
+                                             const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+    c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                   const c10d::AllgatherOptions &opts = c10d::AllgatherOptions())
+        override;
+    c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputLists,
+                                                       std::vector<at::Tensor> &inputs,
+                                                       const c10d::AllgatherOptions &opts = c10d::AllgatherOptions())
+        override;
+    c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::GatherOptions &opts = c10d::GatherOptions()) override;
+    c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                           std::vector<std::vector<at::Tensor>> &inputs,
+                                           const c10d::ScatterOptions &opts = c10d::ScatterOptions()) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter(
+        std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+        const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions()) override;
+    c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+        at::Tensor &output, at::Tensor &input,
+        const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions()) override;
+    c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                 std::vector<int64_t> &outputSplits,
+                                                 std::vector<int64_t> &inputSplits,
+                                                 const c10d::AllToAllOptions &opts = c10d::AllToAllOptions()) override;
+    c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+                                            const c10d::AllToAllOptions &opts = c10d::AllToAllOptions()) override;
+    c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dstRank, int tag) override;
+    c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int srcRank, int tag) override;
+    c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors, int tag) override;
+    c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts = c10d::BarrierOptions()) override;
+    void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks = false) override;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    /* torch >= 2.1's coalescing manager. zccl has no group calls yet, so the operations of a coalescing block run
+     * one after the other on lane 0; the Work of endCoalescing completes after the last of them. On torch 1.x the
+     * base class's no-op start/endCoalescing apply (same behaviour). */
+    void startCoalescing() override {}
+    c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+    /* FSDP's coalesced forms: one job that runs the tensors' all-gathers / reduce-scatters one after another. */
+    c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
+    c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+        std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+        const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions()) override;
+#endif
+
+    /* Frees the communicators without waiting for peers: operations in progress fail within ~50 ms, queued ones
+     * fail without running. The group cannot be used afterwards. */
+    void abort();
+    /* Completes queued operations, then destroys the communicators (also done by the destructor). */
+    void shutdown();
+    std::chrono::milliseconds timeout() const { return timeout_; }
+
+  private:
+    struct Lane {
+        zccl_comm_t comm = nullptr;
+        std::thread thread;
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::deque<std::pair<c10::intrusive_ptr<WorkZccl>, std::function<void(zccl_comm_t)>>> queue;
+        bool stop = false;
+    };
+
+    c10::intrusive_ptr<c10d::Work> enqueue(int lane, c10d::OpType type, const char *name,
+                                           std::vector<at::Tensor> outputs, std::function<void(zccl_comm_t)> fn);
+    void runLane(int lane);
+    void stopLanes();
+
+    c10::intrusive_ptr<c10d::Store> store_;
+    std::chrono::milliseconds timeout_;
+    Lane lanes_[2];
+    std::atomic<bool> aborted_{false};
+    bool shut_ = false;
+    uint64_t monitoredSeq_ = 0;
+};
+
+} // namespace zccl_torch

@@ -1,0 +1,303 @@
+/*
+ * collectives.cpp — ProcessGroupZccl's collectives over zccl's own: broadcast, all-reduce (also coalesced),
+ * reduce, the all-gathers, gather and scatter (compose.cpp), the reduce-scatters.
+ */
+#include "ProcessGroupZccl.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "compose.hpp"
+#include "tensors.hpp"
+
+namespace zccl_torch {
+
+/* ---- collectives ---------------------------------------------------------------------------------------------- */
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::broadcast(std::vector<at::Tensor> &tensors,
+                                                           const c10d::BroadcastOptions &opts) {
+    const char *op = "broadcast";
+    check_single(op, tensors, "tensor");
+    if (opts.rootRank < 0 || opts.rootRank >= size_) refuse(op, "root rank " + std::to_string(opts.rootRank) +
+                                                                    " is outside [0, " + std::to_string(size_) + ")");
+    Dense d = Dense::inout(tensors[0]);
+    const int root = static_cast<int>(opts.rootRank);
+    return enqueue(0, c10d::OpType::BROADCAST, op, tensors, [d, root](zccl_comm_t comm) {
+        zcheck(zccl_broadcast(d.ptr(), d.ptr(), nbytes(d.buf), ZCCL_UINT8, root, comm, nullptr));
+        d.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce(std::vector<at::Tensor> &tensors,
+                                                           const c10d::AllreduceOptions &opts) {
+    const char *op = "allreduce";
+    check_single(op, tensors, "tensor");
+    Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
+    Dense d = Dense::inout(tensors[0]);
+    return enqueue(0, c10d::OpType::ALLREDUCE, op, tensors, [d, r](zccl_comm_t comm) {
+        at::Tensor buf = d.buf;
+        allreduce_dense(comm, r, buf);
+        d.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce_coalesced(std::vector<at::Tensor> &tensors,
+                                                                     const c10d::AllreduceCoalescedOptions &opts) {
+    const char *op = "allreduce_coalesced";
+    if (tensors.empty()) refuse(op, "no tensors");
+    for (auto &t : tensors) {
+        check_tensor(op, t, "tensor");
+        check_same_dtype(op, tensors[0], t, "a tensor");
+    }
+    Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
+    std::vector<at::Tensor> ts = tensors;
+    return enqueue(0, c10d::OpType::ALLREDUCE_COALESCED, op, tensors, [ts, r](zccl_comm_t comm) {
+        std::vector<at::Tensor> flat;
+        for (auto &t : ts) flat.push_back(t.reshape({-1}));
+        at::Tensor buf = at::cat(flat); /* one zccl call for the whole list */
+        allreduce_dense(comm, r, buf);
+        int64_t off = 0;
+        for (auto &t : ts) {
+            t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
+            off += t.numel();
+        }
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce(std::vector<at::Tensor> &tensors,
+                                                        const c10d::ReduceOptions &opts) {
+    const char *op = "reduce";
+    check_single(op, tensors, "tensor");
+    if (opts.rootRank < 0 || opts.rootRank >= size_) refuse(op, "root rank " + std::to_string(opts.rootRank) +
+                                                                    " is outside [0, " + std::to_string(size_) + ")");
+    Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
+    Dense d = Dense::inout(tensors[0]);
+    const int root = static_cast<int>(opts.rootRank), me = rank_;
+    return enqueue(0, c10d::OpType::REDUCE, op, tensors, [d, r, root, me](zccl_comm_t comm) {
+        at::Tensor buf = d.buf;
+        if (r.bitwise) { /* all ranks compute it; only the root's tensor changes */
+            at::Tensor tmp = buf.clone();
+            allreduce_bitwise(comm, r, tmp);
+            if (me == root) buf.copy_(tmp);
+        } else {
+            at::Tensor src = buf;
+            if (r.premul) {
+                src = buf.clone();
+                apply_premul(r, src);
+            }
+            zcheck(zccl_reduce(src.data_ptr(), me == root ? buf.data_ptr() : nullptr, buf.numel(), r.type, r.op,
+                               root, comm, nullptr));
+        }
+        if (me == root) d.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                           std::vector<at::Tensor> &inputs,
+                                                           const c10d::AllgatherOptions &) {
+    const char *op = "allgather";
+    check_single(op, inputs, "input");
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_)
+        refuse(op, "expects one list of " + std::to_string(size_) + " output tensors (one per rank)");
+    for (auto &t : outputs[0]) {
+        check_tensor(op, t, "output");
+        check_same_dtype(op, inputs[0], t, "an output tensor");
+        check_numel(op, t, inputs[0].numel(), "an output tensor");
+    }
+    Dense in = Dense::in(inputs[0]);
+    std::vector<at::Tensor> outs = outputs[0];
+    return enqueue(0, c10d::OpType::ALLGATHER, op, outs, [in, outs](zccl_comm_t comm) {
+        at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), in.buf.numel()}, in.buf.options());
+        zcheck(zccl_allgather(in.ptr(), all.data_ptr(), nbytes(in.buf), ZCCL_UINT8, comm, nullptr));
+        for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(all[r].view(outs[r].sizes()));
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                                 const c10d::AllgatherOptions &) {
+    const char *op = "_allgather_base";
+    check_tensor(op, input, "input");
+    check_tensor(op, output, "output");
+    check_same_dtype(op, input, output, "the output");
+    check_numel(op, output, input.numel() * size_, "the output");
+    Dense in = Dense::in(input), out = Dense::out(output);
+    return enqueue(0, c10d::OpType::_ALLGATHER_BASE, op, {output}, [in, out](zccl_comm_t comm) {
+        zcheck(zccl_allgather(in.ptr(), out.ptr(), nbytes(in.buf), ZCCL_UINT8, comm, nullptr));
+        out.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather_coalesced(std::vector<std::vector<at::Tensor>> &outputLists,
+                                                                     std::vector<at::Tensor> &inputs,
+                                                                     const c10d::AllgatherOptions &) {
+    const char *op = "allgather_coalesced";
+    if (static_cast<int>(outputLists.size()) != size_)
+        refuse(op, "expects " + std::to_string(size_) + " output lists (one per rank), got " +
+                       std::to_string(outputLists.size()));
+    for (auto &t : inputs) check_tensor(op, t, "input");
+    for (auto &list : outputLists) {
+        if (list.size() != inputs.size())
+            refuse(op, "every output list must hold " + std::to_string(inputs.size()) + " tensors (one per input)");
+        for (size_t i = 0; i < list.size(); i++) {
+            check_tensor(op, list[i], "output");
+            check_same_dtype(op, inputs[i], list[i], "an output tensor");
+            check_numel(op, list[i], inputs[i].numel(), "an output tensor");
+        }
+    }
+    std::vector<at::Tensor> ins = inputs, flatOut;
+    for (auto &list : outputLists) flatOut.insert(flatOut.end(), list.begin(), list.end());
+    auto lists = outputLists;
+    return enqueue(0, c10d::OpType::ALLGATHER_COALESCED, op, flatOut, [ins, lists](zccl_comm_t comm) {
+        /* the inputs as bytes back to back, gathered in one zccl call, then unpacked */
+        std::vector<at::Tensor> bytes;
+        for (auto &t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
+        at::Tensor packed = bytes.empty() ? at::empty({0}, at::kByte) : at::cat(bytes);
+        const int64_t per = packed.numel();
+        at::Tensor all = at::empty({static_cast<int64_t>(lists.size()) * per}, at::kByte);
+        zcheck(zccl_allgather(packed.data_ptr(), all.data_ptr(), per, ZCCL_UINT8, comm, nullptr));
+        for (size_t r = 0; r < lists.size(); r++) {
+            int64_t off = static_cast<int64_t>(r) * per;
+            for (auto &t : lists[r]) {
+                const int64_t nb = static_cast<int64_t>(nbytes(t));
+                at::Tensor src = all.narrow(0, off, nb).view(t.scalar_type()).view(t.sizes());
+                t.copy_(src);
+                off += nb;
+            }
+        }
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                        std::vector<at::Tensor> &inputs,
+                                                        const c10d::GatherOptions &opts) {
+    const char *op = "gather";
+    check_single(op, inputs, "input");
+    if (opts.rootRank < 0 || opts.rootRank >= size_) refuse(op, "root rank " + std::to_string(opts.rootRank) +
+                                                                    " is outside [0, " + std::to_string(size_) + ")");
+    const int root = static_cast<int>(opts.rootRank);
+    std::vector<at::Tensor> outs;
+    if (rank_ == root) {
+        if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_)
+            refuse(op, "the root expects one list of " + std::to_string(size_) + " output tensors");
+        for (auto &t : outputs[0]) {
+            check_tensor(op, t, "output");
+            check_same_dtype(op, inputs[0], t, "an output tensor");
+            check_numel(op, t, inputs[0].numel(), "an output tensor");
+        }
+        outs = outputs[0];
+    } else if (!outputs.empty() && !outputs[0].empty()) {
+        refuse(op, "only the root passes output tensors (rank " + std::to_string(rank_) + " is not the root " +
+                       std::to_string(root) + ")");
+    }
+    Dense in = Dense::in(inputs[0]);
+    return enqueue(0, c10d::OpType::GATHER, op, outs, [in, outs, root](zccl_comm_t comm) {
+        std::vector<Dense> d;
+        std::vector<void *> ptrs;
+        for (auto &t : outs) d.push_back(Dense::out(t));
+        for (auto &x : d) ptrs.push_back(x.ptr());
+        zcheck(compose_gather(comm, in.ptr(), nbytes(in.buf), ptrs.empty() ? nullptr : ptrs.data(), root));
+        for (auto &x : d) x.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::scatter(std::vector<at::Tensor> &outputs,
+                                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                                         const c10d::ScatterOptions &opts) {
+    const char *op = "scatter";
+    check_single(op, outputs, "output");
+    if (opts.rootRank < 0 || opts.rootRank >= size_) refuse(op, "root rank " + std::to_string(opts.rootRank) +
+                                                                    " is outside [0, " + std::to_string(size_) + ")");
+    const int root = static_cast<int>(opts.rootRank);
+    std::vector<at::Tensor> ins;
+    if (rank_ == root) {
+        if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
+            refuse(op, "the root expects one list of " + std::to_string(size_) + " input tensors");
+        for (auto &t : inputs[0]) {
+            check_tensor(op, t, "input");
+            check_same_dtype(op, outputs[0], t, "an input tensor");
+            check_numel(op, t, outputs[0].numel(), "an input tensor");
+        }
+        ins = inputs[0];
+    } else if (!inputs.empty() && !inputs[0].empty()) {
+        refuse(op, "only the root passes input tensors (rank " + std::to_string(rank_) + " is not the root " +
+                       std::to_string(root) + ")");
+    }
+    Dense out = Dense::out(outputs[0]);
+    return enqueue(0, c10d::OpType::SCATTER, op, outputs, [out, ins, root](zccl_comm_t comm) {
+        std::vector<at::Tensor> d;
+        std::vector<const void *> ptrs;
+        for (auto &t : ins) d.push_back(t.contiguous());
+        for (auto &x : d) ptrs.push_back(x.data_ptr());
+        zcheck(compose_scatter(comm, ptrs.empty() ? nullptr : ptrs.data(), nbytes(out.buf), out.ptr(), root));
+        out.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                                const c10d::ReduceScatterOptions &opts) {
+    const char *op = "reduce_scatter";
+    check_single(op, outputs, "output");
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_)
+        refuse(op, "expects one list of " + std::to_string(size_) + " input tensors (one per rank)");
+    for (auto &t : inputs[0]) {
+        check_tensor(op, t, "input");
+        check_same_dtype(op, outputs[0], t, "an input tensor");
+    }
+    check_numel(op, inputs[0][rank_], outputs[0].numel(), "this rank's input tensor");
+    Reduction r = resolve_reduction(op, opts.reduceOp, outputs[0].scalar_type());
+    std::vector<at::Tensor> ins = inputs[0];
+    Dense out = Dense::out(outputs[0]);
+    const int me = rank_;
+    return enqueue(0, c10d::OpType::REDUCE_SCATTER, op, outputs, [ins, out, r, me](zccl_comm_t comm) {
+        std::vector<at::Tensor> flat;
+        std::vector<size_t> counts;
+        for (auto &t : ins) {
+            flat.push_back(t.reshape({-1}));
+            counts.push_back(static_cast<size_t>(t.numel()));
+        }
+        at::Tensor all = at::cat(flat);
+        if (r.bitwise) {
+            allreduce_bitwise(comm, r, all);
+            const int64_t off = std::accumulate(counts.begin(), counts.begin() + me, int64_t(0));
+            out.buf.view({-1}).copy_(all.narrow(0, off, counts[me]));
+        } else {
+            apply_premul(r, all);
+            /* uneven blocks are allowed by torch's list form; zccl_reduce_scatter_v takes them as they are */
+            zcheck(zccl_reduce_scatter_v(all.data_ptr(), out.ptr(), counts.data(), r.type, r.op, comm, nullptr));
+        }
+        out.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                      const c10d::ReduceScatterOptions &opts) {
+    const char *op = "_reduce_scatter_base";
+    check_tensor(op, input, "input");
+    check_tensor(op, output, "output");
+    check_same_dtype(op, output, input, "the input");
+    check_numel(op, input, output.numel() * size_, "the input");
+    Reduction r = resolve_reduction(op, opts.reduceOp, output.scalar_type());
+    Dense in = Dense::in(input), out = Dense::out(output);
+    const int me = rank_;
+    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, [in, out, r, me](zccl_comm_t comm) {
+        at::Tensor src = in.buf;
+        if (r.bitwise) {
+            at::Tensor all = src.reshape({-1}).clone();
+            allreduce_bitwise(comm, r, all);
+            out.buf.view({-1}).copy_(all.narrow(0, me * out.buf.numel(), out.buf.numel()));
+        } else {
+            if (r.premul) {
+                src = src.clone();
+                apply_premul(r, src);
+            }
+            zcheck(zccl_reduce_scatter(src.data_ptr(), out.ptr(), out.buf.numel(), r.type, r.op, comm, nullptr));
+        }
+        out.finish();
+    });
+}
+
+} // namespace zccl_torch

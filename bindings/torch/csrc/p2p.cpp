@@ -1,0 +1,226 @@
+/*
+ * p2p.cpp — ProcessGroupZccl's operations built on point-to-point messages or on the store: all-to-all
+ * (compose.cpp), send/recv, barriers (the monitored one through the store), coalescing for torch >= 2.1.
+ */
+#include "ProcessGroupZccl.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "compose.hpp"
+#include "tensors.hpp"
+
+namespace zccl_torch {
+
+/* ---- all-to-all ----------------------------------------------------------------------------------------------- */
+
+namespace {
+
+/* Per-rank byte counts and displacements for alltoall_base's split sizes (rows of dim 0); empty splits mean equal
+ * blocks of size(0)/n rows. */
+void split_bytes(const char *op, const at::Tensor &t, const std::vector<int64_t> &splits, int n, const char *what,
+                 std::vector<size_t> *bytes, std::vector<size_t> *displ) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    const size_t row_bytes = rows == 0 ? 0 : nbytes(t) / rows;
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+        if (rows % n != 0)
+            refuse(op, std::string(what) + " has " + std::to_string(rows) + " rows, not divisible by the " +
+                           std::to_string(n) + " ranks (pass split sizes)");
+        s.assign(n, rows / n);
+    }
+    if (static_cast<int>(s.size()) != n)
+        refuse(op, std::string(what) + " split sizes have " + std::to_string(s.size()) + " entries, expected " +
+                       std::to_string(n));
+    int64_t sum = 0;
+    for (int64_t v : s) {
+        if (v < 0) refuse(op, std::string(what) + " split sizes contain a negative value");
+        displ->push_back(static_cast<size_t>(sum) * row_bytes);
+        bytes->push_back(static_cast<size_t>(v) * row_bytes);
+        sum += v;
+    }
+    if (sum != rows)
+        refuse(op, std::string(what) + " split sizes sum to " + std::to_string(sum) + " but the tensor has " +
+                       std::to_string(rows) + " rows");
+}
+
+} // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                               std::vector<int64_t> &outputSplits,
+                                                               std::vector<int64_t> &inputSplits,
+                                                               const c10d::AllToAllOptions &) {
+    const char *op = "alltoall_base";
+    check_tensor(op, input, "input");
+    check_tensor(op, output, "output");
+    check_same_dtype(op, input, output, "the output");
+    std::vector<size_t> sb, sd, rb, rd;
+    split_bytes(op, input, inputSplits, size_, "the input", &sb, &sd);
+    split_bytes(op, output, outputSplits, size_, "the output", &rb, &rd);
+    Dense in = Dense::in(input), out = Dense::out(output);
+    return enqueue(0, c10d::OpType::ALLTOALL_BASE, op, {output}, [in, out, sb, sd, rb, rd](zccl_comm_t comm) {
+        zcheck(compose_alltoallv(comm, in.ptr(), sb.data(), sd.data(), out.ptr(), rb.data(), rd.data()));
+        out.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall(std::vector<at::Tensor> &outputs,
+                                                          std::vector<at::Tensor> &inputs,
+                                                          const c10d::AllToAllOptions &) {
+    const char *op = "alltoall";
+    if (static_cast<int>(outputs.size()) != size_ || static_cast<int>(inputs.size()) != size_)
+        refuse(op, "expects " + std::to_string(size_) + " input and output tensors (one per rank), got " +
+                       std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
+    for (int r = 0; r < size_; r++) {
+        check_tensor(op, inputs[r], "input");
+        check_tensor(op, outputs[r], "output");
+        check_same_dtype(op, inputs[0], inputs[r], "an input tensor");
+        check_same_dtype(op, inputs[0], outputs[r], "an output tensor");
+    }
+    std::vector<at::Tensor> ins = inputs, outs = outputs;
+    return enqueue(0, c10d::OpType::ALLTOALL, op, outputs, [ins, outs](zccl_comm_t comm) {
+        /* pack the inputs back to back, exchange, unpack: uneven sizes are allowed */
+        std::vector<at::Tensor> flat;
+        std::vector<size_t> sb, sd, rb, rd;
+        size_t off = 0;
+        for (auto &t : ins) {
+            flat.push_back(t.reshape({-1}));
+            sb.push_back(nbytes(t));
+            sd.push_back(off);
+            off += nbytes(t);
+        }
+        at::Tensor send = at::cat(flat);
+        off = 0;
+        for (auto &t : outs) {
+            rb.push_back(nbytes(t));
+            rd.push_back(off);
+            off += nbytes(t);
+        }
+        at::Tensor recv = at::empty({static_cast<int64_t>(off)}, at::kByte);
+        zcheck(compose_alltoallv(comm, send.data_ptr(), sb.data(), sd.data(), recv.data_ptr(), rb.data(),
+                                 rd.data()));
+        for (size_t r = 0; r < outs.size(); r++)
+            outs[r].copy_(recv.narrow(0, rd[r], rb[r]).view(outs[r].scalar_type()).view(outs[r].sizes()));
+    });
+}
+
+/* ---- point to point ------------------------------------------------------------------------------------------- */
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::send(std::vector<at::Tensor> &tensors, int dstRank, int /*tag*/) {
+    const char *op = "send";
+    check_single(op, tensors, "tensor");
+    if (dstRank < 0 || dstRank >= size_ || dstRank == rank_)
+        refuse(op, "destination rank " + std::to_string(dstRank) + " is outside [0, " + std::to_string(size_) +
+                       ") or is this rank");
+    Dense d = Dense::in(tensors[0]);
+    /* messages from lower to higher ranks travel on lane 0, the others on lane 1 (see ProcessGroupZccl.hpp) */
+    return enqueue(rank_ < dstRank ? 0 : 1, c10d::OpType::SEND, op, tensors, [d, dstRank](zccl_comm_t comm) {
+        zcheck(zccl_send(d.ptr(), nbytes(d.buf), ZCCL_UINT8, dstRank, comm, nullptr));
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recv(std::vector<at::Tensor> &tensors, int srcRank, int /*tag*/) {
+    const char *op = "recv";
+    check_single(op, tensors, "tensor");
+    if (srcRank < 0 || srcRank >= size_ || srcRank == rank_)
+        refuse(op, "source rank " + std::to_string(srcRank) + " is outside [0, " + std::to_string(size_) +
+                       ") or is this rank");
+    Dense d = Dense::out(tensors[0]);
+    return enqueue(srcRank < rank_ ? 0 : 1, c10d::OpType::RECV, op, tensors, [d, srcRank](zccl_comm_t comm) {
+        zcheck(zccl_recv(d.ptr(), nbytes(d.buf), ZCCL_UINT8, srcRank, comm, nullptr));
+        d.finish();
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::Tensor> &, int) {
+    refuse("recvAnysource", "not supported: zccl receives only from a named rank (pass src= to recv/irecv)");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::barrier(const c10d::BarrierOptions &) {
+    return enqueue(0, c10d::OpType::BARRIER, "barrier", {}, [](zccl_comm_t comm) {
+        zcheck(zccl_barrier(comm, nullptr));
+    });
+}
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::endCoalescing() {
+    return enqueue(0, c10d::OpType::UNKNOWN, "endCoalescing", {}, [](zccl_comm_t) {});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
+                                                                                 std::vector<at::Tensor> &inputs,
+                                                                                 const c10d::AllgatherOptions &) {
+    const char *op = "allgather_into_tensor_coalesced";
+    if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
+    std::vector<Dense> ins, outs;
+    for (size_t i = 0; i < inputs.size(); i++) {
+        check_tensor(op, inputs[i], "input");
+        check_tensor(op, outputs[i], "output");
+        check_same_dtype(op, inputs[i], outputs[i], "an output");
+        check_numel(op, outputs[i], inputs[i].numel() * size_, "an output");
+        ins.push_back(Dense::in(inputs[i]));
+        outs.push_back(Dense::out(outputs[i]));
+    }
+    return enqueue(0, c10d::OpType::ALLGATHER_COALESCED, op, outputs, [ins, outs](zccl_comm_t comm) {
+        for (size_t i = 0; i < ins.size(); i++) {
+            zcheck(zccl_allgather(ins[i].ptr(), outs[i].ptr(), nbytes(ins[i].buf), ZCCL_UINT8, comm, nullptr));
+            outs[i].finish();
+        }
+    });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
+    const char *op = "reduce_scatter_tensor_coalesced";
+    if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
+    std::vector<c10::intrusive_ptr<c10d::Work>> parts;
+    for (size_t i = 0; i < inputs.size(); i++) /* each one is checked, then queued; they run in this order */
+        parts.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
+    /* a Work that completes after the last part (same lane, in order) and carries every output */
+    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, outputs, [parts](zccl_comm_t) {
+        for (auto &w : parts) w->wait(); /* already complete: rethrows a part's error */
+    });
+}
+#endif
+
+/* Monitored barrier through the store, as gloo's reports: every rank checks in under a per-call key, rank 0 waits
+ * for all of them until the timeout and names the ranks that did not arrive, then releases the others. */
+void ProcessGroupZccl::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks) {
+    const uint64_t seq = monitoredSeq_++;
+    const std::string base = "zccl_torch/monitored_barrier/" + std::to_string(seq) + "/";
+    const auto timeout = opts.timeout.count() > 0 ? opts.timeout : timeout_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (rank_ != 0) {
+        store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
+        store_->wait({base + "done"}, timeout);
+        std::vector<uint8_t> v = store_->get(base + "done");
+        std::string msg(v.begin(), v.end());
+        if (msg != "ok") throw std::runtime_error(msg);
+        return;
+    }
+    std::vector<int> missing;
+    for (int r = 1; r < size_; r++) {
+        const std::string key = base + std::to_string(r);
+        while (!store_->check({key}) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!store_->check({key})) {
+            missing.push_back(r);
+            if (!waitAllRanks) break;
+        }
+    }
+    std::string msg = "ok";
+    if (!missing.empty()) {
+        std::ostringstream os;
+        os << "zccl_torch: monitoredBarrier: rank" << (missing.size() > 1 ? "s " : " ");
+        for (size_t i = 0; i < missing.size(); i++) os << (i ? ", " : "") << missing[i];
+        os << " did not reach the barrier within " << timeout.count() << " ms";
+        msg = os.str();
+    }
+    store_->set(base + "done", std::vector<uint8_t>(msg.begin(), msg.end()));
+    if (msg != "ok") throw std::runtime_error(msg);
+}
+
+} // namespace zccl_torch

@@ -1,0 +1,206 @@
+/*
+ * tensors.hpp — what every operation of ProcessGroupZccl needs around its zccl calls: errors that carry zccl's
+ * message, torch dtype -> zccl datatype, contiguous stand-ins for non-contiguous tensors, and how a c10d reduction
+ * runs on zccl (natively, PREMUL_SUM as scale-then-sum, bitwise ones through an all-gather).
+ */
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <zccl.h>
+
+namespace zccl_torch {
+/* ---- errors ------------------------------------------------------------------------------------------------ */
+
+/* Thrown on a lane by a failing zccl call; carries zccl's per-thread message, read on the thread that failed. */
+struct ZcclFailure {
+    zccl_result_t result;
+    std::string message;
+};
+
+inline void zcheck(zccl_result_t res) {
+    if (res != ZCCL_SUCCESS) throw ZcclFailure{res, zccl_get_last_error(nullptr)};
+}
+
+[[noreturn]] inline void refuse(const char *op, const std::string &why) {
+    throw std::invalid_argument(std::string("zccl_torch: ") + op + ": " + why);
+}
+
+/* ---- tensors and datatypes ---------------------------------------------------------------------------------- */
+
+inline bool to_zccl_type(at::ScalarType st, zccl_datatype_t *out) {
+    switch (st) {
+    case at::kHalf: *out = ZCCL_FLOAT16; return true;
+    case at::kBFloat16: *out = ZCCL_BFLOAT16; return true;
+    case at::kFloat: *out = ZCCL_FLOAT32; return true;
+    case at::kDouble: *out = ZCCL_FLOAT64; return true;
+    case at::kChar: *out = ZCCL_INT8; return true;
+    case at::kByte: *out = ZCCL_UINT8; return true;
+    case at::kBool: *out = ZCCL_UINT8; return true; /* 0/1 bytes: MIN/MAX are AND/OR */
+    case at::kInt: *out = ZCCL_INT32; return true;
+    case at::kLong: *out = ZCCL_INT64; return true;
+    default: return false;
+    }
+}
+
+inline void check_tensor(const char *op, const at::Tensor &t, const char *what) {
+    if (!t.defined()) refuse(op, std::string(what) + " is an undefined tensor");
+    if (!t.device().is_cpu())
+        refuse(op, std::string(what) + " is on device " + t.device().str() + "; zccl takes CPU tensors only");
+    if (t.layout() != at::kStrided)
+        refuse(op, std::string(what) + " is not a dense (strided) tensor; sparse tensors are not supported");
+}
+
+inline void check_single(const char *op, const std::vector<at::Tensor> &v, const char *what) {
+    if (v.size() != 1)
+        refuse(op, std::string("expects exactly one ") + what + " tensor (one per process), got " +
+                       std::to_string(v.size()));
+    check_tensor(op, v[0], what);
+}
+
+inline size_t nbytes(const at::Tensor &t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+/* A tensor the zccl call reads or writes: the tensor itself when it is contiguous, else a contiguous copy
+ * (inputs) or a contiguous scratch tensor written back by finish() (outputs). */
+struct Dense {
+    at::Tensor user, buf;
+    static Dense in(const at::Tensor &t) { return Dense{t, t.is_contiguous() ? t : t.contiguous()}; }
+    static Dense out(const at::Tensor &t) {
+        return Dense{t, t.is_contiguous() ? t : at::empty_like(t, at::MemoryFormat::Contiguous)};
+    }
+    static Dense inout(const at::Tensor &t) { return Dense{t, t.is_contiguous() ? t : t.contiguous()}; }
+    void *ptr() const { return buf.data_ptr(); }
+    void finish() const {
+        if (!buf.is_same(user)) user.copy_(buf);
+    }
+};
+
+/* ---- reductions --------------------------------------------------------------------------------------------- */
+
+/* How a c10d reduction runs on zccl: natively (op, datatype), with PREMUL_SUM's factor applied first, or, for
+ * bitwise AND/OR/XOR on integers (zccl has no bitwise ops), as an all-gather followed by a local reduction in rank
+ * order (identical on every rank). */
+struct Reduction {
+    zccl_datatype_t type = ZCCL_FLOAT32;
+    zccl_redop_t op = ZCCL_SUM;
+    bool bitwise = false;
+    c10d::ReduceOp::RedOpType bitwise_op = c10d::ReduceOp::BAND;
+    bool premul = false;
+    double factor = 1.0;
+    at::Tensor factor_tensor;
+};
+
+inline const char *redop_name(c10d::ReduceOp::RedOpType op) {
+    static const char *names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"};
+    return op <= c10d::ReduceOp::PREMUL_SUM ? names[op] : "unknown";
+}
+
+inline Reduction resolve_reduction(const char *opname, const c10d::ReduceOp &rop, at::ScalarType st) {
+    const c10d::ReduceOp::RedOpType op = rop.op_;
+    Reduction r;
+    if (!to_zccl_type(st, &r.type))
+        refuse(opname, std::string("dtype ") + c10::toString(st) + " cannot be reduced by zccl (supported: float16, "
+                       "bfloat16, float32, float64, int8, uint8, int32, int64, bool)");
+    const bool is_bool = st == at::kBool;
+    const bool is_int = at::isIntegralType(st, /*includeBool=*/true);
+    switch (op) {
+    case c10d::ReduceOp::SUM: r.op = is_bool ? ZCCL_MAX : ZCCL_SUM; break; /* bool sum saturates: OR */
+    case c10d::ReduceOp::PRODUCT: r.op = is_bool ? ZCCL_MIN : ZCCL_PROD; break; /* bool product: AND */
+    case c10d::ReduceOp::MIN: r.op = ZCCL_MIN; break;
+    case c10d::ReduceOp::MAX: r.op = ZCCL_MAX; break;
+    case c10d::ReduceOp::AVG:
+        if (is_bool) refuse(opname, "ReduceOp.AVG is not defined for bool tensors");
+        r.op = ZCCL_AVG;
+        break;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+        if (!is_int)
+            refuse(opname, std::string("ReduceOp.") + redop_name(op) + " needs an integer or bool tensor, got " +
+                               c10::toString(st));
+        if (is_bool && op == c10d::ReduceOp::BAND) {
+            r.op = ZCCL_MIN;
+        } else if (is_bool && op == c10d::ReduceOp::BOR) {
+            r.op = ZCCL_MAX;
+        } else {
+            r.bitwise = true;
+            r.bitwise_op = op;
+        }
+        break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+        if (!at::isFloatingType(st))
+            refuse(opname, std::string("ReduceOp.PREMUL_SUM needs a floating-point tensor, got ") + c10::toString(st));
+        auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
+        if (sup == nullptr) refuse(opname, "ReduceOp.PREMUL_SUM without its factor");
+        r.premul = true;
+        r.op = ZCCL_SUM; /* zccl has no PreMulSum yet: scale locally, then sum */
+#if TORCH_VERSION_MAJOR >= 2
+        if (sup->tensor_factor.defined()) r.factor_tensor = sup->tensor_factor;
+#else
+        if (!sup->tensor_factors.empty()) r.factor_tensor = sup->tensor_factors[0];
+#endif
+        if (r.factor_tensor.defined()) {
+            check_tensor(opname, r.factor_tensor, "PREMUL_SUM factor");
+        } else {
+            r.factor = sup->double_factor;
+        }
+        break;
+    }
+    default: refuse(opname, std::string("unsupported reduction ") + std::to_string(int(op)));
+    }
+    return r;
+}
+
+inline void apply_premul(const Reduction &r, at::Tensor &buf) {
+    if (!r.premul) return;
+    if (r.factor_tensor.defined())
+        buf.mul_(r.factor_tensor.to(buf.scalar_type()));
+    else
+        buf.mul_(r.factor);
+}
+
+/* Bitwise all-reduce of `count` elements in place: every rank's block gathered, then combined in rank order. */
+inline void allreduce_bitwise(zccl_comm_t comm, const Reduction &r, at::Tensor &flat) {
+    int n = 0;
+    zcheck(zccl_comm_count(comm, &n));
+    at::Tensor all = at::empty({n, flat.numel()}, flat.options());
+    zcheck(zccl_allgather(flat.data_ptr(), all.data_ptr(), nbytes(flat), ZCCL_UINT8, comm, nullptr));
+    at::Tensor acc = all[0].clone();
+    for (int i = 1; i < n; i++) {
+        if (r.bitwise_op == c10d::ReduceOp::BAND)
+            acc.bitwise_and_(all[i]);
+        else if (r.bitwise_op == c10d::ReduceOp::BOR)
+            acc.bitwise_or_(all[i]);
+        else
+            acc.bitwise_xor_(all[i]);
+    }
+    flat.view({-1}).copy_(acc);
+}
+
+/* All-reduce of a contiguous tensor in place, with whatever the reduction needs around the zccl call. */
+inline void allreduce_dense(zccl_comm_t comm, const Reduction &r, at::Tensor &buf) {
+    if (r.bitwise) return allreduce_bitwise(comm, r, buf);
+    apply_premul(r, buf);
+    zcheck(zccl_allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), r.type, r.op, comm, nullptr));
+}
+
+inline void check_same_dtype(const char *op, const at::Tensor &a, const at::Tensor &b, const char *what) {
+    if (a.scalar_type() != b.scalar_type())
+        refuse(op, std::string(what) + " has dtype " + c10::toString(b.scalar_type()) + ", expected " +
+                       c10::toString(a.scalar_type()));
+}
+
+inline void check_numel(const char *op, const at::Tensor &t, int64_t want, const char *what) {
+    if (t.numel() != want)
+        refuse(op, std::string(what) + " has " + std::to_string(t.numel()) + " elements, expected " +
+                       std::to_string(want));
+}
+
+} // namespace zccl_torch

@@ -1,0 +1,126 @@
+"""Runs a function on N ranks of a torch.distributed job, each in its own process, with a deadline.
+
+run_ranks(fn, n, ...) starts n spawned processes; each initialises a process group (zccl or gloo), calls
+fn(rank, n, *args) and sends back its return value or its traceback. A process still running at the deadline is
+killed and the call fails naming it; so does a process that exits without reporting.
+"""
+import datetime
+import multiprocessing
+import os
+import queue
+import shutil
+import socket
+import tempfile
+import time
+import traceback
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file):
+    import faulthandler
+
+    stacks = open(stack_file, "w")
+    # a hung rank shows where it hung, just before the parent's deadline (the child starts seconds late: imports)
+    faulthandler.dump_traceback_later(max(1.0, dump_at - time.time()), exit=False, file=stacks)
+    try:
+        os.environ.update(env)
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        import zccl_torch  # noqa: F401  registers "zccl"
+
+        kw = dict(rank=rank, world_size=n, timeout=datetime.timedelta(seconds=pg_timeout_s))
+        if init == "env":
+            dist.init_process_group(backend, init_method="env://", **kw)
+        else:
+            dist.init_process_group(backend, init_method=init, **kw)
+        out = fn(rank, n, *args)
+        results.put((rank, "ok", out))
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, "error", traceback.format_exc()))
+
+
+class RankFailure(AssertionError):
+    pass
+
+
+def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeout_s=60, args=(), expect_dead=()):
+    """Returns {rank: fn's result} (return plain data or numpy arrays: tensors travel as shared-memory handles that
+    die with their process). init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    env = dict(env or {})
+    tmp = None
+    if init == "tcp":
+        init_url = f"tcp://127.0.0.1:{port}"
+    elif init == "file":
+        tmp = tempfile.mkdtemp(prefix="zccl_torch_")
+        init_url = f"file://{tmp}/store"
+    elif init == "env":
+        init_url = "env"
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    else:
+        raise ValueError(init)
+    stack_dir = tempfile.mkdtemp(prefix="zccl_torch_stacks_")
+    stack_file = lambda r: os.path.join(stack_dir, f"rank{r}.txt")  # noqa: E731
+    procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results,
+                                                       time.time() + timeout - 3, stack_file(r)),
+                         daemon=True) for r in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        return _collect(procs, results, n, timeout, expect_dead, stack_file)
+    finally:
+        shutil.rmtree(stack_dir, ignore_errors=True)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _collect(procs, results, n, timeout, expect_dead, stack_file):
+    got, errors = {}, []
+    deadline = time.monotonic() + timeout
+    want = n - len(expect_dead)
+    while len(got) + len(errors) < n and time.monotonic() < deadline:
+        try:
+            rank, status, value = results.get(timeout=0.2)
+        except queue.Empty:
+            if all(not p.is_alive() for p in procs) and results.empty():
+                break
+            continue
+        if status == "ok":
+            got[rank] = value
+        else:
+            errors.append(f"rank {rank}:\n{value}")
+        if len(got) >= want and all(r in got or r in expect_dead for r in range(n)):
+            break
+    hung = [r for r, p in enumerate(procs) if p.is_alive() and r not in got and r not in expect_dead]
+    for p in procs:
+        p.join(timeout=max(0.0, min(5.0, deadline - time.monotonic())))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    if errors:
+        raise RankFailure("\n".join(errors))
+    missing = [r for r in range(n) if r not in got and r not in expect_dead]
+    if hung:
+        stacks = ""
+        for r in hung:
+            try:
+                with open(stack_file(r)) as f:
+                    stacks += f"\n--- rank {r}, 3 s before the deadline:\n" + f.read()
+            except OSError:
+                pass
+        raise RankFailure(f"ranks {hung} did not finish within {timeout} s (killed){stacks}")
+    if missing:
+        raise RankFailure(f"ranks {missing} exited without reporting (exit codes "
+                          f"{[procs[r].exitcode for r in missing]})")
+    return got
