@@ -145,8 +145,10 @@ zccl_result_t zccl_get_unique_id(zccl_unique_id_t *id);
  * @param      id      the id from zccl_get_unique_id(), the same on all ranks.
  * @param      rank    this rank, 0 <= rank < nranks, distinct on every rank.
  * Errors: ZCCL_INVALID_ARGUMENT (comm NULL, nranks or rank out of range, malformed id); ZCCL_SYSTEM_ERROR
- * (sockets, shared memory, limits); ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice);
- * ZCCL_TIMEOUT (not every rank joined within ZCCL_INIT_TIMEOUT_MS).
+ * (sockets, shared memory, limits); ZCCL_REMOTE_ERROR (a peer disagrees on nranks, or rank used twice; a rank that
+ * joined died before every rank did, named within about 0.1 s; under zcclrun, a rank that exited before joining,
+ * named by the launcher within about 0.3 s); ZCCL_TIMEOUT (not every rank joined within ZCCL_INIT_TIMEOUT_MS).
+ * While it waits, a WARN line every 10 s names the bootstrap root's address and the ranks not heard from.
  */
 zccl_result_t zccl_comm_init_rank(zccl_comm_t *comm, int nranks, zccl_unique_id_t id, int rank);
 
@@ -339,6 +341,28 @@ zccl_result_t zccl_stream_destroy(zccl_stream_t stream);
 /*  ZCCL_TIMEOUT (no progress from a peer within ZCCL_TIMEOUT_MS); ZCCL_SYSTEM_ERROR (a system call failed).     */
 /* ------------------------------------------------------------------------------------------------------------ */
 
+/*
+ * Invalid calls: what every rank sees when any rank's call is invalid (docs/faults.md, "Ranks whose calls differ").
+ * The rule: no rank ever returns ZCCL_SUCCESS with output that is not this call's, and no rank waits forever for it.
+ *  - Without a communicator (comm NULL) a call just returns its error; nothing else happens.
+ *  - A call refused by its own argument check on a valid communicator of several ranks returns its error at once
+ *    (ZCCL_INVALID_ARGUMENT naming the argument), but still counts as the communicator's next collective, on the
+ *    stream it was meant for, and tells every peer why. A peer that made the valid call fails it with
+ *    ZCCL_REMOTE_ERROR "rank R refused its call #k ...: <R's message>"; a peer whose part needs nothing from R (a
+ *    non-root of a reduce, a broadcast rank upstream of R) may complete it, and then fails its next call so. From
+ *    then on the communicator is broken on every rank, R included (zccl_comm_get_async_error). If every rank refuses
+ *    the same call, nothing moved and the communicator stays usable. A refused zccl_send/zccl_recv breaks it likewise.
+ *  - With ZCCL_CHECK=1 a refused collective joins the check, marked invalid: every rank fails that call before any
+ *    data moves (the others with ZCCL_INVALID_USAGE naming R and its reason) and the communicator stays usable.
+ *  - count 0 is a call like any other: it moves nothing but takes its place in the sequence and in the check.
+ *  - Calls that differ (collective, datatype, op, count, root, or a rank one call ahead): every collective opens
+ *    each channel with a 32-byte descriptor of the call, checked on receipt. The rank that receives a differing one
+ *    fails with ZCCL_INVALID_USAGE naming both calls ("rank 0 called #5 zccl_allreduce(count 64, float32, op sum),
+ *    rank 2 called #5 zccl_allreduce(count 64, int32, op sum)"); the others fail with ZCCL_REMOTE_ERROR quoting it;
+ *    the communicator is broken. Ranks that exchange nothing in that call (two ranks that both believe they are a
+ *    broadcast's root) are caught at a later call. ZCCL_CHECK=1 catches all of these before any data moves.
+ */
+
 /**
  * All-reduce: recvbuf[i] = op over ranks r of sendbuf_r[i], for 0 <= i < count, on every rank.
  * Algorithm: chosen per call by the tuner (docs/tuning.md; ZCCL_ALGO restricts it): ring reduce-scatter + ring
@@ -380,7 +404,7 @@ zccl_result_t zccl_allgather(const void *sendbuf, void *recvbuf, size_t sendcoun
  * @param recvcounts  nranks element counts (any may be 0), identical on every rank; copied before the call returns,
  *                    so it need not outlive a queued operation (the buffers must).
  * Errors: ZCCL_INVALID_ARGUMENT as zccl_reduce_scatter, plus 'recvcounts' NULL or its sum overflowing;
- * with ZCCL_CHECK=1, ZCCL_INVALID_USAGE when ranks pass different counts.
+ * ZCCL_INVALID_USAGE when ranks pass different counts (found by the call descriptor, or by ZCCL_CHECK=1).
  */
 zccl_result_t zccl_reduce_scatter_v(const void *sendbuf, void *recvbuf, const size_t *recvcounts,
                                     zccl_datatype_t datatype, zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream);

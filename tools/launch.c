@@ -40,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -261,6 +262,10 @@ static void zl_stop_all(struct zl_state *st)
     if (isinf(st->kill_at)) st->kill_at = zl_now() + ZL_GRACE_S;
 }
 
+/* A memory file the ranks read during init (ZCCL_LAUNCH_STATUS_FD, lib/bootstrap.c): the first abnormal exit of a
+ * rank is written into it at once, so ranks waiting for a peer that died before joining fail within half a second. */
+static int zl_status_fd = -1;
+
 static void zl_reap(struct zl_state *st)
 {
     for (;;) {
@@ -286,6 +291,11 @@ static void zl_reap(struct zl_state *st)
         else
             snprintf(how, sizeof how, "was killed by signal %d (%s)%s", WTERMSIG(status),
                      zl_signame(WTERMSIG(status)), WCOREDUMP(status) ? ", core dumped" : "");
+        if (zl_status_fd >= 0) {
+            char line[160];
+            int len = snprintf(line, sizeof line, "rank %d (pid %d) %s\n", r, (int)pid, how);
+            if (pwrite(zl_status_fd, line, (size_t)len, 0) < 0) { /* the ranks then wait for their own deadline */ }
+        }
         /* After a signal (Ctrl-C) a rank has likely been stopped in the middle of a line (a table row of
          * zccl-bench, say): the report starts on a line of its own. */
         const char *nl = st->got_sig ? "\n" : "";
@@ -401,6 +411,10 @@ static void zl_child_setup(int rank, const struct zl_opts *o, const char *addr, 
     snprintf(buf, sizeof buf, "%d", port);
     setenv("MASTER_PORT", buf, 1);
     setenv("ZCCL_SECRET", secret, 1);
+    if (zl_status_fd >= 0) {
+        snprintf(buf, sizeof buf, "%d", zl_status_fd);
+        setenv("ZCCL_LAUNCH_STATUS_FD", buf, 1);
+    }
     /* Another launcher's rank variables would be ambiguous next to ours. */
     unsetenv("OMPI_COMM_WORLD_RANK");
     unsetenv("OMPI_COMM_WORLD_SIZE");
@@ -628,6 +642,7 @@ int zl_launch(const struct zl_opts *o, zl_child_fn fn, void *arg)
         }
         R.secret = secret_buf;
     }
+    zl_status_fd = memfd_create("zccl-launch-status", 0); /* inherited across exec on purpose; -1: ranks do without */
     if (zl_watch_signals(&R) != 0) return 1;
     R.st = (struct zl_state){.name = R.name, .n = R.n, .first_fail = -1, .kill_at = INFINITY};
     R.st.pids = calloc((size_t)R.n, sizeof(pid_t));

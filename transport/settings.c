@@ -38,3 +38,8 @@ ZCCL_SETTING(zccl__set_ib_zcopy_bytes) = {.name = "ZCCL_IB_ZCOPY_BYTES", .deflt 
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = 1ll << 40};
 ZCCL_SETTING(zccl__set_transport) = {.name = "ZCCL_TRANSPORT", .deflt = "",
                             .help = "force one transport for every peer: shm, ib (also between ranks of one host) or tcp", .must_match = true};
+ZCCL_SETTING(zccl__set_socket_user_timeout_ms) = {.name = "ZCCL_SOCKET_USER_TIMEOUT_MS", .deflt = "30000",
+        .help = "TCP data connections: a peer that acknowledges nothing (sent data or keepalive probes) for this long "
+                "is lost (TCP_USER_TIMEOUT with keepalive), even with ZCCL_TIMEOUT_MS=0; 0 = the kernel's defaults "
+                "(about 15 minutes)",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 24ll * 3600 * 1000};

@@ -425,9 +425,9 @@ static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     if (__atomic_load_n(&m->seq, __ATOMIC_ACQUIRE) != idx + 1) return ZCCL_SUCCESS; /* not posted yet */
     if (m->kind == SLOT_CMA) {
         if (x->done != 0 || m->len != ZCCL_MIN(x->bytes, UINT32_MAX))
-            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent a %u-byte message where rank %d expected %zu "
-                               "(collectives called differently on the two ranks?)", peer, m->len, comm->rank,
-                               x->bytes - x->done);
+            return zccl__error(ZCCL_INVALID_USAGE, "rank %d sent a %u-byte message where rank %d expected %zu: the "
+                               "two ranks called collectives with different counts or datatypes", peer, m->len,
+                               comm->rank, x->bytes - x->done);
         x->t[0] = SLOT_CMA;
         x->t[1] = m->addr;
         s->recv_tail[peer] = idx + 1;
@@ -436,8 +436,8 @@ static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
         return shm_recv(comm, x, progressed);
     }
     if (m->kind != SLOT_INLINE || m->len > x->bytes - x->done)
-        return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d sent %u more bytes where rank %d expected %zu "
-                           "(collectives called differently on the two ranks?)", peer, m->len, comm->rank,
+        return zccl__error(ZCCL_INVALID_USAGE, "rank %d sent %u more bytes where rank %d expected %zu: the two "
+                           "ranks called collectives with different counts or datatypes", peer, m->len, comm->rank,
                            x->bytes - x->done);
     zccl__xfer_deliver(x, m->len <= TINY_BYTES ? m->tiny : slot_data(s, c, idx), m->len);
     s->recv_tail[peer] = idx + 1;

@@ -6,8 +6,15 @@
  * goes straight from the user's buffer into the socket and, for a plain receive, straight from the socket into the
  * user's buffer. A receive that reduces lands in a cache-sized staging buffer and is reduced from there into the
  * destination, so the data crosses memory once.
+ *
+ * A link that dies silently (a cable, a switch, a host that froze: no FIN, no reset) is found by the kernel: every
+ * data socket has keepalive on and TCP_USER_TIMEOUT = ZCCL_SOCKET_USER_TIMEOUT_MS, so a connection whose sent
+ * bytes or keepalive probes stay unacknowledged that long fails with ETIMEDOUT, which poll() reports at once; the
+ * collective then fails naming the peer even without ZCCL_TIMEOUT_MS.
  */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,7 @@ typedef struct zccl_tcp_comm {
     int *recv_fd;       /* per peer: its connection to us, -1 until the service thread admitted it */
     uint8_t **stage;    /* per peer: staging buffer for reducing receives */
     size_t *stage_fill; /* per peer: bytes in stage not yet delivered */
+    int64_t user_timeout_ms; /* ZCCL_SOCKET_USER_TIMEOUT_MS; 0: the kernel's defaults */
 } tcp_comm_t;
 #define TCP_OF(c) ((tcp_comm_t *)zccl__tp_state((c), &zccl_transport_tcp))
 
@@ -38,12 +46,32 @@ static zccl_result_t tcp_setup(zccl_tp_comm_t *comm) {
     t->stage_fill = calloc(n, sizeof(size_t));
     if (!t->send_fd || !t->recv_fd || !t->stage || !t->stage_fill) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     for (size_t i = 0; i < n; i++) t->send_fd[i] = t->recv_fd[i] = -1;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SOCKET_USER_TIMEOUT_MS, &t->user_timeout_ms));
     return ZCCL_SUCCESS;
+}
+
+/* Keepalive and TCP_USER_TIMEOUT on a data socket (see the top of the file). Probes start after a third of the
+ * timeout without traffic and repeat every sixth of it (at least 1 s each: the kernel counts in seconds), so an idle
+ * receiving side notices within about 1.3 times the timeout; a side with unacknowledged data within the timeout. */
+static void tcp_keepalive(const tcp_comm_t *t, int fd) {
+    if (t->user_timeout_ms <= 0) return;
+    const int one = 1, idle = (int)ZCCL_MAX(1, t->user_timeout_ms / 3000), intvl = (int)ZCCL_MAX(1, t->user_timeout_ms / 6000);
+    const int cnt = 10; /* not reached: TCP_USER_TIMEOUT decides when probes have failed */
+    const unsigned ut = (unsigned)ZCCL_MIN(t->user_timeout_ms, (int64_t)UINT32_MAX);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
 }
 
 static bool tcp_can_reach(const zccl_tp_comm_t *comm, int peer) { return true; }
 
 static zccl_result_t io_error(zccl_tp_comm_t *comm, int peer, bool is_send, ssize_t n, int err) {
+    if (err == ETIMEDOUT)
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: the TCP connection %s rank %d timed out: it acknowledged nothing "
+                           "for ZCCL_SOCKET_USER_TIMEOUT_MS=%lld ms (link down, host unreachable or frozen)", comm->rank,
+                           is_send ? "to" : "from", peer, (long long)TCP_OF(comm)->user_timeout_ms);
     if (n == 0 || err == ECONNRESET || err == EPIPE)
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d closed its connection while rank %d was %s it (it exited, "
                            "aborted, or gave up after an error of its own)", peer, comm->rank, is_send ? "sending to" : "receiving from");
@@ -59,6 +87,7 @@ static zccl_result_t tcp_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
         ZCCL_CHECK(zccl__connect_auth(&comm->peers[x->peer].listen, comm->secret, &h, sizeof h,
                                       zccl__now_ns() + (uint64_t)init_ms * 1000000ull, &fd));
         t->send_fd[x->peer] = fd;
+        tcp_keepalive(t, fd);
         ZCCL_INFO(ZCCL_LOG_TCP, "connected to rank %d over TCP", x->peer);
     }
     ssize_t n = send(t->send_fd[x->peer], x->src + x->done, ZCCL_MIN(x->bytes - x->done, TCP_MAX_IO),
@@ -81,6 +110,7 @@ static zccl_result_t tcp_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
         t->recv_fd[p] = comm->in_fd[p];
         comm->in_fd[p] = -1;
         pthread_mutex_unlock(&comm->in_mutex);
+        if (t->recv_fd[p] >= 0) tcp_keepalive(t, t->recv_fd[p]);
         if (t->recv_fd[p] < 0) return ZCCL_SUCCESS; /* not connected yet: the service thread rings when it is */
     }
     const int fd = t->recv_fd[p];

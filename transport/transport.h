@@ -58,6 +58,7 @@ typedef struct {
 } zccl_conn_hdr_t;
 #define ZCCL_CONN_DATA 1
 #define ZCCL_CONN_SHRINK 2 /* followed by the shrink message of lib/core/comm.h (not a transport's) */
+#define ZCCL_CONN_NOTICE 3 /* followed by a notice of lib/core/notice.h: a rank refused or gave up a collective */
 
 struct zccl_transport_ops;
 
@@ -232,6 +233,8 @@ extern const zccl_cfg_desc_t zccl__set_ib_qps_per_conn;
 #define ZCCL_CFG_IB_QPS_PER_CONN (&zccl__set_ib_qps_per_conn)
 extern const zccl_cfg_desc_t zccl__set_ib_zcopy_bytes;
 #define ZCCL_CFG_IB_ZCOPY_BYTES (&zccl__set_ib_zcopy_bytes)
+extern const zccl_cfg_desc_t zccl__set_socket_user_timeout_ms;
+#define ZCCL_CFG_SOCKET_USER_TIMEOUT_MS (&zccl__set_socket_user_timeout_ms)
 extern const zccl_cfg_desc_t zccl__set_transport;
 #define ZCCL_CFG_TRANSPORT (&zccl__set_transport)
 

@@ -214,13 +214,13 @@ static zccl_result_t run_part(const void *arg) {
     zccl_result_t res = ZCCL_SUCCESS;
     if (any_p2p) {
         pthread_mutex_lock(&comm->exec_mutex);
-        comm->seq++;
+        comm->seq = comm->cseq + 1; /* messages number it with the next collective, as send/recv */
         comm->op_name = "zccl_group_end (send/recv)";
         res = run_p2p(p);
         if (res != ZCCL_SUCCESS) { /* the ranks are out of step now: as a collective failing in the engine */
             snprintf(comm->async_msg, sizeof comm->async_msg, "%s", zccl__last_error());
             __atomic_store_n(&comm->tc.async_error, res, __ATOMIC_RELEASE);
-            zccl__comm_poison(comm);
+            zccl__comm_poison(comm, comm->cseq + 1); /* counted with the next collective, as send/recv are */
         }
         pthread_mutex_unlock(&comm->exec_mutex);
     }

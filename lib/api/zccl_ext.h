@@ -18,6 +18,10 @@ uint64_t zccl__stream_completed(zccl_stream_t s);
 /** Sets fn(arg) to be called on the stream's thread after each operation finishes (after the counters are
  *  updated), without the stream's lock held, so fn may queue more operations on s. fn NULL removes it. */
 void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg);
+/** The ZeRO layer gives up a collective it owes its peers (ZCCL_BUCKET_CHECK found a stale write): the call is
+ *  refused as an invalid call would be (zccl.h "Invalid calls"), so the peers fail quoting this rank's last error
+ *  message instead of waiting. Returns res. Defined in lib/api/collectives.c. */
+zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res);
 /** The message of the first error that broke comm ("" while it works). */
 const char *zccl__comm_async_msg(zccl_comm_t comm);
 

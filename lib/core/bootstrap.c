@@ -7,6 +7,8 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -41,7 +43,8 @@ typedef struct {
     int32_t nranks;
     char missing[192]; /* ROOT_INCOMPLETE: the ranks that never joined, " 3 5" (NUL-terminated, may be cut) */
 } root_reply_t;
-enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4, ROOT_INCOMPLETE = 5 };
+enum { ROOT_OK = 0, ROOT_TAKEN = 1, ROOT_NRANKS = 2, ROOT_RANGE = 3, ROOT_MALFORMED = 4, ROOT_INCOMPLETE = 5,
+       ROOT_ABORTED = 6 /* init cannot complete: `missing` says why (a rank that joined died) */ };
 #define ROOT_MAX_NRANKS 65536
 
 /* ---- decoders of the headers that follow a proof (see socket.h) ------------------------------------------ */
@@ -109,7 +112,7 @@ zccl_result_t zccl__conn_hdr_decode(const void *buf, size_t len, uint64_t comm_i
     } else {
         memcpy(&h, buf, sizeof h);
         if (h.comm_id != comm_id) w = "header of another communicator";
-        else if (h.kind != ZCCL_CONN_DATA && h.kind != ZCCL_CONN_SHRINK) w = "unknown connection kind";
+        else if (h.kind != ZCCL_CONN_DATA && h.kind != ZCCL_CONN_SHRINK && h.kind != ZCCL_CONN_NOTICE) w = "unknown connection kind";
         else if (h.from_rank < 0 || h.from_rank >= nranks) w = "sender rank out of range [0, nranks)";
         else if (h.from_rank == my_rank) w = "sender claims to be this rank";
     }
@@ -186,6 +189,11 @@ typedef struct {
     zccl_peer_info_t *info;
     int joined;
     int *ready; /* set by the accept loop once it has allocated what it needs (points into zccl__root_start) */
+    /* The watcher thread (root_watch): ranks that die after joining, and a WARN line every 10 s while waiting. */
+    pthread_mutex_t mu;  /* nranks, fd, joined, abort_why, done */
+    int stop_pipe[2];    /* the watcher stops the accept loop through it */
+    bool done;           /* the accept loop has ended: the watcher exits */
+    char abort_why[192]; /* non-empty: init cannot complete; every joined rank is told this */
 } root_t;
 
 static void root_refuse(int fd, int32_t status) {
@@ -193,6 +201,8 @@ static void root_refuse(int fd, int32_t status) {
     zccl__send_all(fd, &r, sizeof r, zccl__now_ns() + 1000000000ull, "bootstrap root refusal");
     close(fd);
 }
+
+static int root_admit(root_t *R, int fd, const root_hello_t *hp);
 
 static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
     root_t *R = ctx;
@@ -207,6 +217,15 @@ static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
         root_refuse(fd, st);
         return 0;
     }
+    pthread_mutex_lock(&R->mu);
+    int stop = root_admit(R, fd, &h);
+    pthread_mutex_unlock(&R->mu);
+    return stop;
+}
+
+/* root_on_conn, under R->mu: records a rank that passed every check. */
+static int root_admit(root_t *R, int fd, const root_hello_t *hp) {
+    const root_hello_t h = *hp;
     if (R->nranks < 0) {
         R->fd = malloc((size_t)h.nranks * sizeof(int));
         R->info = calloc((size_t)h.nranks, sizeof(zccl_peer_info_t));
@@ -232,6 +251,61 @@ static int root_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes) {
     return ++R->joined == R->nranks;
 }
 
+/* Lists the ranks that have not joined yet (" 2 5 ..."), cut to fit. Under R->mu. */
+static void root_missing(const root_t *R, char *buf, size_t len) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int r = 0; R->fd && r < R->nranks && w + 16 < len; r++)
+        if (R->fd[r] < 0) w += (size_t)snprintf(buf + w, len - w, " %d", r);
+}
+
+/*
+ * The watcher: a rank sends nothing after its hello, so its connection becoming readable means it closed (it
+ * exited or was killed): init cannot complete, and the ranks that joined are told at once which rank died instead
+ * of waiting for ZCCL_INIT_TIMEOUT_MS. Every 10 s it also logs which ranks the root still waits for.
+ */
+static void *root_watch(void *arg) {
+    root_t *R = arg;
+    char as[80] = "?";
+    zccl_sockaddr_t a;
+    a.len = sizeof a.sa;
+    if (getsockname(R->listen_fd, (struct sockaddr *)&a.sa, &a.len) == 0) zccl__sockaddr_str(&a, as, sizeof as);
+    const uint64_t start = zccl__now_ns();
+    uint64_t next_warn = start + 10000000000ull;
+    for (;;) {
+        usleep(100000);
+        pthread_mutex_lock(&R->mu);
+        if (R->done) break;
+        for (int r = 0; R->fd && r < R->nranks && !R->abort_why[0]; r++) {
+            if (R->fd[r] < 0) continue;
+            struct pollfd p = {R->fd[r], POLLIN | POLLRDHUP, 0};
+            if (poll(&p, 1, 0) > 0)
+                snprintf(R->abort_why, sizeof R->abort_why, "rank %d (pid %d) closed its connection to the bootstrap "
+                         "root before every rank joined: it exited or was killed", r, (int)R->info[r].pid);
+        }
+        if (R->abort_why[0]) {
+            if (write(R->stop_pipe[1], "x", 1) < 0) { /* the accept loop also ends at its deadline */ }
+            break;
+        }
+        if (zccl__now_ns() >= next_warn) {
+            next_warn += 10000000000ull;
+            char missing[192];
+            root_missing(R, missing, sizeof missing);
+            if (R->nranks < 0)
+                ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root at %s: no rank has joined after %llu s (is MASTER_ADDR/"
+                          "MASTER_PORT or the unique id the same on every rank?)", as,
+                          (unsigned long long)((zccl__now_ns() - start) / 1000000000ull));
+            else
+                ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root at %s: %d of %d ranks joined after %llu s; waiting for "
+                          "rank(s)%s", as, R->joined, R->nranks,
+                          (unsigned long long)((zccl__now_ns() - start) / 1000000000ull), missing);
+        }
+        pthread_mutex_unlock(&R->mu);
+    }
+    pthread_mutex_unlock(&R->mu);
+    return NULL;
+}
+
 static void *root_main(void *arg) {
     root_t *R = arg;
     int64_t init_ms = 120000;
@@ -239,10 +313,23 @@ static void *root_main(void *arg) {
     /* Give up a little before the ranks do, so that the ranks that joined hear which ones are missing. */
     const uint64_t margin_ms = ZCCL_MIN((uint64_t)init_ms / 10, 1000u);
     uint64_t deadline = zccl__now_ns() + ((uint64_t)init_ms - margin_ms) * 1000000ull;
-    zccl_result_t res = zccl__accept_loop(R->listen_fd, -1, R->secret, sizeof(root_hello_t), root_on_conn, R, deadline,
-                                          R->ready);
+    pthread_t watcher;
+    bool watching = pthread_create(&watcher, NULL, root_watch, R) == 0;
+    zccl_result_t res = zccl__accept_loop(R->listen_fd, R->stop_pipe[0], R->secret, sizeof(root_hello_t),
+                                          root_on_conn, R, deadline, R->ready);
+    pthread_mutex_lock(&R->mu);
+    R->done = true;
+    pthread_mutex_unlock(&R->mu);
+    if (watching) pthread_join(watcher, NULL);
     close(R->listen_fd);
-    if (res == ZCCL_SUCCESS) {
+    if (R->abort_why[0]) {
+        ZCCL_WARN(ZCCL_LOG_BOOT, "bootstrap root: init cannot complete: %s", R->abort_why);
+        root_reply_t rep = {ROOT_ABORTED, R->nranks, ""};
+        snprintf(rep.missing, sizeof rep.missing, "%s", R->abort_why);
+        for (int r = 0; R->fd && r < R->nranks; r++)
+            if (R->fd[r] >= 0)
+                zccl__send_all(R->fd[r], &rep, sizeof rep, zccl__now_ns() + 200000000ull, "bootstrap root abort");
+    } else if (res == ZCCL_SUCCESS) {
         root_reply_t rep = {ROOT_OK, R->nranks, ""};
         for (int r = 0; r < R->nranks; r++) {
             if (zccl__send_all(R->fd[r], &rep, sizeof rep, deadline, "bootstrap root reply") != ZCCL_SUCCESS ||
@@ -268,6 +355,9 @@ static void *root_main(void *arg) {
         if (R->fd[r] >= 0) close(R->fd[r]);
     free(R->fd);
     free(R->info);
+    close(R->stop_pipe[0]);
+    close(R->stop_pipe[1]);
+    pthread_mutex_destroy(&R->mu);
     free(R);
     return NULL;
 }
@@ -277,6 +367,11 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
     if (!R) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for the bootstrap root");
     R->listen_fd = listen_fd;
     R->nranks = -1;
+    if (pipe2(R->stop_pipe, O_CLOEXEC) != 0) {
+        free(R);
+        return zccl__syserror(errno, "pipe for the bootstrap root");
+    }
+    pthread_mutex_init(&R->mu, NULL);
     int ready = 0;
     R->ready = &ready;
     memcpy(R->secret, secret, ZCCL_SECRET_BYTES);
@@ -287,6 +382,8 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
     int rc = pthread_create(&t, &attr, root_main, R);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
+        close(R->stop_pipe[0]);
+        close(R->stop_pipe[1]);
         free(R);
         return zccl__syserror(rc, "cannot start the bootstrap root thread");
     }
@@ -298,6 +395,52 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
 
 /* ---- joining ----------------------------------------------------------------------------------------------- */
 
+/*
+ * What the launcher knows: zcclrun (tools/launch.c) passes ZCCL_LAUNCH_STATUS_FD, a memory file it writes a line
+ * into ("rank 2 (pid 123) was killed by signal 9 (KILL)") as soon as a rank exits abnormally. A rank still in init
+ * reads it five times a second, so a rank that died before reaching the bootstrap root is reported at once.
+ * Returns true and fills msg when the launcher reported a rank's death.
+ */
+static bool launcher_reports(char *msg, size_t len) {
+    /* Read every time, not cached: a process that forks its ranks may have initialised a communicator itself. */
+    const char *v = getenv("ZCCL_LAUNCH_STATUS_FD");
+    char *end = NULL;
+    long x = v && *v ? strtol(v, &end, 10) : -1;
+    const int fd = (end && *end == '\0' && x >= 0 && x < 65536) ? (int)x : -1;
+    if (fd < 0 || len < 2) return false;
+    ssize_t n = pread(fd, msg, len - 1, 0);
+    if (n <= 0) return false;
+    msg[n] = '\0';
+    char *nl = strchr(msg, '\n');
+    if (nl) *nl = '\0';
+    return msg[0] != '\0';
+}
+
+/* Waits until fd is readable or deadline passes, in slices: between them, the launcher's news and (every 10 s) a
+ * WARN line naming what this rank waits for. ZCCL_SUCCESS when readable. */
+static zccl_result_t join_wait(struct zccl_comm *comm, int fd, const char *as, uint64_t start, uint64_t deadline_ns,
+                               uint64_t *next_warn) {
+    for (;;) {
+        char news[256];
+        if (launcher_reports(news, sizeof news))
+            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: init cannot complete: the launcher reports that %s",
+                               comm->rank, news);
+        const uint64_t now = zccl__now_ns();
+        if (now >= deadline_ns) return ZCCL_TIMEOUT;
+        if (now >= *next_warn) {
+            *next_warn += 10000000000ull;
+            ZCCL_WARN(ZCCL_LOG_BOOT, "rank %d: %s the bootstrap root at %s for %llu s (ZCCL_INIT_TIMEOUT_MS: %llu s "
+                      "left)", comm->rank, fd >= 0 ? "joined; waiting for the other ranks at" : "cannot reach", as,
+                      (unsigned long long)((now - start) / 1000000000ull),
+                      (unsigned long long)((deadline_ns - now) / 1000000000ull));
+        }
+        if (fd < 0) return ZCCL_SUCCESS; /* connecting: the caller retries */
+        struct pollfd p = {fd, POLLIN, 0};
+        const uint64_t left_ms = (deadline_ns - now) / 1000000ull;
+        if (poll(&p, 1, (int)ZCCL_MIN(left_ms, 200ull)) > 0) return ZCCL_SUCCESS;
+    }
+}
+
 zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t *info, const zccl_peer_info_t *me,
                                    uint64_t deadline_ns) {
     root_hello_t h;
@@ -305,14 +448,42 @@ zccl_result_t zccl__bootstrap_join(struct zccl_comm *comm, const zccl_id_info_t 
     h.rank = comm->rank;
     h.nranks = comm->nranks;
     h.info = *me;
-    int fd;
+    int fd = -1;
     char as[80];
-    zccl_result_t res = zccl__connect_auth(&info->root, info->secret, &h, sizeof h, deadline_ns, &fd);
+    zccl__sockaddr_str(&info->root, as, sizeof as);
+    const uint64_t start = zccl__now_ns();
+    uint64_t next_warn = start + 10000000000ull;
+    zccl_result_t res;
+    /* Connect in short attempts, so that the launcher's news and the progress line come in between. */
+    for (;;) {
+        res = join_wait(comm, -1, as, start, deadline_ns, &next_warn);
+        if (res == ZCCL_REMOTE_ERROR) return res;
+        zccl__connect_until(zccl__now_ns() + 300000000ull);
+        res = zccl__connect_auth(&info->root, info->secret, &h, sizeof h, deadline_ns, &fd);
+        zccl__connect_until(0);
+        if (res != ZCCL_TIMEOUT || zccl__now_ns() >= deadline_ns) break;
+    }
     if (res != ZCCL_SUCCESS)
-        return zccl__error(res, "rank %d could not join the bootstrap root at %s: %s", comm->rank,
-                           zccl__sockaddr_str(&info->root, as, sizeof as), zccl__last_error());
+        return zccl__error(res, "rank %d could not join the bootstrap root at %s: %s", comm->rank, as,
+                           zccl__last_error());
     root_reply_t rep;
+    res = join_wait(comm, fd, as, start, deadline_ns, &next_warn);
+    if (res == ZCCL_REMOTE_ERROR) {
+        close(fd);
+        return res;
+    }
     res = zccl__recv_all(fd, &rep, sizeof rep, deadline_ns, "waiting for all ranks at the bootstrap root");
+    if (res == ZCCL_SUCCESS && rep.status == ROOT_ABORTED) {
+        rep.missing[sizeof rep.missing - 1] = 0;
+        close(fd);
+        /* The rank the root saw leave may have left because the launcher reported another one dead first: the
+         * launcher's report names the cause. */
+        char news[256];
+        if (launcher_reports(news, sizeof news))
+            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: init cannot complete: the launcher reports that %s",
+                               comm->rank, news);
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: init cannot complete: %s", comm->rank, rep.missing);
+    }
     if (res == ZCCL_SUCCESS && rep.status == ROOT_INCOMPLETE) {
         rep.missing[sizeof rep.missing - 1] = 0;
         close(fd);

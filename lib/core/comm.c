@@ -14,6 +14,7 @@
 #include "bootstrap.h"
 #include "comm.h"
 #include "regmem.h"
+#include "notice.h"
 
 uint64_t zccl__host_hash(void) {
     char buf[512] = {0};
@@ -66,6 +67,10 @@ static int service_on_conn(void *ctx, int fd, const void *hdr, size_t hdr_bytes)
         pthread_mutex_unlock(&comm->tc.in_mutex);
         return 0;
     }
+    if (h.kind == ZCCL_CONN_NOTICE) { /* a peer refused or gave up a collective */
+        zccl__notice_receive(comm, fd, from);
+        return 0;
+    }
     pthread_mutex_lock(&comm->tc.in_mutex);
     bool dup = comm->tc.in_fd[from] >= 0;
     if (!dup) comm->tc.in_fd[from] = fd;
@@ -89,7 +94,11 @@ void *zccl__comm_service_main(void *arg) {
 
 /* ---- teardown ----------------------------------------------------------------------------------------------- */
 
-void zccl__comm_poison(struct zccl_comm *comm) {
+void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq) {
+    /* The notice first: a peer that reads it fails quoting this rank's reason; one that sees the transports'
+     * poison first only learns that this rank left. A rank that failed because of a peer's notice does not pass it
+     * on: that peer told every rank already. */
+    if (!comm->notice_learned) zccl__notice_send(comm, ZCCL_NOTICE_GAVE_UP, seq, comm->async_msg, -1);
     for (size_t t = 0; zccl__transports[t]; t++)
         if (zccl__transports[t]->poison) zccl__transports[t]->poison(&comm->tc);
 }
@@ -151,6 +160,9 @@ void zccl__comm_free(struct zccl_comm *comm) {
     free(comm->ring);
     free(comm->scratch);
     zccl__mem_stage_free(&comm->mem_stage);
+    free(comm->desc_in);
+    free(comm->desc_mark);
+    zccl__notice_free(comm);
     free(comm->tc.chunk_tmp);
     pthread_mutex_destroy(&comm->tc.in_mutex);
     pthread_mutex_destroy(&comm->exec_mutex);

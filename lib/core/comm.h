@@ -10,6 +10,7 @@
 #include "socket.h"
 #include "topo.h"
 #include "transport.h"
+#include "calldesc.h"
 
 
 typedef struct {
@@ -32,7 +33,8 @@ struct zccl_comm {
 
     /* Progress engine. */
     pthread_mutex_t exec_mutex; /* one operation executes at a time */
-    uint64_t seq;               /* collectives issued */
+    uint64_t seq;               /* the running call's number in messages: its collective number (cseq); a send or
+                                   receive counts with the next collective */
     void *scratch;
     size_t scratch_bytes;
     zccl_mem_type_t call_mem;   /* the running call's memory type (lib/mem), set by the API layer */
@@ -50,6 +52,20 @@ struct zccl_comm {
     uint64_t shrinks;          /* zccl_comm_shrink calls made on this communicator */
     uint64_t splits;           /* zccl_comm_split calls made on this communicator */
     char async_msg[512];       /* the text of tc.async_error (first remote error or timeout) */
+    /* Invalid calls (notice.c, include/zccl.h "Invalid calls"). */
+    uint64_t cseq;             /* collectives run or refused (send/recv not counted: only some ranks take part) */
+    uint32_t notice_gen;       /* bumped by the service thread for every notice received */
+    uint32_t notice_seen;      /* notice_gen when the notices were last found not to apply */
+    struct zccl_notice_node *notices; /* peers' notices (tc.in_mutex) */
+    uint64_t *refused_here;    /* sequence numbers of the calls this rank refused (tc.in_mutex) */
+    size_t nrefused, refused_cap;
+    bool notice_learned;       /* this rank's failure came from a peer's notice: the peers know already */
+    /* Call descriptors sent first on every channel of a collective (engine.c). */
+    bool desc_on;
+    zccl_call_desc_t desc_mine;
+    zccl_call_desc_t *desc_in; /* per peer: the descriptor received from it */
+    uint64_t *desc_mark;       /* per peer: [2r] run that sent to r, [2r+1] run that received from r */
+    uint64_t desc_run;
     /* zccl_config_t (lib/api/comm_config.c) */
     char name[64];             /* comm_name: shown in log lines and messages; "" = none */
     bool nonblocking;          /* created with blocking = 0 */
@@ -83,9 +99,10 @@ zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm);
 /** Fails early when the process cannot open a socket per TCP peer. */
 zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
 
-/** After this rank gave up a collective (lost peer, timeout): makes the peers that may still wait on it fail too
- *  (every transport's poison op), so an error reaches every survivor instead of leaving some hanging. */
-void zccl__comm_poison(struct zccl_comm *comm);
+/** After this rank gave up collective #seq (lost peer, timeout, mismatch): tells every peer why (a notice quoting
+ *  comm->async_msg, notice.h) and makes the peers that may still wait on it fail too (every transport's poison op),
+ *  so an error reaches every survivor instead of leaving some hanging. */
+void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq);
 
 /** The message of the first error that broke comm (also declared for the ZeRO layer in lib/api/zccl_ext.h). */
 const char *zccl__comm_async_msg(zccl_comm_t comm);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "engine.h"
 #include "kernels.h"
+#include "notice.h"
 
 static zccl_result_t ensure_scratch(struct zccl_comm *comm, size_t bytes) {
     if (bytes <= comm->scratch_bytes) return ZCCL_SUCCESS;
@@ -43,10 +44,59 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
     else zccl__doorbell_wait(&comm->tc, seen, 50);
 }
 
+/* ---- call descriptors ---------------------------------------------------------------------------------------
+ * When comm->desc_on, the first transfer of a collective on every channel (this rank -> peer, peer -> this rank) is
+ * the call's 32-byte descriptor (calldesc.h), received into desc_in[peer] and compared before anything that follows
+ * it on that channel is delivered (channels are FIFO and the engine keeps a channel's transfers in order). Calls
+ * that differ (datatype, op, count, root, collective, or a rank one call ahead) therefore fail on the rank that
+ * receives the first differing descriptor, with ZCCL_INVALID_USAGE naming both calls, before any of the peer's data
+ * reaches the user's buffers; that rank then gives up and tells the others (notice.h). Cost: one small message per
+ * channel per collective. */
+
+static zccl_result_t ensure_desc(struct zccl_comm *comm) {
+    if (comm->desc_in) return ZCCL_SUCCESS;
+    comm->desc_in = calloc((size_t)comm->nranks, sizeof *comm->desc_in);
+    comm->desc_mark = calloc(2 * (size_t)comm->nranks, sizeof *comm->desc_mark);
+    if (!comm->desc_in || !comm->desc_mark) {
+        free(comm->desc_in);
+        free(comm->desc_mark);
+        comm->desc_in = NULL;
+        comm->desc_mark = NULL;
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %d call descriptors", comm->nranks);
+    }
+    return ZCCL_SUCCESS;
+}
+
+static bool is_desc_recv(const struct zccl_comm *comm, const zccl_xfer_t *x) {
+    return !x->is_send && comm->desc_in && x->dst == (uint8_t *)&comm->desc_in[x->peer];
+}
+
+/* x just completed: if it is a descriptor, does the peer's call match ours? */
+static zccl_result_t verify_desc(struct zccl_comm *comm, const zccl_xfer_t *x) {
+    if (!x->complete || !is_desc_recv(comm, x)) return ZCCL_SUCCESS;
+    /* A peer that refused or gave up a call told us before it sent anything more (notice.c waits for our
+     * acknowledgement): its reason is the better message, and it covers a peer that is one call ahead. */
+    ZCCL_CHECK(zccl__notice_check(comm, comm->cseq, comm->op_name));
+    const zccl_call_desc_t *theirs = &comm->desc_in[x->peer], *mine = &comm->desc_mine;
+    if (memcmp(theirs, mine, sizeof *mine) == 0) return ZCCL_SUCCESS;
+    char dm[160], dt[160];
+    zccl__desc_describe(mine, dm, sizeof dm);
+    zccl__desc_describe(theirs, dt, sizeof dt);
+    const char *hint = theirs->seq != mine->seq ? " (one rank made a call the other did not: a call refused or "
+                                                  "skipped on one rank?)"
+                                                : "";
+    return zccl__error(ZCCL_INVALID_USAGE, "ranks called different collectives: rank %d called %s, rank %d called %s"
+                       "%s; every rank must make the same calls in the same order with the same count, datatype, op "
+                       "and root", comm->rank, dm, x->peer, dt, hint);
+}
+
 static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint64_t last_progress,
                                    size_t phase) {
     if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
         return zccl__error(ZCCL_REMOTE_ERROR, "communicator aborted while rank %d waited", comm->rank);
+    /* A peer refused or gave up this collective (or an earlier one) and said why: its reason beats the transports'
+     * "closed its connection", and covers a peer this rank never connected to. */
+    ZCCL_CHECK(zccl__notice_check(comm, comm->cseq, comm->op_name));
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
         const zccl_transport_ops_t *tp = comm->tc.tp[x[i].peer];
@@ -56,6 +106,7 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
             for (size_t j = 0; j < i && !blocked; j++) /* channel order, as in poll_once */
                 blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
             if (!blocked) ZCCL_CHECK(tp->progress(&comm->tc, &x[i], &pr));
+            ZCCL_CHECK(verify_desc(comm, &x[i]));
             if (pr || x[i].complete) return ZCCL_SUCCESS;
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d destroyed its communicator while rank %d still %s it (%s, "
                                "collective #%llu): did the ranks call the same collectives?", x[i].peer, comm->rank,
@@ -97,6 +148,7 @@ static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
         if (blocked) continue;
         bool pr = false;
         ZCCL_CHECK(comm->tc.tp[x[i].peer]->progress(&comm->tc, &x[i], &pr));
+        ZCCL_CHECK(verify_desc(comm, &x[i]));
         *moved |= pr;
     }
     return ZCCL_SUCCESS;
@@ -182,18 +234,24 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     }
     uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
+    const bool desc = comm->desc_on && comm->nranks > 1;
+    if (desc) {
+        ZCCL_CHECK(ensure_desc(comm));
+        comm->desc_run++;
+    }
     zccl_xfer_t xs_local[16], *xs = xs_local;
     size_t xcap = 16;
     zccl_result_t res = ZCCL_SUCCESS;
     size_t first = 0;
     for (size_t p = 0; p < s->nphases; p++) {
         const size_t end = s->phase_end[p];
-        if (end - first > xcap) {
-            zccl_xfer_t *nxs = malloc((end - first) * sizeof *nxs);
-            if (!nxs) { res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu transfers", end - first); break; }
+        const size_t need = (end - first) * (desc ? 2 : 1); /* room for a descriptor before every transfer */
+        if (need > xcap) {
+            zccl_xfer_t *nxs = malloc(need * sizeof *nxs);
+            if (!nxs) { res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu transfers", need); break; }
             if (xs != xs_local) free(xs);
             xs = nxs;
-            xcap = end - first;
+            xcap = need;
         }
         size_t nx = 0;
         for (size_t i = first; i < end; i++) {
@@ -209,6 +267,20 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
                                    dt, kop, (st->final && op == ZCCL_AVG) ? (uint32_t)comm->nranks : 1);
                 if (res != ZCCL_SUCCESS) goto out;
                 continue;
+            }
+            const bool snd = st->kind == ZCCL_STEP_SEND;
+            uint64_t *mark = desc ? &comm->desc_mark[2 * (size_t)st->peer + (snd ? 0 : 1)] : NULL;
+            if (mark && *mark != comm->desc_run) { /* first transfer on this channel: the descriptor goes first */
+                *mark = comm->desc_run;
+                zccl_xfer_t *d = &xs[nx++];
+                memset(d, 0, sizeof *d);
+                d->peer = st->peer;
+                d->bytes = sizeof(zccl_call_desc_t);
+                d->dt = ZCCL_UINT8;
+                d->op = ZCCL_SUM;
+                d->is_send = snd;
+                if (snd) d->src = (const uint8_t *)&comm->desc_mine;
+                else d->dst = (uint8_t *)&comm->desc_in[st->peer];
             }
             zccl_xfer_t *x = &xs[nx++];
             memset(x, 0, sizeof *x);

@@ -98,6 +98,8 @@ ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
 
 void zccl__op_release(zccl_op_t *op) {
     free(op->vcounts);
+    free(op->reason);
+    op->reason = NULL;
     op->vcounts = NULL;
     free(op->a2av);
     op->a2av = NULL;

@@ -22,6 +22,10 @@ typedef struct {
     struct zccl_comm *comm;
     size_t *vcounts; /* _v collectives: nranks counts then nranks displacements, owned by the op (freed by
                         zccl__op_release); NULL otherwise */
+    bool noop;       /* count 0: takes its sequence number (and joins ZCCL_CHECK's check), moves nothing */
+    bool refused;    /* the caller was refused (an invalid argument): takes the call's sequence number and tells
+                        the peers (notice.h), or joins ZCCL_CHECK's check marked invalid; moves nothing */
+    char *reason;    /* refused: the error message, owned by the op */
     size_t *a2av;    /* all-to-allv: sendcounts, sdispls, recvcounts, rdispls (4 x nranks), owned; else NULL */
     bool premul;     /* PreMulSum: each rank's input is multiplied by `scalar` (one element of dt), then summed */
     uint8_t scalar[8];

@@ -317,6 +317,9 @@ zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why) {
     return ZCCL_SUCCESS;
 }
 
+static __thread uint64_t connect_until;
+void zccl__connect_until(uint64_t until_ns) { connect_until = until_ns; }
+
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],
                                  const void *hdr, size_t hdr_bytes, uint64_t deadline_ns, int *fd_out) {
     char as[80];
@@ -334,6 +337,12 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
         close(fd);
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != EAGAIN && e != EINTR && e != ENETUNREACH)
             return zccl__syserror(e, "connect to %s", as);
+        if (connect_until && connect_until < deadline_ns && zccl__now_ns() + backoff_us * 1000 > connect_until) {
+            char m[200]; /* the caller retries after a look around: no WARN line per attempt */
+            snprintf(m, sizeof m, "connect to %s: nobody accepted yet (last error: %s)", as, strerror(e));
+            zccl__set_last_error(m);
+            return ZCCL_TIMEOUT;
+        }
         if (deadline_ns && zccl__now_ns() + backoff_us * 1000 > deadline_ns)
             return zccl__error(ZCCL_TIMEOUT, "connect to %s: nobody accepted before the deadline (last error: %s)", as,
                                strerror(e));

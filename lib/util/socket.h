@@ -48,6 +48,11 @@ zccl_result_t zccl__listen(zccl_sockaddr_t *addr, int *fd_out);
  */
 zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secret[ZCCL_SECRET_BYTES],
                                  const void *hdr, size_t hdr_bytes, uint64_t deadline_ns, int *fd_out);
+/** On this thread, zccl__connect_auth stops retrying a refused connection at until_ns (0: no such limit) if that
+ *  comes before its deadline, returning ZCCL_TIMEOUT without a WARN line; a connection that is accepted still gets
+ *  the whole deadline for its handshake. For callers that retry in slices and look around in between (bootstrap
+ *  join). */
+void zccl__connect_until(uint64_t until_ns);
 
 /* ---- wire messages: pure encoders and validating decoders ------------------------------------------------------
  * No I/O, no logging, no global state: every input is a pointer and an explicit length, checked against the exact

@@ -56,6 +56,14 @@ struct zccl_bucket_plan {
     zccl_result_t err;  /* the plan is broken when not ZCCL_SUCCESS */
     char errmsg[512];
     zccl_bucket_stats_t st;
+
+    /* ZCCL_BUCKET_CHECK (zero_check.c) */
+    bool check;
+    uint64_t *ck_mark;      /* per parameter: checksum at mark_ready */
+    uint64_t *ck_post;      /* per parameter (ALLREDUCE): checksum after its bucket completed */
+    uint8_t *ck_state;      /* per parameter: 0 nothing recorded, 1 ck_mark valid, 2 ck_post valid */
+    uint64_t *ck_slot;      /* per buffer (REDUCE_SCATTER): checksum when its bucket completed */
+    int *ck_slot_bucket;    /* per buffer: the bucket ck_slot belongs to, -1 if none */
 };
 
 /** Element helpers over the four floating types (lib/zero/zero_grad.c). */
@@ -74,7 +82,19 @@ zccl_result_t zccl__zero_same_on_all(zccl_comm_t comm, uint64_t h, bool *same);
 /** FNV-1a over bytes, continuing from h (start with 1469598103934665603). */
 uint64_t zccl__zero_hash(uint64_t h, const void *data, size_t len);
 
+/** ZCCL_BUCKET_CHECK (lib/zero/zero_check.c); every function but init/free is called under p->mu. */
+zccl_result_t zccl__bucket_check_init(struct zccl_bucket_plan *p);
+void zccl__bucket_check_free(struct zccl_bucket_plan *p);
+void zccl__bucket_check_begin(struct zccl_bucket_plan *p);
+void zccl__bucket_check_mark(struct zccl_bucket_plan *p, int param);
+zccl_result_t zccl__bucket_check_launch(struct zccl_bucket_plan *p, int b);
+void zccl__bucket_check_retire(struct zccl_bucket_plan *p, int b);
+zccl_result_t zccl__bucket_check_reuse(struct zccl_bucket_plan *p, int slot);
+zccl_result_t zccl__bucket_check_finish(struct zccl_bucket_plan *p);
+
 /* This layer's rows of the settings table (lib/zero/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_bucket_check;
+#define ZCCL_CFG_BUCKET_CHECK (&zccl__set_bucket_check)
 extern const zccl_cfg_desc_t zccl__set_bucket_first_bytes;
 #define ZCCL_CFG_BUCKET_FIRST_BYTES (&zccl__set_bucket_first_bytes)
 extern const zccl_cfg_desc_t zccl__set_bucket_cap_bytes;

@@ -26,11 +26,28 @@ static void set_broken(struct zccl_bucket_plan *p, zccl_result_t res) {
     snprintf(p->errmsg, sizeof p->errmsg, "%s", zccl__last_error());
 }
 
+/* Under p->mu: ZCCL_BUCKET_CHECK found a stale write. The plan breaks, nothing more launches, and the collective
+ * the peers expect next is refused so that they fail quoting this rank's message instead of waiting for it. */
+static zccl_result_t check_failed(struct zccl_bucket_plan *p, zccl_result_t res) {
+    set_broken(p, res);
+    p->abandon = true;
+    return zccl__coll_refuse(p->comm, p->stream, res);
+}
+
 /* Called under p->mu. Issues bucket b's collective on the plan's stream. */
 static void launch(struct zccl_bucket_plan *p, int b) {
     const zb_bucket_t *bk = &p->b[b];
     const zccl_redop_t op = p->o.average ? ZCCL_AVG : ZCCL_SUM;
     zccl_result_t res;
+    if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER && p->slot_owner[b % p->nslots] != b &&
+        (res = zccl__bucket_check_reuse(p, b % p->nslots)) != ZCCL_SUCCESS) {
+        check_failed(p, res);
+        return;
+    }
+    if ((res = zccl__bucket_check_launch(p, b)) != ZCCL_SUCCESS) {
+        check_failed(p, res);
+        return;
+    }
     if (p->o.mode == ZCCL_BUCKET_ALLREDUCE) {
         res = zccl_allreduce(p->buf[b], p->buf[b], bk->elems, p->dt, op, p->comm, p->stream);
     } else {
@@ -61,6 +78,7 @@ static void launch(struct zccl_bucket_plan *p, int b) {
 
 static void retire(struct zccl_bucket_plan *p, int b) {
     const zb_bucket_t *bk = &p->b[b];
+    zccl__bucket_check_retire(p, b);
     if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER && !p->window_start) {
         const char *part = (const char *)p->buf[b % p->nslots] + (size_t)p->rank * bk->shard * p->es;
         zccl_kernel_reduce(p->acc[b], p->acc[b], part, bk->shard, p->dt, ZCCL_SUM, 0);
@@ -117,6 +135,7 @@ zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
+    ZCCL_CHECK(zccl__bucket_check_init(p));
     ZCCL_CHECK(zccl_stream_create(&p->stream));
     zccl__stream_set_notify(p->stream, on_complete, p);
     p->window_start = true;
@@ -141,6 +160,7 @@ void zccl__bucket_sched_free(struct zccl_bucket_plan *p) {
     free(p->t_launch);
     free(p->log);
     free(p->slot_owner);
+    zccl__bucket_check_free(p);
 }
 
 /* Common entry checks; on success returns with p->mu held. */
@@ -180,6 +200,7 @@ ZCCL_API zccl_result_t zccl_bucket_begin(zccl_bucket_plan_t p, int sync) {
     p->launched = p->retired = 0;
     p->nlog = 0;
     memset(p->marked, 0, (size_t)p->nparams);
+    zccl__bucket_check_begin(p);
     for (int b = 0; b < p->nbuckets; b++) p->pending[b] = p->b[b].nparams;
     if (p->o.mode == ZCCL_BUCKET_ALLREDUCE) {
         if (p->window_start)
@@ -236,6 +257,10 @@ ZCCL_API zccl_result_t zccl_bucket_grad_ptr(zccl_bucket_plan_t p, int param, voi
                 break;
             }
             if (prev < 0 || p->retired > prev) { /* free: hand it to bucket b, zeroed */
+                if ((res = zccl__bucket_check_reuse(p, slot)) != ZCCL_SUCCESS) {
+                    check_failed(p, res);
+                    break;
+                }
                 memset(p->buf[slot], 0, p->b[b].elems * p->es);
                 p->slot_owner[slot] = b;
                 break;
@@ -268,6 +293,7 @@ static zccl_result_t mark(struct zccl_bucket_plan *p, const char *fn, int param)
                            "micro-step", fn, param);
     }
     p->marked[param] = 1;
+    zccl__bucket_check_mark(p, param);
     p->pending[p->p_bucket[param]]--;
     pump(p);
     pthread_mutex_unlock(&p->mu);
@@ -306,6 +332,10 @@ ZCCL_API zccl_result_t zccl_bucket_finish(zccl_bucket_plan_t p) {
         missing = first_unmarked(p, 0, p->nbuckets - 1);
     }
     p->st.finish_wait_s += (double)(zccl__now_ns() - t0) * 1e-9;
+    if (p->err == ZCCL_SUCCESS && p->comm_step) {
+        zccl_result_t ck = zccl__bucket_check_finish(p);
+        if (ck != ZCCL_SUCCESS) check_failed(p, ck);
+    }
     pthread_mutex_unlock(&p->mu);
     zccl_result_t res = zccl_stream_synchronize(p->stream); /* first error of the buckets' collectives */
     pthread_mutex_lock(&p->mu);

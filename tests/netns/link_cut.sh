@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# link_cut.sh BENCH — two "hosts" as network namespaces joined by a veth pair; rank 0 in one, rank 1 in the other,
-# all-reducing over TCP in a loop; then the link goes down mid-collective. With ZCCL_TIMEOUT_MS set, both ranks
+# link_cut.sh BENCH [silent] — two "hosts" as network namespaces joined by a veth pair; rank 0 in one, rank 1 in the
+# other, all-reducing over TCP in a loop; then the link goes down mid-collective. With ZCCL_TIMEOUT_MS set, both ranks
 # must fail with ZCCL_TIMEOUT naming the other rank within the deadline, instead of hanging (issue 6, link loss).
+# "silent" (issue 17): no collective deadline (ZCCL_TIMEOUT_MS=0) and the far side's end of the link goes down, so
+# rank 0 sees no reset, no error, nothing; TCP keepalive and TCP_USER_TIMEOUT (ZCCL_SOCKET_USER_TIMEOUT_MS, 2000 ms
+# here: ZCCL_TEST_USER_TIMEOUT_MS) must make both ranks fail naming the other within 1.5 times that plus 3 s.
 # Addresses live only inside the namespaces this script creates; everything is removed on exit, also on failure.
 # Needs root and iproute2; otherwise prints SKIP and exits 77.
 set -u
-BENCH=${1:?usage: link_cut.sh path/to/zccl-bench}
+BENCH=${1:?usage: link_cut.sh path/to/zccl-bench [silent]}
+MODE=${2:-deadline}
 TIMEOUT_MS=${ZCCL_TEST_TIMEOUT_MS:-2000}
+USER_TIMEOUT_MS=${ZCCL_TEST_USER_TIMEOUT_MS:-2000}
+if [[ $MODE == silent ]]; then
+  bound_ms=$(( USER_TIMEOUT_MS * 3 / 2 + 3000 ))
+  zccl_timeout=0
+else
+  bound_ms=$(( TIMEOUT_MS + 8000 ))
+  zccl_timeout=$TIMEOUT_MS
+fi
 tag=zc$$
 ns0=${tag}a ns1=${tag}b
 out=$(mktemp -d)
@@ -29,7 +41,7 @@ ip -n "$ns0" link set lo up && ip -n "$ns1" link set lo up
 
 secret=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 common=(WORLD_SIZE=2 MASTER_ADDR=10.231.7.1 MASTER_PORT=29517 ZCCL_SECRET=$secret ZCCL_TRANSPORT=tcp
-        ZCCL_TIMEOUT_MS=$TIMEOUT_MS ZCCL_INIT_TIMEOUT_MS=20000)
+        ZCCL_TIMEOUT_MS=$zccl_timeout ZCCL_SOCKET_USER_TIMEOUT_MS=$USER_TIMEOUT_MS ZCCL_INIT_TIMEOUT_MS=20000)
 run() { # ns rank
   ip netns exec "$1" env "${common[@]}" RANK="$2" "$BENCH" allreduce -b 4M -e 4M -n 1000000 -w 1 -c 0 \
     > "$out/r$2.out" 2> "$out/r$2.err" &
@@ -40,8 +52,8 @@ run "$ns1" 1; p1=$!
 for _ in $(seq 100); do grep -q "out-of-place" "$out/r0.out" 2>/dev/null && break; sleep 0.1; done
 sleep 1
 t_cut=$(date +%s.%N)
-ip -n "$ns0" link set v0 down
-deadline=$(( TIMEOUT_MS / 1000 + 8 ))
+if [[ $MODE == silent ]]; then ip -n "$ns1" link set v1 down; else ip -n "$ns0" link set v0 down; fi
+deadline=$(( (bound_ms + 999) / 1000 ))
 for _ in $(seq $((deadline * 10))); do
   kill -0 "$p0" 2>/dev/null || kill -0 "$p1" 2>/dev/null || break
   sleep 0.1
@@ -58,6 +70,7 @@ for r in 0 1; do
   elif ! grep -q "rank $other" <<<"$msg"; then echo "FAIL: rank $r's error does not name rank $other: $msg"; fail=1
   else echo "rank $r: exit $rc: $msg"; fi
 done
-awk -v a="$t_cut" -v b="$t_end" -v t="$TIMEOUT_MS" 'BEGIN { printf "link down -> both ranks gone: %.1f s (ZCCL_TIMEOUT_MS=%s)\n", b - a, t }'
+awk -v a="$t_cut" -v b="$t_end" -v t="$zccl_timeout" -v u="$USER_TIMEOUT_MS" -v m="$MODE" 'BEGIN {
+  printf "%s cut: link down -> both ranks gone: %.1f s (ZCCL_TIMEOUT_MS=%s, ZCCL_SOCKET_USER_TIMEOUT_MS=%s)\n", m, b - a, t, u }'
 [[ $fail -eq 0 ]] && echo "link_cut: PASSED" || echo "link_cut: FAILED"
 exit $fail
