@@ -6,7 +6,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ops_worker import check, reference, same, values
 
-BLK = 1 << 20  # 4 MiB of float32 per peer: beyond zccl's shared-memory FIFO, so a lone blocking send would wait
+BLK = 1 << 19  # 2 MiB of float32 per peer: beyond zccl's shared-memory FIFO, so a lone blocking send would wait
 
 
 def _coalesced(ops):
