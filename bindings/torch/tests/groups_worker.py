@@ -122,6 +122,28 @@ def run(rank, n):
     if n > 1:
         check(fails, same(ring, values((rank - 1) % n, torch.float32, 9, salt=5)), "block: isend/irecv ring")
 
+    # ---- native all-to-all in place (the same tensor as input and output), equal and uneven splits ----
+    t = torch.stack([values(rank, torch.int64, 3, salt=p) for p in range(n)])  # row p goes to rank p
+    dist.all_to_all_single(t, t)
+    check(fails, all(same(t[p], values(p, torch.int64, 3, salt=rank)) for p in range(n)), "all_to_all_single in place")
+    t = torch.stack([values(rank, torch.int64, 3, salt=p) for p in range(n)])
+    dist.all_to_all_single(t, t, [1] * n, [1] * n)  # explicit splits: zccl_alltoallv, given a scratch output
+    check(fails, all(same(t[p], values(p, torch.int64, 3, salt=rank)) for p in range(n)),
+          "all_to_all_single in place, explicit splits")
+    # ---- gather / scatter with the last rank as root, into and out of strided tensors ----
+    root = n - 1
+    gbase = torch.zeros(5, 2 * n, dtype=torch.int16) if rank == root else None
+    gl = [gbase[:, 2 * r] for r in range(n)] if rank == root else None
+    dist.gather(values(rank, torch.int16, 5), gather_list=gl, dst=root)
+    if rank == root:
+        check(fails, all(same(gl[r].contiguous(), values(r, torch.int16, 5)) for r in range(n)) and
+              not gbase[:, 1::2].any(), "gather to the last rank, strided outputs")
+    sbase = torch.zeros(5, 2)
+    sl = [values(r, torch.float32, 10, salt=4).view(5, 2)[:, 1] for r in range(n)] if rank == root else None
+    dist.scatter(sbase[:, 0], scatter_list=sl, src=root)
+    check(fails, same(sbase[:, 0].contiguous(), values(rank, torch.float32, 10, salt=4).view(5, 2)[:, 1].contiguous())
+          and not sbase[:, 1].any(), "scatter from the last rank, strided input and output")
+
     # ---- PREMUL_SUM's native path (a zccl PreMulSum handle): float factors and one-element tensor factors ----
     third = 1.0 / 3.0
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
