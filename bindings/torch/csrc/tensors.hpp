@@ -1,7 +1,7 @@
 /*
  * tensors.hpp — what every operation of ProcessGroupZccl needs around its zccl calls: errors that carry zccl's
  * message, torch dtype -> zccl datatype, contiguous stand-ins for non-contiguous tensors, and how a c10d reduction
- * runs on zccl (natively, PREMUL_SUM as scale-then-sum, bitwise ones through an all-gather).
+ * runs on zccl (natively, PREMUL_SUM through a zccl PreMulSum handle, bitwise ones through an all-gather).
  */
 #pragma once
 
