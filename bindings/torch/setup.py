@@ -47,8 +47,7 @@ setup(
     ext_modules=[
         CppExtension(
             name="zccl_torch._C",
-            sources=["csrc/module.cpp", "csrc/ProcessGroupZccl.cpp", "csrc/collectives.cpp", "csrc/p2p.cpp",
-                     "csrc/compose.cpp"],
+            sources=["csrc/module.cpp", "csrc/ProcessGroupZccl.cpp", "csrc/collectives.cpp", "csrc/p2p.cpp"],
             include_dirs=[os.path.join(HERE, "csrc"), inc],
             library_dirs=[lib],
             libraries=["zccl"],

@@ -13,7 +13,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "compose.hpp"
 #include "tensors.hpp"
 
 namespace zccl_torch {
@@ -110,6 +109,13 @@ void ProcessGroupZccl::stopLanes() {
 void ProcessGroupZccl::shutdown() {
     if (shut_) return;
     shut_ = true;
+    if (!block_.works.empty()) { /* a coalescing block that was never ended: nothing of it ran */
+        auto err = std::make_exception_ptr(std::runtime_error(
+            "zccl_torch: the process group was shut down inside a coalescing block (endCoalescing was not called)"));
+        for (auto &w : block_.works) w->complete(err);
+        block_ = Job();
+        blockDepth_ = 0;
+    }
     stopLanes(); /* the lanes finish what is queued first */
     if (!aborted_)
         for (auto &l : lanes_) {
@@ -128,8 +134,8 @@ void ProcessGroupZccl::shutdown() {
 /* zccl_comm_abort frees the communicator and may be called while another thread is blocked inside one of its
  * calls. Each lane checks `aborted_` under its mutex before it starts a job, and abort() holds that mutex while it
  * aborts the lane's communicator, so an idle lane never touches a freed one. A busy lane is normally blocked inside
- * zccl (the reason to abort), which the abort wakes; a job made of several zccl calls (all-to-all, bitwise
- * reductions) that is between two of them at that instant can still reach the freed communicator: zccl's API has
+ * zccl (the reason to abort), which the abort wakes; a job made of several zccl calls (a coalescing block, bitwise
+ * reductions, PREMUL_SUM's handle creation) that is between two of them at that instant can still reach the freed communicator: zccl's API has
  * no way to close that window until it offers an abort that does not free. */
 void ProcessGroupZccl::abort() {
     if (shut_) return;
@@ -144,38 +150,107 @@ void ProcessGroupZccl::abort() {
 /* ---- lanes ----------------------------------------------------------------------------------------------------- */
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType type, const char *name,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::function<void(zccl_comm_t)> fn) {
+                                                         std::vector<at::Tensor> outputs, Post fn) {
     if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
     auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
-    const int rank = rank_, size = size_;
-    const std::string op(name);
-    auto wrapped = [fn = std::move(fn), op, rank, size](zccl_comm_t comm) {
-        try {
-            fn(comm);
-        } catch (const ZcclFailure &f) {
-            throw std::runtime_error("zccl_torch: " + op + " failed on rank " + std::to_string(rank) + " of " +
-                                     std::to_string(size) + ": " + zccl_get_error_string(f.result) + ": " +
-                                     f.message);
-        } catch (const std::exception &e) {
-            throw std::runtime_error("zccl_torch: " + op + " failed on rank " + std::to_string(rank) + " of " +
-                                     std::to_string(size) + ": " + e.what());
+    Job single;
+    Job &job = inBlock() ? block_ : single; /* in a block: recorded, queued by the outermost endBlock */
+    job.works.push_back(work);
+    job.names.emplace_back(name);
+    job.posts.push_back(std::move(fn));
+    if (!inBlock()) push(lane, std::move(single));
+    return work;
+}
+
+c10::intrusive_ptr<WorkZccl> ProcessGroupZccl::endBlock(c10d::OpType type, const char *name,
+                                                        std::vector<at::Tensor> outputs) {
+    if (!inBlock()) refuse(name, "no coalescing block is open (startCoalescing was not called)");
+    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
+    block_.works.push_back(work);
+    block_.names.emplace_back(name);
+    block_.posts.emplace_back(); /* completes with the block */
+    if (--blockDepth_ == 0) {
+        Job job = std::move(block_);
+        block_ = Job();
+        job.grouped = true;
+        if (shut_ || aborted_) {
+            auto err = std::make_exception_ptr(
+                std::runtime_error(std::string("zccl_torch: ") + name + ": the process group was shut down or aborted"));
+            for (auto &w : job.works) w->complete(err);
+        } else {
+            push(0, std::move(job));
         }
-    };
+    }
+    return work;
+}
+
+void ProcessGroupZccl::push(int lane, Job job) {
     Lane &l = lanes_[lane];
     {
         std::lock_guard<std::mutex> g(l.mutex);
-        l.queue.emplace_back(work, std::move(wrapped));
+        l.queue.push_back(std::move(job));
     }
     l.cv.notify_one();
-    return work;
+}
+
+namespace {
+
+/* Runs body; an error comes back as one runtime_error whose message names the operation, the rank and zccl's
+ * message. */
+std::exception_ptr guarded(const std::string &what, int rank, int size, const std::function<void()> &body) {
+    const std::string where = "zccl_torch: " + what + " failed on rank " + std::to_string(rank) + " of " +
+                              std::to_string(size) + ": ";
+    try {
+        body();
+    } catch (const ZcclFailure &f) {
+        return std::make_exception_ptr(std::runtime_error(where + zccl_get_error_string(f.result) + ": " + f.message));
+    } catch (const std::exception &e) {
+        return std::make_exception_ptr(std::runtime_error(where + e.what()));
+    } catch (...) {
+        return std::make_exception_ptr(std::runtime_error(where + "unknown error"));
+    }
+    return nullptr;
+}
+
+} // namespace
+
+void ProcessGroupZccl::runJob(Lane &l, Job &job) {
+    std::exception_ptr error;
+    if (!job.grouped) {
+        error = guarded(job.names[0], rank_, size_, [&] {
+            Finish f = job.posts[0](l.comm);
+            if (f) f();
+        });
+    } else {
+        /* The block's name in messages: "coalesced block of 3 operations (allreduce, send, recv)". */
+        std::string what;
+        size_t ops = 0;
+        for (size_t i = 0; i < job.posts.size(); i++)
+            if (job.posts[i]) what += (ops++ ? ", " : "") + job.names[i];
+        what = "coalesced block of " + std::to_string(ops) + " operation" + (ops == 1 ? "" : "s") + " (" + what + ")";
+        std::vector<Finish> finishes;
+        error = guarded(what + ": zccl_group_start", rank_, size_, [] { zcheck(zccl_group_start()); });
+        if (!error) {
+            for (size_t i = 0; i < job.posts.size() && !error; i++)
+                if (job.posts[i])
+                    error = guarded(what + ": recording " + job.names[i], rank_, size_,
+                                    [&] { finishes.push_back(job.posts[i](l.comm)); });
+            /* always closed, also after a recording error (the calls recorded so far then run; the peers' matching
+             * calls would otherwise wait for them until zccl's deadline) */
+            std::exception_ptr end = guarded(what, rank_, size_, [] { zcheck(zccl_group_end()); });
+            if (!error) error = end;
+        }
+        for (size_t i = 0; i < finishes.size() && !error; i++)
+            if (finishes[i]) error = guarded(what, rank_, size_, finishes[i]);
+    }
+    for (auto &w : job.works) w->complete(error);
 }
 
 void ProcessGroupZccl::runLane(int lane) {
     Lane &l = lanes_[lane];
     at::NoGradGuard no_grad; /* in-place copies into tensors that require grad (DDP's buckets do not) */
     for (;;) {
-        std::pair<c10::intrusive_ptr<WorkZccl>, std::function<void(zccl_comm_t)>> job;
+        Job job;
         bool aborted = false;
         {
             std::unique_lock<std::mutex> g(l.mutex);
@@ -185,17 +260,12 @@ void ProcessGroupZccl::runLane(int lane) {
             l.queue.pop_front();
             aborted = aborted_; /* under the lane's mutex: see abort() */
         }
-        std::exception_ptr error;
         if (aborted) {
-            error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
+            auto error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
+            for (auto &w : job.works) w->complete(error);
         } else {
-            try {
-                job.second(l.comm);
-            } catch (...) {
-                error = std::current_exception();
-            }
+            runJob(l, job);
         }
-        job.first->complete(error);
     }
 }
 

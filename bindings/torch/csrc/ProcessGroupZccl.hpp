@@ -7,11 +7,20 @@
  *
  * Execution. Every operation returns a Work at once and runs on a worker thread of the process group ("lane"),
  * which calls zccl's blocking functions and then does the local work around them (copies out of non-contiguous
- * tensors, PREMUL_SUM's scaling, bitwise reductions). zccl's streams would run the zccl calls alone, and a
- * communicator may be driven by one thread at a time, so one thread per communicator is the simpler equivalent.
- * Lane 0 (communicator comms_[0]) runs the collectives and point-to-point messages from a lower to a higher rank;
- * lane 1 (comms_[1], a second communicator of the same ranks) runs messages from a higher to a lower rank, so that
- * two ranks that both isend() before they irecv() do not deadlock on zccl's blocking send.
+ * tensors, bitwise reductions). zccl's streams would run the zccl calls alone, and a communicator may be driven by
+ * one thread at a time, so one thread per communicator is the simpler equivalent.
+ *
+ * An operation is a "Post": run on the lane, it issues its zccl calls and returns a "Finish" (possibly empty), the
+ * local work that needs their results. Alone, the Finish runs right after the Post. In a coalescing block
+ * (startCoalescing/endCoalescing, torch 1.13's batch_isend_irecv, and the *_coalesced operations) the Posts are
+ * collected on the caller's thread and run as ONE job on lane 0: zccl_group_start, every Post (zccl records the
+ * calls), zccl_group_end (zccl runs them together: all send/recv of the block progress concurrently in any posting
+ * order, then the collectives in order), then every Finish; the Works of the block complete together.
+ *
+ * Lane 0 (communicator comms_[0]) runs the collectives, the coalescing blocks and single point-to-point messages
+ * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
+ * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not
+ * deadlock on zccl's blocking send. Messages sent in a block are received in a block (they travel on comms_[0]).
  */
 #pragma once
 
@@ -113,18 +122,22 @@ class ProcessGroupZccl : public BackendBase {
     c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts = c10d::BarrierOptions()) override;
     void monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks = false) override;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-    /* torch >= 2.1's coalescing manager. zccl has no group calls yet, so the operations of a coalescing block run
-     * one after the other on lane 0; the Work of endCoalescing completes after the last of them. On torch 1.x the
-     * base class's no-op start/endCoalescing apply (same behaviour). */
-    void startCoalescing() override {}
+    /* torch >= 2.1's coalescing manager: the operations between the two calls form one zccl group (see above);
+     * endCoalescing's Work completes with them. */
+    void startCoalescing() override { beginBlock(); }
     c10::intrusive_ptr<c10d::Work> endCoalescing() override;
-    /* FSDP's coalesced forms: one job that runs the tensors' all-gathers / reduce-scatters one after another. */
+    /* FSDP's coalesced forms: the tensors' all-gathers / reduce-scatters as one zccl group, completed as one Work. */
     c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
         std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
         const c10d::AllgatherOptions &opts = c10d::AllgatherOptions()) override;
     c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
         std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
         const c10d::ReduceScatterOptions &opts = c10d::ReduceScatterOptions()) override;
+#else
+    /* torch 1.13's coalescing manager (batch_isend_irecv, distributed_c10d._coalescing_manager): the operations
+     * between the two calls form one zccl group; their own Works complete together when it has run. */
+    void startCoalescing() override { beginBlock(); }
+    void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> &reqs) override;
 #endif
 
     /* Frees the communicators without waiting for peers: operations in progress fail within ~50 ms, queued ones
@@ -134,18 +147,37 @@ class ProcessGroupZccl : public BackendBase {
     void shutdown();
     std::chrono::milliseconds timeout() const { return timeout_; }
 
+    /* What runs on a lane: see "Execution" above. */
+    using Finish = std::function<void()>;
+    using Post = std::function<Finish(zccl_comm_t)>;
+
   private:
+    /* One lane job: a single operation (grouped = false, one entry), or a coalescing block run as one zccl group.
+     * A Post may be empty: the Work of endCoalescing / a *_coalesced call, completed with the block. */
+    struct Job {
+        bool grouped = false;
+        std::vector<c10::intrusive_ptr<WorkZccl>> works;
+        std::vector<std::string> names;
+        std::vector<Post> posts;
+    };
     struct Lane {
         zccl_comm_t comm = nullptr;
         std::thread thread;
         std::mutex mutex;
         std::condition_variable cv;
-        std::deque<std::pair<c10::intrusive_ptr<WorkZccl>, std::function<void(zccl_comm_t)>>> queue;
+        std::deque<Job> queue;
         bool stop = false;
     };
 
     c10::intrusive_ptr<c10d::Work> enqueue(int lane, c10d::OpType type, const char *name,
-                                           std::vector<at::Tensor> outputs, std::function<void(zccl_comm_t)> fn);
+                                           std::vector<at::Tensor> outputs, Post fn);
+    /* Coalescing blocks nest (a *_coalesced call inside startCoalescing/endCoalescing); the outermost end queues
+     * the block. endBlock returns a Work that completes with the block and carries `outputs`. */
+    void beginBlock() { blockDepth_++; }
+    c10::intrusive_ptr<WorkZccl> endBlock(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs);
+    bool inBlock() const { return blockDepth_ > 0; }
+    void push(int lane, Job job);
+    void runJob(Lane &l, Job &job);
     void runLane(int lane);
     void stopLanes();
 
@@ -155,6 +187,8 @@ class ProcessGroupZccl : public BackendBase {
     std::atomic<bool> aborted_{false};
     bool shut_ = false;
     uint64_t monitoredSeq_ = 0;
+    int blockDepth_ = 0; /* touched by the caller's thread only */
+    Job block_;
 };
 
 } // namespace zccl_torch

@@ -1,6 +1,7 @@
 /*
- * collectives.cpp — ProcessGroupZccl's collectives over zccl's own: broadcast, all-reduce (also coalesced),
- * reduce, the all-gathers, gather and scatter (compose.cpp), the reduce-scatters.
+ * collectives.cpp — ProcessGroupZccl's collectives over zccl's own: broadcast, all-reduce (also coalesced, as one
+ * zccl group), reduce, the all-gathers, gather and scatter, the reduce-scatters. Each lane function issues its
+ * zccl calls and returns the local work that needs their results (see ProcessGroupZccl.hpp, "Execution").
  */
 #include "ProcessGroupZccl.hpp"
 
@@ -10,7 +11,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "compose.hpp"
 #include "tensors.hpp"
 
 namespace zccl_torch {
@@ -27,7 +27,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::broadcast(std::vector<at::Tenso
     const int root = static_cast<int>(opts.rootRank);
     return enqueue(0, c10d::OpType::BROADCAST, op, tensors, [d, root](zccl_comm_t comm) {
         zcheck(zccl_broadcast(d.ptr(), d.ptr(), nbytes(d.buf), ZCCL_UINT8, root, comm, nullptr));
-        d.finish();
+        return Finish([d] { d.finish(); });
     });
 }
 
@@ -38,9 +38,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce(std::vector<at::Tenso
     Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
     Dense d = Dense::inout(tensors[0]);
     return enqueue(0, c10d::OpType::ALLREDUCE, op, tensors, [d, r](zccl_comm_t comm) {
-        at::Tensor buf = d.buf;
-        allreduce_dense(comm, r, buf);
-        d.finish();
+        Finish reduced = allreduce_dense(comm, r, d.buf);
+        return Finish([d, reduced] {
+            reduced();
+            d.finish();
+        });
     });
 }
 
@@ -53,18 +55,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce_coalesced(std::vector
         check_same_dtype(op, tensors[0], t, "a tensor");
     }
     Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
-    std::vector<at::Tensor> ts = tensors;
-    return enqueue(0, c10d::OpType::ALLREDUCE_COALESCED, op, tensors, [ts, r](zccl_comm_t comm) {
-        std::vector<at::Tensor> flat;
-        for (auto &t : ts) flat.push_back(t.reshape({-1}));
-        at::Tensor buf = at::cat(flat); /* one zccl call for the whole list */
-        allreduce_dense(comm, r, buf);
-        int64_t off = 0;
-        for (auto &t : ts) {
-            t.copy_(buf.narrow(0, off, t.numel()).view(t.sizes()));
-            off += t.numel();
-        }
-    });
+    /* one all-reduce per tensor, all in one zccl group; the Work completes with the group */
+    beginBlock();
+    for (auto &t : tensors) {
+        Dense d = Dense::inout(t);
+        enqueue(0, c10d::OpType::ALLREDUCE, op, {t}, [d, r](zccl_comm_t comm) {
+            Finish reduced = allreduce_dense(comm, r, d.buf);
+            return Finish([d, reduced] {
+                reduced();
+                d.finish();
+            });
+        });
+    }
+    return endBlock(c10d::OpType::ALLREDUCE_COALESCED, op, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce(std::vector<at::Tensor> &tensors,
@@ -80,18 +83,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce(std::vector<at::Tensor> 
         at::Tensor buf = d.buf;
         if (r.bitwise) { /* all ranks compute it; only the root's tensor changes */
             at::Tensor tmp = buf.clone();
-            allreduce_bitwise(comm, r, tmp);
-            if (me == root) buf.copy_(tmp);
-        } else {
-            at::Tensor src = buf;
-            if (r.premul) {
-                src = buf.clone();
-                apply_premul(r, src);
-            }
-            zcheck(zccl_reduce(src.data_ptr(), me == root ? buf.data_ptr() : nullptr, buf.numel(), r.type, r.op,
-                               root, comm, nullptr));
+            Finish reduced = allreduce_bitwise(comm, r, tmp);
+            return Finish([d, tmp, reduced, me, root] {
+                reduced();
+                if (me == root) {
+                    d.buf.copy_(tmp);
+                    d.finish();
+                }
+            });
         }
-        if (me == root) d.finish();
+        at::Tensor src = buf;
+        if (r.premul) {
+            src = buf.clone();
+            apply_premul(r, src);
+        }
+        RedOp rop(r, comm);
+        zcheck(zccl_reduce(src.data_ptr(), me == root ? buf.data_ptr() : nullptr, buf.numel(), r.type, rop.get(),
+                           root, comm, nullptr));
+        return Finish([d, src, me, root] {
+            if (me == root) d.finish();
+        });
     });
 }
 
@@ -112,7 +123,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather(std::vector<std::vect
     return enqueue(0, c10d::OpType::ALLGATHER, op, outs, [in, outs](zccl_comm_t comm) {
         at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), in.buf.numel()}, in.buf.options());
         zcheck(zccl_allgather(in.ptr(), all.data_ptr(), nbytes(in.buf), ZCCL_UINT8, comm, nullptr));
-        for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(all[r].view(outs[r].sizes()));
+        return Finish([in, all, outs] {
+            for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(all[r].view(outs[r].sizes()));
+        });
     });
 }
 
@@ -126,7 +139,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::_allgather_base(at::Tensor &out
     Dense in = Dense::in(input), out = Dense::out(output);
     return enqueue(0, c10d::OpType::_ALLGATHER_BASE, op, {output}, [in, out](zccl_comm_t comm) {
         zcheck(zccl_allgather(in.ptr(), out.ptr(), nbytes(in.buf), ZCCL_UINT8, comm, nullptr));
-        out.finish();
+        return Finish([in, out] { out.finish(); });
     });
 }
 
@@ -147,27 +160,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather_coalesced(std::vector
             check_numel(op, list[i], inputs[i].numel(), "an output tensor");
         }
     }
-    std::vector<at::Tensor> ins = inputs, flatOut;
+    std::vector<at::Tensor> flatOut;
     for (auto &list : outputLists) flatOut.insert(flatOut.end(), list.begin(), list.end());
-    auto lists = outputLists;
-    return enqueue(0, c10d::OpType::ALLGATHER_COALESCED, op, flatOut, [ins, lists](zccl_comm_t comm) {
-        /* the inputs as bytes back to back, gathered in one zccl call, then unpacked */
-        std::vector<at::Tensor> bytes;
-        for (auto &t : ins) bytes.push_back(t.contiguous().view({-1}).view(at::kByte));
-        at::Tensor packed = bytes.empty() ? at::empty({0}, at::kByte) : at::cat(bytes);
-        const int64_t per = packed.numel();
-        at::Tensor all = at::empty({static_cast<int64_t>(lists.size()) * per}, at::kByte);
-        zcheck(zccl_allgather(packed.data_ptr(), all.data_ptr(), per, ZCCL_UINT8, comm, nullptr));
-        for (size_t r = 0; r < lists.size(); r++) {
-            int64_t off = static_cast<int64_t>(r) * per;
-            for (auto &t : lists[r]) {
-                const int64_t nb = static_cast<int64_t>(nbytes(t));
-                at::Tensor src = all.narrow(0, off, nb).view(t.scalar_type()).view(t.sizes());
-                t.copy_(src);
-                off += nb;
-            }
-        }
-    });
+    /* one all-gather per input into a scratch tensor, all in one zccl group, then unpacked per rank */
+    beginBlock();
+    for (size_t i = 0; i < inputs.size(); i++) {
+        Dense in = Dense::in(inputs[i]);
+        std::vector<at::Tensor> outs;
+        for (auto &list : outputLists) outs.push_back(list[i]);
+        enqueue(0, c10d::OpType::ALLGATHER, op, outs, [in, outs](zccl_comm_t comm) {
+            at::Tensor all = at::empty({static_cast<int64_t>(outs.size()), in.buf.numel()}, in.buf.options());
+            zcheck(zccl_allgather(in.ptr(), all.data_ptr(), nbytes(in.buf), ZCCL_UINT8, comm, nullptr));
+            return Finish([in, all, outs] {
+                for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(all[r].view(outs[r].sizes()));
+            });
+        });
+    }
+    return endBlock(c10d::OpType::ALLGATHER_COALESCED, op, flatOut);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::gather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -193,13 +202,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::gather(std::vector<std::vector<
                        std::to_string(root) + ")");
     }
     Dense in = Dense::in(inputs[0]);
-    return enqueue(0, c10d::OpType::GATHER, op, outs, [in, outs, root](zccl_comm_t comm) {
-        std::vector<Dense> d;
-        std::vector<void *> ptrs;
-        for (auto &t : outs) d.push_back(Dense::out(t));
-        for (auto &x : d) ptrs.push_back(x.ptr());
-        zcheck(compose_gather(comm, in.ptr(), nbytes(in.buf), ptrs.empty() ? nullptr : ptrs.data(), root));
-        for (auto &x : d) x.finish();
+    const int n = size_;
+    return enqueue(0, c10d::OpType::GATHER, op, outs, [in, outs, root, n](zccl_comm_t comm) {
+        /* zccl_gather fills one buffer of n blocks on the root; c10d's outputs are n separate tensors */
+        at::Tensor all;
+        if (!outs.empty()) all = at::empty({n, in.buf.numel()}, in.buf.options());
+        zcheck(zccl_gather(in.ptr(), all.defined() ? all.data_ptr() : nullptr, nbytes(in.buf), ZCCL_UINT8, root, comm,
+                           nullptr));
+        return Finish([in, all, outs] {
+            for (size_t r = 0; r < outs.size(); r++) outs[r].copy_(all[r].view(outs[r].sizes()));
+        });
     });
 }
 
@@ -227,12 +239,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::scatter(std::vector<at::Tensor>
     }
     Dense out = Dense::out(outputs[0]);
     return enqueue(0, c10d::OpType::SCATTER, op, outputs, [out, ins, root](zccl_comm_t comm) {
-        std::vector<at::Tensor> d;
-        std::vector<const void *> ptrs;
-        for (auto &t : ins) d.push_back(t.contiguous());
-        for (auto &x : d) ptrs.push_back(x.data_ptr());
-        zcheck(compose_scatter(comm, ptrs.empty() ? nullptr : ptrs.data(), nbytes(out.buf), out.ptr(), root));
-        out.finish();
+        /* the root's n tensors packed into the one buffer zccl_scatter reads */
+        at::Tensor all;
+        if (!ins.empty()) {
+            std::vector<at::Tensor> flat;
+            for (auto &t : ins) flat.push_back(t.reshape({-1}));
+            all = at::cat(flat);
+        }
+        zcheck(zccl_scatter(all.defined() ? all.data_ptr() : nullptr, out.ptr(), nbytes(out.buf), ZCCL_UINT8, root,
+                            comm, nullptr));
+        return Finish([out, all] { out.finish(); });
     });
 }
 
@@ -261,15 +277,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce_scatter(std::vector<at::
         }
         at::Tensor all = at::cat(flat);
         if (r.bitwise) {
-            allreduce_bitwise(comm, r, all);
+            Finish reduced = allreduce_bitwise(comm, r, all);
             const int64_t off = std::accumulate(counts.begin(), counts.begin() + me, int64_t(0));
-            out.buf.view({-1}).copy_(all.narrow(0, off, counts[me]));
-        } else {
-            apply_premul(r, all);
-            /* uneven blocks are allowed by torch's list form; zccl_reduce_scatter_v takes them as they are */
-            zcheck(zccl_reduce_scatter_v(all.data_ptr(), out.ptr(), counts.data(), r.type, r.op, comm, nullptr));
+            const int64_t cnt = static_cast<int64_t>(counts[me]);
+            return Finish([out, all, reduced, off, cnt] {
+                reduced();
+                out.buf.view({-1}).copy_(all.narrow(0, off, cnt));
+                out.finish();
+            });
         }
-        out.finish();
+        apply_premul(r, all);
+        RedOp rop(r, comm);
+        /* uneven blocks are allowed by torch's list form; zccl_reduce_scatter_v takes them as they are */
+        zcheck(zccl_reduce_scatter_v(all.data_ptr(), out.ptr(), counts.data(), r.type, rop.get(), comm, nullptr));
+        return Finish([out, all] { out.finish(); });
     });
 }
 
@@ -287,16 +308,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::_reduce_scatter_base(at::Tensor
         at::Tensor src = in.buf;
         if (r.bitwise) {
             at::Tensor all = src.reshape({-1}).clone();
-            allreduce_bitwise(comm, r, all);
-            out.buf.view({-1}).copy_(all.narrow(0, me * out.buf.numel(), out.buf.numel()));
-        } else {
-            if (r.premul) {
-                src = src.clone();
-                apply_premul(r, src);
-            }
-            zcheck(zccl_reduce_scatter(src.data_ptr(), out.ptr(), out.buf.numel(), r.type, r.op, comm, nullptr));
+            Finish reduced = allreduce_bitwise(comm, r, all);
+            return Finish([out, all, reduced, me] {
+                reduced();
+                out.buf.view({-1}).copy_(all.narrow(0, me * out.buf.numel(), out.buf.numel()));
+                out.finish();
+            });
         }
-        out.finish();
+        if (r.premul) {
+            src = src.clone();
+            apply_premul(r, src);
+        }
+        RedOp rop(r, comm);
+        zcheck(zccl_reduce_scatter(src.data_ptr(), out.ptr(), out.buf.numel(), r.type, rop.get(), comm, nullptr));
+        return Finish([in, out, src] { out.finish(); });
     });
 }
 

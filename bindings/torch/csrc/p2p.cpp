@@ -1,6 +1,6 @@
 /*
- * p2p.cpp — ProcessGroupZccl's operations built on point-to-point messages or on the store: all-to-all
- * (compose.cpp), send/recv, barriers (the monitored one through the store), coalescing for torch >= 2.1.
+ * p2p.cpp — ProcessGroupZccl's all-to-alls (zccl_alltoall / zccl_alltoallv), send/recv, barriers (the monitored
+ * one through the store), and the coalescing blocks (one zccl group each; see ProcessGroupZccl.hpp).
  */
 #include "ProcessGroupZccl.hpp"
 
@@ -10,7 +10,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "compose.hpp"
 #include "tensors.hpp"
 
 namespace zccl_torch {
@@ -60,10 +59,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall_base(at::Tensor &outpu
     std::vector<size_t> sb, sd, rb, rd;
     split_bytes(op, input, inputSplits, size_, "the input", &sb, &sd);
     split_bytes(op, output, outputSplits, size_, "the output", &rb, &rd);
+    const bool equal = inputSplits.empty() && outputSplits.empty();
+    if (equal) check_numel(op, output, input.numel(), "the output");
     Dense in = Dense::in(input), out = Dense::out(output);
-    return enqueue(0, c10d::OpType::ALLTOALL_BASE, op, {output}, [in, out, sb, sd, rb, rd](zccl_comm_t comm) {
-        zcheck(compose_alltoallv(comm, in.ptr(), sb.data(), sd.data(), out.ptr(), rb.data(), rd.data()));
-        out.finish();
+    /* zccl_alltoallv is never in place: an output that shares memory with the input gets a scratch buffer */
+    if (!equal && out.buf.numel() > 0 && in.buf.numel() > 0 && out.buf.storage().is_alias_of(in.buf.storage()))
+        out.buf = at::empty_like(out.buf, at::MemoryFormat::Contiguous);
+    return enqueue(0, c10d::OpType::ALLTOALL_BASE, op, {output}, [in, out, sb, sd, rb, rd, equal](zccl_comm_t comm) {
+        /* counts and displacements in bytes (ZCCL_UINT8), so any dtype travels */
+        if (equal)
+            zcheck(zccl_alltoall(in.ptr(), out.ptr(), sb.empty() ? 0 : sb[0], ZCCL_UINT8, comm, nullptr));
+        else
+            zcheck(zccl_alltoallv(in.ptr(), sb.data(), sd.data(), out.ptr(), rb.data(), rd.data(), ZCCL_UINT8, comm,
+                                  nullptr));
+        return Finish([in, out] { out.finish(); });
     });
 }
 
@@ -82,12 +91,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall(std::vector<at::Tensor
     }
     std::vector<at::Tensor> ins = inputs, outs = outputs;
     return enqueue(0, c10d::OpType::ALLTOALL, op, outputs, [ins, outs](zccl_comm_t comm) {
-        /* pack the inputs back to back, exchange, unpack: uneven sizes are allowed */
+        /* pack the inputs back to back as bytes, exchange, unpack: uneven sizes are allowed */
         std::vector<at::Tensor> flat;
         std::vector<size_t> sb, sd, rb, rd;
         size_t off = 0;
         for (auto &t : ins) {
-            flat.push_back(t.reshape({-1}));
+            flat.push_back(t.contiguous().view({-1}).view(at::kByte));
             sb.push_back(nbytes(t));
             sd.push_back(off);
             off += nbytes(t);
@@ -100,10 +109,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall(std::vector<at::Tensor
             off += nbytes(t);
         }
         at::Tensor recv = at::empty({static_cast<int64_t>(off)}, at::kByte);
-        zcheck(compose_alltoallv(comm, send.data_ptr(), sb.data(), sd.data(), recv.data_ptr(), rb.data(),
-                                 rd.data()));
-        for (size_t r = 0; r < outs.size(); r++)
-            outs[r].copy_(recv.narrow(0, rd[r], rb[r]).view(outs[r].scalar_type()).view(outs[r].sizes()));
+        zcheck(zccl_alltoallv(send.data_ptr(), sb.data(), sd.data(), recv.data_ptr(), rb.data(), rd.data(), ZCCL_UINT8,
+                              comm, nullptr));
+        return Finish([send, recv, outs, rb, rd] {
+            for (size_t r = 0; r < outs.size(); r++)
+                outs[r].copy_(recv.narrow(0, rd[r], rb[r]).view(outs[r].scalar_type()).view(outs[r].sizes()));
+        });
     });
 }
 
@@ -112,26 +123,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::alltoall(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::send(std::vector<at::Tensor> &tensors, int dstRank, int /*tag*/) {
     const char *op = "send";
     check_single(op, tensors, "tensor");
-    if (dstRank < 0 || dstRank >= size_ || dstRank == rank_)
-        refuse(op, "destination rank " + std::to_string(dstRank) + " is outside [0, " + std::to_string(size_) +
-                       ") or is this rank");
+    if (dstRank < 0 || dstRank >= size_)
+        refuse(op, "destination rank " + std::to_string(dstRank) + " is outside [0, " + std::to_string(size_) + ")");
+    if (dstRank == rank_ && !inBlock())
+        refuse(op, "a send to this rank itself completes only inside batch_isend_irecv or a coalescing block, "
+                   "together with the matching receive from itself");
     Dense d = Dense::in(tensors[0]);
-    /* messages from lower to higher ranks travel on lane 0, the others on lane 1 (see ProcessGroupZccl.hpp) */
+    /* alone: messages from lower to higher ranks travel on lane 0, the others on lane 1; in a block everything is
+     * recorded in the block's group on lane 0 (see ProcessGroupZccl.hpp) */
     return enqueue(rank_ < dstRank ? 0 : 1, c10d::OpType::SEND, op, tensors, [d, dstRank](zccl_comm_t comm) {
         zcheck(zccl_send(d.ptr(), nbytes(d.buf), ZCCL_UINT8, dstRank, comm, nullptr));
+        return Finish([d] {}); /* keeps a contiguous copy alive until a group has run */
     });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recv(std::vector<at::Tensor> &tensors, int srcRank, int /*tag*/) {
     const char *op = "recv";
     check_single(op, tensors, "tensor");
-    if (srcRank < 0 || srcRank >= size_ || srcRank == rank_)
-        refuse(op, "source rank " + std::to_string(srcRank) + " is outside [0, " + std::to_string(size_) +
-                       ") or is this rank");
+    if (srcRank < 0 || srcRank >= size_)
+        refuse(op, "source rank " + std::to_string(srcRank) + " is outside [0, " + std::to_string(size_) + ")");
+    if (srcRank == rank_ && !inBlock())
+        refuse(op, "a receive from this rank itself completes only inside batch_isend_irecv or a coalescing block, "
+                   "together with the matching send to itself");
     Dense d = Dense::out(tensors[0]);
     return enqueue(srcRank < rank_ ? 0 : 1, c10d::OpType::RECV, op, tensors, [d, srcRank](zccl_comm_t comm) {
         zcheck(zccl_recv(d.ptr(), nbytes(d.buf), ZCCL_UINT8, srcRank, comm, nullptr));
-        d.finish();
+        return Finish([d] { d.finish(); });
     });
 }
 
@@ -142,47 +159,56 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::barrier(const c10d::BarrierOptions &) {
     return enqueue(0, c10d::OpType::BARRIER, "barrier", {}, [](zccl_comm_t comm) {
         zcheck(zccl_barrier(comm, nullptr));
+        return Finish();
     });
 }
 
+/* ---- coalescing blocks ------------------------------------------------------------------------------------- */
+
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::endCoalescing() {
-    return enqueue(0, c10d::OpType::UNKNOWN, "endCoalescing", {}, [](zccl_comm_t) {});
+    /* carries the block's outputs, as ProcessGroupNCCL's coalesced Work does */
+    std::vector<at::Tensor> outs;
+    for (auto &w : block_.works)
+        for (auto &t : w->result()) outs.push_back(t);
+    return endBlock(c10d::OpType::UNKNOWN, "endCoalescing", outs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgather_into_tensor_coalesced(std::vector<at::Tensor> &outputs,
                                                                                  std::vector<at::Tensor> &inputs,
-                                                                                 const c10d::AllgatherOptions &) {
+                                                                                 const c10d::AllgatherOptions &opts) {
     const char *op = "allgather_into_tensor_coalesced";
     if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
-    std::vector<Dense> ins, outs;
-    for (size_t i = 0; i < inputs.size(); i++) {
+    for (size_t i = 0; i < inputs.size(); i++) { /* all checked before anything is recorded */
         check_tensor(op, inputs[i], "input");
         check_tensor(op, outputs[i], "output");
         check_same_dtype(op, inputs[i], outputs[i], "an output");
         check_numel(op, outputs[i], inputs[i].numel() * size_, "an output");
-        ins.push_back(Dense::in(inputs[i]));
-        outs.push_back(Dense::out(outputs[i]));
     }
-    return enqueue(0, c10d::OpType::ALLGATHER_COALESCED, op, outputs, [ins, outs](zccl_comm_t comm) {
-        for (size_t i = 0; i < ins.size(); i++) {
-            zcheck(zccl_allgather(ins[i].ptr(), outs[i].ptr(), nbytes(ins[i].buf), ZCCL_UINT8, comm, nullptr));
-            outs[i].finish();
-        }
-    });
+    beginBlock(); /* one zccl group */
+    for (size_t i = 0; i < inputs.size(); i++) _allgather_base(outputs[i], inputs[i], opts);
+    return endBlock(c10d::OpType::ALLGATHER_COALESCED, op, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs, const c10d::ReduceScatterOptions &opts) {
     const char *op = "reduce_scatter_tensor_coalesced";
     if (outputs.size() != inputs.size()) refuse(op, "needs as many outputs as inputs");
-    std::vector<c10::intrusive_ptr<c10d::Work>> parts;
-    for (size_t i = 0; i < inputs.size(); i++) /* each one is checked, then queued; they run in this order */
-        parts.push_back(_reduce_scatter_base(outputs[i], inputs[i], opts));
-    /* a Work that completes after the last part (same lane, in order) and carries every output */
-    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, outputs, [parts](zccl_comm_t) {
-        for (auto &w : parts) w->wait(); /* already complete: rethrows a part's error */
-    });
+    for (size_t i = 0; i < inputs.size(); i++) {
+        check_tensor(op, inputs[i], "input");
+        check_tensor(op, outputs[i], "output");
+        check_same_dtype(op, outputs[i], inputs[i], "an input");
+        check_numel(op, inputs[i], outputs[i].numel() * size_, "an input");
+        resolve_reduction(op, opts.reduceOp, outputs[i].scalar_type());
+    }
+    beginBlock(); /* one zccl group */
+    for (size_t i = 0; i < inputs.size(); i++) _reduce_scatter_base(outputs[i], inputs[i], opts);
+    return endBlock(c10d::OpType::_REDUCE_SCATTER_BASE, op, outputs);
+}
+#else
+void ProcessGroupZccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>> &) {
+    /* torch 1.13 keeps the Works that isend/irecv/... returned in the block; they complete with the group */
+    endBlock(c10d::OpType::UNKNOWN, "endCoalescing", {});
 }
 #endif
 

@@ -1,11 +1,13 @@
 /*
  * tensors.hpp — what every operation of ProcessGroupZccl needs around its zccl calls: errors that carry zccl's
  * message, torch dtype -> zccl datatype, contiguous stand-ins for non-contiguous tensors, and how a c10d reduction
- * runs on zccl (natively, PREMUL_SUM as scale-then-sum, bitwise ones through an all-gather).
+ * runs on zccl (natively, PREMUL_SUM through a zccl PreMulSum handle, bitwise ones through an all-gather).
  */
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -84,14 +86,17 @@ struct Dense {
 
 /* ---- reductions --------------------------------------------------------------------------------------------- */
 
-/* How a c10d reduction runs on zccl: natively (op, datatype), with PREMUL_SUM's factor applied first, or, for
- * bitwise AND/OR/XOR on integers (zccl has no bitwise ops), as an all-gather followed by a local reduction in rank
- * order (identical on every rank). */
+/* How a c10d reduction runs on zccl: natively (op, datatype); PREMUL_SUM through a PreMulSum handle made when the
+ * operation runs (native_premul: the factor is a Python float, or a CPU tensor of one element read then), or as
+ * scale-then-sum (premul: a factor tensor of several elements, multiplied elementwise into a copy of the input,
+ * then ZCCL_SUM); bitwise AND/OR/XOR on integers (zccl has no bitwise ops) as an all-gather followed by a local
+ * reduction in rank order (identical on every rank). */
 struct Reduction {
     zccl_datatype_t type = ZCCL_FLOAT32;
     zccl_redop_t op = ZCCL_SUM;
     bool bitwise = false;
     c10d::ReduceOp::RedOpType bitwise_op = c10d::ReduceOp::BAND;
+    bool native_premul = false;
     bool premul = false;
     double factor = 1.0;
     at::Tensor factor_tensor;
@@ -139,8 +144,7 @@ inline Reduction resolve_reduction(const char *opname, const c10d::ReduceOp &rop
             refuse(opname, std::string("ReduceOp.PREMUL_SUM needs a floating-point tensor, got ") + c10::toString(st));
         auto *sup = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(rop.supplement_.get());
         if (sup == nullptr) refuse(opname, "ReduceOp.PREMUL_SUM without its factor");
-        r.premul = true;
-        r.op = ZCCL_SUM; /* zccl has no PreMulSum yet: scale locally, then sum */
+        r.op = ZCCL_SUM;
 #if TORCH_VERSION_MAJOR >= 2
         if (sup->tensor_factor.defined()) r.factor_tensor = sup->tensor_factor;
 #else
@@ -148,8 +152,13 @@ inline Reduction resolve_reduction(const char *opname, const c10d::ReduceOp &rop
 #endif
         if (r.factor_tensor.defined()) {
             check_tensor(opname, r.factor_tensor, "PREMUL_SUM factor");
+            if (r.factor_tensor.numel() == 1)
+                r.native_premul = true; /* its value is read when the operation runs, as NCCL reads it then */
+            else
+                r.premul = true; /* elementwise factors: no zccl scalar can express them */
         } else {
             r.factor = sup->double_factor;
+            r.native_premul = true;
         }
         break;
     }
@@ -159,36 +168,76 @@ inline Reduction resolve_reduction(const char *opname, const c10d::ReduceOp &rop
 }
 
 inline void apply_premul(const Reduction &r, at::Tensor &buf) {
-    if (!r.premul) return;
-    if (r.factor_tensor.defined())
-        buf.mul_(r.factor_tensor.to(buf.scalar_type()));
-    else
-        buf.mul_(r.factor);
+    if (r.premul) buf.mul_(r.factor_tensor.to(buf.scalar_type()));
 }
 
-/* Bitwise all-reduce of `count` elements in place: every rank's block gathered, then combined in rank order. */
-inline void allreduce_bitwise(zccl_comm_t comm, const Reduction &r, at::Tensor &flat) {
+/* What a lane operation returns: local work that needs the results of the zccl calls it issued (run at once
+ * alone, after zccl_group_end in a coalescing block). Same type as ProcessGroupZccl::Finish. */
+using Finish = std::function<void()>;
+
+/* The zccl reduction to pass for r on comm: r.op, or a PreMulSum handle created now from the factor in r's
+ * datatype (ZCCL_SCALAR_HOST_IMMEDIATE) and destroyed with this object; an operation issued or recorded in a group
+ * before that keeps its copy of the scalar (zccl.h), so the handle never has to outlive the call. */
+class RedOp {
+  public:
+    RedOp(const Reduction &r, zccl_comm_t comm) : op_(r.op) {
+        if (!r.native_premul) return;
+        const double f = r.factor_tensor.defined() ? r.factor_tensor.to(at::kDouble).item<double>() : r.factor;
+        unsigned char scalar[8] = {0};
+        switch (r.type) {
+        case ZCCL_FLOAT16: { at::Half h(static_cast<float>(f)); std::memcpy(scalar, &h, sizeof h); break; }
+        case ZCCL_BFLOAT16: { at::BFloat16 h(static_cast<float>(f)); std::memcpy(scalar, &h, sizeof h); break; }
+        case ZCCL_FLOAT32: { float v = static_cast<float>(f); std::memcpy(scalar, &v, sizeof v); break; }
+        case ZCCL_FLOAT64: std::memcpy(scalar, &f, sizeof f); break;
+        default: throw std::invalid_argument("PREMUL_SUM on a datatype without a float scalar");
+        }
+        zcheck(zccl_redop_create_premulsum(&op_, scalar, r.type, ZCCL_SCALAR_HOST_IMMEDIATE, comm));
+        comm_ = comm;
+    }
+    ~RedOp() {
+        if (comm_) zccl_redop_destroy(op_, comm_);
+    }
+    RedOp(const RedOp &) = delete;
+    RedOp &operator=(const RedOp &) = delete;
+    zccl_redop_t get() const { return op_; }
+
+  private:
+    zccl_redop_t op_;
+    zccl_comm_t comm_ = nullptr;
+};
+
+/* Bitwise all-reduce in place: every rank's block gathered, then (in the Finish) combined in rank order. */
+inline Finish allreduce_bitwise(zccl_comm_t comm, const Reduction &r, const at::Tensor &flat) {
     int n = 0;
     zcheck(zccl_comm_count(comm, &n));
     at::Tensor all = at::empty({n, flat.numel()}, flat.options());
     zcheck(zccl_allgather(flat.data_ptr(), all.data_ptr(), nbytes(flat), ZCCL_UINT8, comm, nullptr));
-    at::Tensor acc = all[0].clone();
-    for (int i = 1; i < n; i++) {
-        if (r.bitwise_op == c10d::ReduceOp::BAND)
-            acc.bitwise_and_(all[i]);
-        else if (r.bitwise_op == c10d::ReduceOp::BOR)
-            acc.bitwise_or_(all[i]);
-        else
-            acc.bitwise_xor_(all[i]);
-    }
-    flat.view({-1}).copy_(acc);
+    const c10d::ReduceOp::RedOpType op = r.bitwise_op;
+    return [all, flat, n, op] {
+        at::Tensor acc = all[0].clone();
+        for (int i = 1; i < n; i++) {
+            if (op == c10d::ReduceOp::BAND)
+                acc.bitwise_and_(all[i]);
+            else if (op == c10d::ReduceOp::BOR)
+                acc.bitwise_or_(all[i]);
+            else
+                acc.bitwise_xor_(all[i]);
+        }
+        flat.view({-1}).copy_(acc.view({-1}));
+    };
 }
 
 /* All-reduce of a contiguous tensor in place, with whatever the reduction needs around the zccl call. */
-inline void allreduce_dense(zccl_comm_t comm, const Reduction &r, at::Tensor &buf) {
+inline Finish allreduce_dense(zccl_comm_t comm, const Reduction &r, at::Tensor buf) {
     if (r.bitwise) return allreduce_bitwise(comm, r, buf);
-    apply_premul(r, buf);
-    zcheck(zccl_allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), r.type, r.op, comm, nullptr));
+    at::Tensor src = buf;
+    if (r.premul) {
+        src = buf.clone();
+        apply_premul(r, src);
+    }
+    RedOp op(r, comm);
+    zcheck(zccl_allreduce(src.data_ptr(), buf.data_ptr(), buf.numel(), r.type, op.get(), comm, nullptr));
+    return [src] {}; /* keeps the scaled copy alive until a group has run */
 }
 
 inline void check_same_dtype(const char *op, const at::Tensor &a, const at::Tensor &b, const char *what) {

@@ -215,8 +215,8 @@ def run(rank, n):
         dist.all_to_all(outs, ins)
         check(fails, all(same(outs[p], values(p, dt, p + rank + 1, salt=rank)) for p in range(n)), f"all_to_all {dt}")
 
-    # all-to-all with 4 MiB blocks: larger than zccl's shared-memory FIFO, so its sends block until received and
-    # only the round order of compose_alltoallv keeps this from deadlocking
+    # all-to-all with 4 MiB blocks: larger than zccl's shared-memory FIFO, so a transfer completes only while its
+    # receiver is receiving (zccl_alltoall progresses all of them together)
     blk = 1 << 20
     inp = torch.cat([values(rank, torch.float32, blk, salt=p) for p in range(n)])
     out = torch.empty(n * blk)
