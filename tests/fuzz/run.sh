@@ -55,7 +55,7 @@ echo "fuzz: building $bin with $("$cc" --version | head -1)"
 # shellcheck disable=SC2086
 if ! "$cc" -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
-    -I"$root/include" -I"$root/lib/util" -I"$root/lib/sched" -I"$root/lib/core" -I"$root/transport" -I"$root/topology" -I"$root/kernels" $hwloc_cflags \
+    -I"$root/include" -I"$root/lib/util" -I"$root/lib/sched" -I"$root/lib/core" -I"$root/lib/mem" -I"$root/transport" -I"$root/topology" -I"$root/kernels" $hwloc_cflags \
     "$here/fuzz_handshake.c" "$root/lib/util/socket.c" "$root/lib/util/error.c" "$root/lib/util/log.c" "$root/lib/util/config.c" "$root/lib/util/bytes.c" "$root/lib/core/settings.c" \
     -lcrypto -lpthread -o "$bin"; then
   echo "fuzz: build failed" >&2
