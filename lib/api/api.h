@@ -65,4 +65,10 @@ int zccl__slurm_first_host(const char *list, char *out, size_t len);
  *  (config_check.c). */
 void zccl__config_warn_unknown(void);
 
+/** Refuses the call o (include/zccl.h "Invalid calls"): returns res to the caller, and on a communicator of several
+ *  ranks still issues o marked refused so that the peers fail it too (collectives.c). */
+zccl_result_t zccl__coll_refuse_op(zccl_op_t o, zccl_stream_t stream, zccl_result_t res);
+/** A count-0 call: nothing moves but it takes its sequence number and joins ZCCL_CHECK (collectives.c). */
+zccl_result_t zccl__coll_noop(zccl_op_t o, zccl_stream_t stream);
+
 #endif

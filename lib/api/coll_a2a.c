@@ -6,19 +6,26 @@
 #include <string.h>
 #include "api.h"
 
+/* A failed validation step refuses the call (zccl__coll_refuse_op): the peers fail it too instead of pairing their
+ * call with this rank's next one. */
+#define TRY(call)                                                                                     \
+    do {                                                                                              \
+        zccl_result_t try_res__ = (call);                                                             \
+        if (try_res__ != ZCCL_SUCCESS) return zccl__coll_refuse_op(o, stream, try_res__);             \
+    } while (0)
+
 ZCCL_API zccl_result_t zccl_alltoall(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
                                      zccl_comm_t comm, zccl_stream_t stream) {
     const char *fn = "zccl_alltoall";
     size_t total;
-    ZCCL_CHECK(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM,
-                                  &total));
-    if (count == 0) return ZCCL_SUCCESS;
-    ZCCL_CHECK(zccl__check_buf(fn, "sendbuf", sendbuf));
-    ZCCL_CHECK(zccl__check_buf(fn, "recvbuf", recvbuf));
-    const bool in_place = sendbuf == recvbuf;
-    ZCCL_CHECK(zccl__check_overlap(fn, sendbuf, total, recvbuf, total, in_place));
     zccl_op_t o = {.coll = ZCCL_COLL_ALLTOALL, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                   .dt = datatype, .op = ZCCL_SUM, .in_place = in_place, .comm = comm};
+                   .dt = datatype, .op = ZCCL_SUM, .comm = comm};
+    TRY(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
+    if (count == 0) return zccl__coll_noop(o, stream);
+    TRY(zccl__check_buf(fn, "sendbuf", sendbuf));
+    TRY(zccl__check_buf(fn, "recvbuf", recvbuf));
+    o.in_place = sendbuf == recvbuf;
+    TRY(zccl__check_overlap(fn, sendbuf, total, recvbuf, total, o.in_place));
     return zccl__api_issue(&o, stream);
 }
 
@@ -102,21 +109,21 @@ ZCCL_API zccl_result_t zccl_gather(const void *sendbuf, void *recvbuf, size_t co
                                    int root, zccl_comm_t comm, zccl_stream_t stream) {
     const char *fn = "zccl_gather";
     size_t total;
-    ZCCL_CHECK(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM,
-                                  &total));
-    ZCCL_CHECK(zccl__check_root(fn, "root", comm, root));
-    if (count == 0) return ZCCL_SUCCESS;
+    zccl_op_t o = {.coll = ZCCL_COLL_GATHER, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype,
+                   .op = ZCCL_SUM, .root = root, .comm = comm};
+    TRY(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
+    TRY(zccl__check_root(fn, "root", comm, root));
+    if (count == 0) return zccl__coll_noop(o, stream);
     const bool is_root = comm->rank == root;
     const size_t sbytes = total / (size_t)comm->nranks;
-    ZCCL_CHECK(zccl__check_buf(fn, "sendbuf", sendbuf));
-    bool in_place = false;
+    TRY(zccl__check_buf(fn, "sendbuf", sendbuf));
     if (is_root) {
-        ZCCL_CHECK(zccl__check_buf(fn, "recvbuf", recvbuf));
-        in_place = (const char *)sendbuf == (const char *)recvbuf + (size_t)root * sbytes;
-        ZCCL_CHECK(zccl__check_overlap(fn, sendbuf, sbytes, recvbuf, total, in_place));
+        TRY(zccl__check_buf(fn, "recvbuf", recvbuf));
+        o.in_place = (const char *)sendbuf == (const char *)recvbuf + (size_t)root * sbytes;
+        TRY(zccl__check_overlap(fn, sendbuf, sbytes, recvbuf, total, o.in_place));
+    } else {
+        o.recvbuf = NULL;
     }
-    zccl_op_t o = {.coll = ZCCL_COLL_GATHER, .sendbuf = sendbuf, .recvbuf = is_root ? recvbuf : NULL, .count = count,
-                   .dt = datatype, .op = ZCCL_SUM, .root = root, .in_place = in_place, .comm = comm};
     return zccl__api_issue(&o, stream);
 }
 
@@ -124,20 +131,20 @@ ZCCL_API zccl_result_t zccl_scatter(const void *sendbuf, void *recvbuf, size_t c
                                     int root, zccl_comm_t comm, zccl_stream_t stream) {
     const char *fn = "zccl_scatter";
     size_t total;
-    ZCCL_CHECK(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM,
-                                  &total));
-    ZCCL_CHECK(zccl__check_root(fn, "root", comm, root));
-    if (count == 0) return ZCCL_SUCCESS;
+    zccl_op_t o = {.coll = ZCCL_COLL_SCATTER, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype,
+                   .op = ZCCL_SUM, .root = root, .comm = comm};
+    TRY(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
+    TRY(zccl__check_root(fn, "root", comm, root));
+    if (count == 0) return zccl__coll_noop(o, stream);
     const bool is_root = comm->rank == root;
     const size_t rbytes = total / (size_t)comm->nranks;
-    ZCCL_CHECK(zccl__check_buf(fn, "recvbuf", recvbuf));
-    bool in_place = false;
+    TRY(zccl__check_buf(fn, "recvbuf", recvbuf));
     if (is_root) {
-        ZCCL_CHECK(zccl__check_buf(fn, "sendbuf", sendbuf));
-        in_place = (const char *)recvbuf == (const char *)sendbuf + (size_t)root * rbytes;
-        ZCCL_CHECK(zccl__check_overlap(fn, sendbuf, total, recvbuf, rbytes, in_place));
+        TRY(zccl__check_buf(fn, "sendbuf", sendbuf));
+        o.in_place = (const char *)recvbuf == (const char *)sendbuf + (size_t)root * rbytes;
+        TRY(zccl__check_overlap(fn, sendbuf, total, recvbuf, rbytes, o.in_place));
+    } else {
+        o.sendbuf = NULL;
     }
-    zccl_op_t o = {.coll = ZCCL_COLL_SCATTER, .sendbuf = is_root ? sendbuf : NULL, .recvbuf = recvbuf,
-                   .count = count, .dt = datatype, .op = ZCCL_SUM, .root = root, .in_place = in_place, .comm = comm};
     return zccl__api_issue(&o, stream);
 }

@@ -329,6 +329,10 @@ static zccl_result_t refuse(zccl_op_t o, zccl_stream_t stream, zccl_result_t res
     return res;
 }
 
+zccl_result_t zccl__coll_refuse_op(zccl_op_t o, zccl_stream_t stream, zccl_result_t res) {
+    return refuse(o, stream, res);
+}
+
 zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res) {
     zccl_op_t o = {.coll = ZCCL_COLL_ALLREDUCE, .comm = comm};
     return refuse(o, stream, res);
@@ -344,6 +348,8 @@ static zccl_result_t noop(zccl_op_t o, zccl_stream_t stream) {
     o.noop = true;
     return zccl__api_issue(&o, stream);
 }
+
+zccl_result_t zccl__coll_noop(zccl_op_t o, zccl_stream_t stream) { return noop(o, stream); }
 
 /* Runs a validation step of the public function whose partly filled op is `o`: a failure refuses the call. */
 #define TRY(call)                                                                       \
