@@ -223,7 +223,7 @@ static zccl_result_t op_run(const zccl_op_t *o) {
         pthread_mutex_unlock(&comm->exec_mutex);
         return ZCCL_SUCCESS;
     }
-    zccl_schedule_t s;
+    const zccl_schedule_t *s = NULL;
     void *premul_buf = NULL;
     if (res == ZCCL_SUCCESS) {
         const size_t es = zccl_type_size(b.dt);
@@ -267,18 +267,17 @@ static zccl_result_t op_run(const zccl_op_t *o) {
             make_desc(comm, &b, seq, &comm->desc_mine);
             res = zccl__reg_try_run(comm, &b, &direct, &in_engine);
         }
-        if (res == ZCCL_SUCCESS && !direct) res = zccl__sched_build(&a, &s);
+        if (res == ZCCL_SUCCESS && !direct) res = zccl__sched_get(&comm->sched_cache, &a, &s);
     }
     if (res == ZCCL_SUCCESS && !direct) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
-                   name, (unsigned long long)seq, b.count, (int)b.dt, (int)b.op, b.root, (int)b.in_place, s.nphases);
+                   name, (unsigned long long)seq, b.count, (int)b.dt, (int)b.op, b.root, (int)b.in_place, s->nphases);
         comm->desc_on = is_coll;
         comm->call_mem = b.mem;
-        res = zccl__engine_run(comm, &s, b.sendbuf, b.recvbuf, b.dt, b.op);
+        res = zccl__engine_run(comm, s, b.sendbuf, b.recvbuf, b.dt, b.op);
         comm->call_mem = ZCCL_MEM_HOST;
         comm->desc_on = false;
         in_engine = true;
-        zccl__sched_free(&s);
     }
     if (premul_buf) zccl__mem_ops(b.mem)->free(premul_buf);
     /* A collective that failed in the engine (a lost peer, a timeout, a port that went down, a transport's system

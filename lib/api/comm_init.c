@@ -21,6 +21,7 @@
 #include "api.h"
 #include "bootstrap.h"
 #include "comm.h"
+#include "regmem.h"
 #include "engine.h"
 #include "stream.h"
 #include "tuner.h"
@@ -90,6 +91,7 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
     comm->rs_round_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, &v), res, fail);
     comm->check = v != 0;
+    ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_SHM_REG_MIN_BYTES, &comm->reg_min_bytes), res, fail);
     comm->op_name = "init";
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, &v), res, fail);
     comm->tc.chunk_bytes = (size_t)v & ~(size_t)63;

@@ -158,6 +158,7 @@ void zccl__comm_free(struct zccl_comm *comm) {
     free(comm->tc.peers);
     free(comm->tc.tp);
     free(comm->ring);
+    zccl__sched_cache_free(&comm->sched_cache);
     free(comm->scratch);
     zccl__mem_stage_free(&comm->mem_stage);
     free(comm->desc_in);

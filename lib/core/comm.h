@@ -11,6 +11,7 @@
 #include "topo.h"
 #include "transport.h"
 #include "calldesc.h"
+#include "schedule.h"
 
 
 typedef struct {
@@ -24,6 +25,8 @@ struct zccl_comm {
     zccl_tp_comm_t tc;
     int rank, nranks;        /* the same as tc.rank, tc.nranks */
     int *ring;                       /* ring order: ring[i] = rank at position i (same on every rank) */
+    zccl_sched_cache_t sched_cache;  /* schedules of recent calls (op_run, under exec_mutex) */
+    int64_t reg_min_bytes;           /* ZCCL_SHM_REG_MIN_BYTES, read at init (lib/core/regmem.c) */
 
     /* Listening socket and the service thread that admits authenticated incoming connections. */
     int listen_fd;

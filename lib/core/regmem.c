@@ -323,8 +323,7 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     if (n < 2 || o->vcounts || o->barrier || o->count == 0) return ZCCL_SUCCESS;
     if (o->coll != ZCCL_COLL_ALLREDUCE && o->coll != ZCCL_COLL_REDUCE_SCATTER && o->coll != ZCCL_COLL_ALLGATHER)
         return ZCCL_SUCCESS;
-    int64_t min_bytes = 0;
-    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_REG_MIN_BYTES, &min_bytes));
+    const int64_t min_bytes = comm->reg_min_bytes; /* read at init (lib/api/comm_init.c) */
     const size_t es = zccl_type_size(o->dt);
     const size_t mult = o->coll == ZCCL_COLL_ALLREDUCE ? 1 : (size_t)n;
     const size_t total = o->count * es * mult; /* the whole vector, the same on every rank */

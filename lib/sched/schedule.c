@@ -127,6 +127,51 @@ zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *
     return ZCCL_SUCCESS;
 }
 
+/* Whether a and b build the same schedule: every field a builder reads (schedule.h, zccl_sched_args_t). */
+static bool same_args(const zccl_sched_args_t *a, const zccl_sched_args_t *b) {
+    return a->coll == b->coll && a->nranks == b->nranks && a->rank == b->rank && a->root == b->root &&
+           a->count == b->count && a->in_place == b->in_place && a->elem_size == b->elem_size &&
+           a->chunk_bytes == b->chunk_bytes && a->rs_round_bytes == b->rs_round_bytes && a->algo == b->algo &&
+           a->ring == b->ring && a->host_of == b->host_of;
+}
+
+zccl_result_t zccl__sched_get(zccl_sched_cache_t *c, const zccl_sched_args_t *args, const zccl_schedule_t **out) {
+    const bool cacheable = !args->counts && !args->displs && !args->a2av && !args->a2av_matrix;
+    int victim = 0;
+    if (cacheable) {
+        for (int i = 0; i < ZCCL_SCHED_CACHE_SIZE; i++) {
+            if (c->e[i].valid && c->e[i].forced_algo == forced_algo && c->e[i].forced_hosts == forced_hosts &&
+                same_args(&c->e[i].key, args)) {
+                c->e[i].used = ++c->clock;
+                c->hits++;
+                *out = &c->e[i].s;
+                return ZCCL_SUCCESS;
+            }
+            if (!c->e[i].valid || (c->e[victim].valid && c->e[i].used < c->e[victim].used)) victim = i;
+        }
+    } else {
+        victim = ZCCL_SCHED_CACHE_SIZE - 1; /* uncacheable calls rebuild in the last entry, marked invalid */
+    }
+    c->misses++;
+    if (c->e[victim].valid || c->e[victim].s.steps || c->e[victim].s.phase_end) zccl__sched_free(&c->e[victim].s);
+    c->e[victim].valid = false;
+    ZCCL_CHECK(zccl__sched_build(args, &c->e[victim].s));
+    if (cacheable) {
+        c->e[victim].key = *args;
+        c->e[victim].forced_algo = forced_algo;
+        c->e[victim].forced_hosts = forced_hosts;
+        c->e[victim].used = ++c->clock;
+        c->e[victim].valid = true;
+    }
+    *out = &c->e[victim].s;
+    return ZCCL_SUCCESS;
+}
+
+void zccl__sched_cache_free(zccl_sched_cache_t *c) {
+    for (int i = 0; i < ZCCL_SCHED_CACHE_SIZE; i++) zccl__sched_free(&c->e[i].s);
+    *c = (zccl_sched_cache_t){0};
+}
+
 void zccl__sched_print(const zccl_schedule_t *s, int rank, char *buf, size_t len) {
     static const char *bufs[] = {"send", "recv", "tmp", "-"};
     size_t w = 0;

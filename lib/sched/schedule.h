@@ -132,6 +132,36 @@ void zccl__sched_force_algo(int algo, const int *host_of);
 zccl_result_t zccl__sched_build(const zccl_sched_args_t *args, zccl_schedule_t *s);
 void zccl__sched_free(zccl_schedule_t *s);
 
+/**
+ * A communicator's cache of recently built schedules: training repeats the same calls (the same bucket sizes every
+ * step), and building a schedule costs about as much as a small all-reduce's whole data movement. Entries are keyed
+ * by every field of zccl_sched_args_t a builder reads (the ring and host layout by address: the communicator owns
+ * them for its lifetime) and by the test hook zccl__sched_force_algo; calls with uneven counts or all-to-allv
+ * arguments are not cached. Not thread-safe: the owner serialises its calls (a communicator's exec_mutex).
+ */
+#define ZCCL_SCHED_CACHE_SIZE 8
+typedef struct {
+    struct {
+        zccl_sched_args_t key;
+        int forced_algo;
+        const int *forced_hosts;
+        zccl_schedule_t s;
+        uint64_t used; /* last use, for replacing the least recently used entry */
+        bool valid;
+    } e[ZCCL_SCHED_CACHE_SIZE];
+    uint64_t clock;
+    uint64_t hits, misses; /* for tests and the debug log */
+} zccl_sched_cache_t;
+
+/**
+ * The schedule for `args` from `cache`, built with zccl__sched_build on a miss. *out points into the cache and stays
+ * valid until the next call on the same cache or zccl__sched_cache_free. Errors as zccl__sched_build (nothing is
+ * cached then).
+ */
+zccl_result_t zccl__sched_get(zccl_sched_cache_t *cache, const zccl_sched_args_t *args, const zccl_schedule_t **out);
+/** Frees every cached schedule; the cache is empty (and reusable) afterwards. */
+void zccl__sched_cache_free(zccl_sched_cache_t *cache);
+
 /* Builders for one algorithm each (sched_<name>.c; the registry rows point at them). */
 void zccl__sched_ring_reduce_scatter(const zccl_sched_args_t *a, zccl_schedule_t *s);
 void zccl__sched_ring_allgather(const zccl_sched_args_t *a, zccl_schedule_t *s);

@@ -83,7 +83,12 @@ zccl_result_t zccl__tune_layout(const uint64_t *host_hash, const int *ring, int 
     return ZCCL_SUCCESS;
 }
 
+void zccl__tune_forget(zccl_tuner_t *t) {
+    for (int c = 0; c < ZCCL_COLL_COUNT; c++) t->memo[c].valid = false;
+}
+
 zccl_result_t zccl__tune_usable(zccl_tuner_t *t, const char *what) {
+    zccl__tune_forget(t);
     t->fallback[0] = '\0';
     for (int c = 0; c < ZCCL_COLL_COUNT; c++) {
         uint32_t avail = 0, allowed = t->filter.allow[c];
@@ -150,9 +155,16 @@ void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a) {
     if ((unsigned)coll >= ZCCL_NTUNED || !t || !t->agreed) return; /* send/recv: one schedule; before agreement: ring */
     a->host_of = t->host_of;
     const size_t bytes = zccl__tune_bytes(coll, a->count, a->elem_size, comm->nranks);
+    if (t->memo[coll].valid && t->memo[coll].bytes == bytes) { /* a training loop repeats its sizes */
+        a->algo = t->memo[coll].algo;
+        return;
+    }
     double pred[ZCCL_TUNE_MAX_ALGOS];
     const int best = zccl__tune_pick(t, coll, bytes, pred);
     if (best < 0) return; /* cannot happen: every collective keeps an available algorithm */
+    t->memo[coll].bytes = bytes;
+    t->memo[coll].algo = best;
+    t->memo[coll].valid = true;
     if (zccl__log_level >= ZCCL_LOG_INFO) {
         const int b = bucket_of(bytes);
         const uint64_t bit = 1ull << b;

@@ -75,7 +75,16 @@ typedef struct zccl_tuner {
                                          a collective can run here, so the tuner chooses freely (printed at init) */
     bool agreed;                      /* parameters and filter agreed by all ranks; until then every collective
                                          runs the ring, which needs no agreement (init's own all-reduces) */
+    struct {                          /* the last choice per collective (zccl__tune; cleared by zccl__tune_forget
+                                         whenever p, filter, usable or agreed change) */
+        size_t bytes;
+        int algo;
+        bool valid;
+    } memo[ZCCL_COLL_COUNT];
 } zccl_tuner_t;
+
+/** Forgets the remembered choices: call after changing t->p, t->filter, t->usable or t->agreed. */
+void zccl__tune_forget(zccl_tuner_t *t);
 
 /** Default parameters (used when calibration is disabled, and before it has run). */
 void zccl__tune_defaults(zccl_tune_params_t *p);

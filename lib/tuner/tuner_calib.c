@@ -316,6 +316,7 @@ static void cache_write(struct zccl_comm *comm, const char *path, const char *ho
 zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     zccl_tuner_t *t = comm->tuner;
     if (comm->nranks <= 1) {
+        zccl__tune_forget(t);
         t->agreed = true;
         return ZCCL_SUCCESS;
     }
@@ -355,6 +356,7 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     pthread_mutex_lock(&comm->exec_mutex);
     t->p = p;
     t->agreed = true;
+    zccl__tune_forget(t);
     pthread_mutex_unlock(&comm->exec_mutex);
     if (*cache && !all_have && calibrate) {
         bool first_local = true;
@@ -407,6 +409,7 @@ ZCCL_API zccl_result_t zccl_comm_set_algo(zccl_comm_t comm, const char *spec) {
     comm->tuner->filter = t.filter;
     memcpy(comm->tuner->usable, t.usable, sizeof t.usable);
     memset(comm->tuner->logged, 0, sizeof comm->tuner->logged);
+    zccl__tune_forget(comm->tuner);
     pthread_mutex_unlock(&comm->exec_mutex);
     ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: algorithms now restricted by %s=\"%s\"", what,
               from_env ? zccl__cfg_str(ZCCL_CFG_ALGO) : spec);
