@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -152,6 +153,74 @@ TEST(Schedule, PrintIsReadable) {
     EXPECT_NE(out.find("final"), std::string::npos) << out;
     EXPECT_EQ(s.nphases, 4u); // 2 reduce-scatter + 2 all-gather steps
     zccl__sched_free(&s);
+}
+
+// The communicator's schedule cache (zccl__sched_get) returns the schedule zccl__sched_build gives for the same
+// arguments, builds again when any builder input differs (count, rank, in_place, algorithm, the forced-algorithm
+// hook), keeps the 8 most recently used, and never caches uneven-count calls.
+static bool SameSchedule(const zccl_schedule_t *a, const zccl_schedule_t *b) {
+    if (a->nsteps != b->nsteps || a->nphases != b->nphases || a->tmp_elems != b->tmp_elems) return false;
+    if (memcmp(a->phase_end, b->phase_end, a->nphases * sizeof *a->phase_end) != 0) return false;
+    for (size_t i = 0; i < a->nsteps; i++) {
+        const zccl_step_t &x = a->steps[i], &y = b->steps[i];
+        if (x.kind != y.kind || x.buf != y.buf || x.src != y.src || x.final != y.final || x.peer != y.peer ||
+            x.off != y.off || x.src_off != y.src_off || x.count != y.count ||
+            (x.kind == ZCCL_STEP_REDUCE && (x.src2 != y.src2 || x.src2_off != y.src2_off)))
+            return false;
+    }
+    return true;
+}
+
+TEST(Schedule, CacheReturnsWhatBuildBuilds) {
+    zccl_sched_cache_t cache = {};
+    const zccl_schedule_t *got = nullptr;
+    // 12 distinct argument sets, used twice round-robin: the second pass of the first 4 misses (LRU of 8).
+    std::vector<zccl_sched_args_t> args;
+    for (int i = 0; i < 12; i++) {
+        zccl_sched_args_t a = Args(i % 3 == 2 ? ZCCL_COLL_ALLGATHER : ZCCL_COLL_ALLREDUCE, 4, 100 + (size_t)i * 7,
+                                   i % 2 == 1, 0, 4, 64);
+        a.rank = i % 4;
+        a.algo = i % 4 == 3 ? ZCCL_ALGO_RABENSEIFNER : ZCCL_ALGO_RING;
+        args.push_back(a);
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (const auto &a : args) {
+            ASSERT_EQ(zccl__sched_get(&cache, &a, &got), ZCCL_SUCCESS);
+            zccl_schedule_t ref;
+            ASSERT_EQ(zccl__sched_build(&a, &ref), ZCCL_SUCCESS);
+            EXPECT_TRUE(SameSchedule(got, &ref)) << "count " << a.count << " rank " << a.rank;
+            zccl__sched_free(&ref);
+        }
+    EXPECT_EQ(cache.misses, 24u); // 12 distinct, then each evicted before its reuse
+    // Immediate reuse hits, and returns the same schedule.
+    const uint64_t h0 = cache.hits;
+    ASSERT_EQ(zccl__sched_get(&cache, &args[11], &got), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__sched_get(&cache, &args[10], &got), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__sched_get(&cache, &args[11], &got), ZCCL_SUCCESS);
+    EXPECT_EQ(cache.hits, h0 + 3);
+    // The forced-algorithm hook is part of the key.
+    zccl__sched_force_algo(ZCCL_ALGO_DIRECT, nullptr);
+    ASSERT_EQ(zccl__sched_get(&cache, &args[10], &got), ZCCL_SUCCESS);
+    zccl_sched_args_t d = args[10];
+    d.algo = ZCCL_ALGO_DIRECT;
+    zccl_schedule_t ref;
+    ASSERT_EQ(zccl__sched_build(&d, &ref), ZCCL_SUCCESS);
+    EXPECT_TRUE(SameSchedule(got, &ref));
+    zccl__sched_free(&ref);
+    zccl__sched_force_algo(-1, nullptr);
+    EXPECT_EQ(cache.hits, h0 + 3);
+    // Uneven counts are never cached.
+    zccl_sched_args_t v = Args(ZCCL_COLL_ALLGATHER, 2, 5, false, 0, 4, 64);
+    size_t cd[4] = {5, 3, 0, 5};
+    v.counts = cd;
+    v.displs = cd + 2;
+    v.count = 5;
+    const uint64_t m0 = cache.misses;
+    ASSERT_EQ(zccl__sched_get(&cache, &v, &got), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__sched_get(&cache, &v, &got), ZCCL_SUCCESS);
+    EXPECT_EQ(cache.misses, m0 + 2);
+    zccl__sched_cache_free(&cache);
+    EXPECT_EQ(cache.hits + cache.misses, 0u);
 }
 
 }  // namespace
