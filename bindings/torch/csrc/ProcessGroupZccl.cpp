@@ -15,6 +15,10 @@
 
 #include "tensors.hpp"
 
+#if ZCCL_TORCH_CUDA
+#include <c10/core/impl/VirtualGuardImpl.h>
+#endif
+
 namespace zccl_torch {
 
 /* ---- Work ---------------------------------------------------------------------------------------------------- */
@@ -149,16 +153,42 @@ void ProcessGroupZccl::abort() {
 
 /* ---- lanes ----------------------------------------------------------------------------------------------------- */
 
+namespace {
+/* Waits for w without holding the GIL: the lane completes w's future, whose callbacks (DDP's Python comm hooks) may
+ * need it. */
+void wait_unlocked(WorkZccl &w) {
+    if (!Py_IsInitialized() || !PyGILState_Check()) {
+        w.wait();
+        return;
+    }
+    PyThreadState *st = PyEval_SaveThread();
+    try {
+        w.wait();
+    } catch (...) {
+        PyEval_RestoreThread(st);
+        throw;
+    }
+    PyEval_RestoreThread(st);
+}
+} // namespace
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType type, const char *name,
                                                          std::vector<at::Tensor> outputs, Post fn) {
     if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
     auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
     Job single;
     Job &job = inBlock() ? block_ : single; /* in a block: recorded, queued by the outermost endBlock */
+    int cuda_device = -1;
+    for (const auto &t : work->result())
+        if (t.defined() && t.device().is_cuda()) cuda_device = t.device().index();
+    if (cuda_device >= 0) job.cuda_device = cuda_device;
     job.works.push_back(work);
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
-    if (!inBlock()) push(lane, std::move(single));
+    if (!inBlock()) {
+        push(lane, std::move(single));
+        if (cuda_device >= 0) wait_unlocked(*work); /* device memory: complete on return (ProcessGroupZccl.hpp) */
+    }
     return work;
 }
 
@@ -178,7 +208,9 @@ c10::intrusive_ptr<WorkZccl> ProcessGroupZccl::endBlock(c10d::OpType type, const
                 std::runtime_error(std::string("zccl_torch: ") + name + ": the process group was shut down or aborted"));
             for (auto &w : job.works) w->complete(err);
         } else {
+            const bool cuda = job.cuda_device >= 0;
             push(0, std::move(job));
+            if (cuda) wait_unlocked(*work);
         }
     }
     return work;
@@ -243,6 +275,14 @@ void ProcessGroupZccl::runJob(Lane &l, Job &job) {
         for (size_t i = 0; i < finishes.size() && !error; i++)
             if (finishes[i]) error = guarded(what, rank_, size_, finishes[i]);
     }
+#if ZCCL_TORCH_CUDA
+    if (job.cuda_device >= 0 && !error) { /* the local torch work around the zccl calls, on this thread's stream */
+        error = guarded(job.names[0], rank_, size_, [&] {
+            c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).synchronizeDevice(
+                static_cast<c10::DeviceIndex>(job.cuda_device));
+        });
+    }
+#endif
     for (auto &w : job.works) w->complete(error);
 }
 

@@ -17,6 +17,14 @@
  * calls), zccl_group_end (zccl runs them together: all send/recv of the block progress concurrently in any posting
  * order, then the collectives in order), then every Finish; the Works of the block complete together.
  *
+ * Device memory (torch >= 2.4). CUDA tensors go to the same lanes, whose zccl calls take device pointers: zccl
+ * waits for the work already queued on the device before it reads them and returns with the result in device memory
+ * (docs/gpu.md, "How a call on device memory runs"). The lane then synchronizes the device, which covers the local
+ * torch work it queued around the calls, and the caller's thread waits for the job before the operation returns: a
+ * CUDA operation is complete when it returns, so kernels the caller queues afterwards, on any stream, see its result.
+ * Correct and simple, not overlapped: binding the operation to the caller's current stream instead (zccl's CUDA
+ * stream order) is the next step. Compiled against torch 1.13 (CPU) here; never run on a GPU yet.
+ *
  * Lane 0 (communicator comms_[0]) runs the collectives, the coalescing blocks and single point-to-point messages
  * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
  * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not
@@ -156,6 +164,7 @@ class ProcessGroupZccl : public BackendBase {
      * A Post may be empty: the Work of endCoalescing / a *_coalesced call, completed with the block. */
     struct Job {
         bool grouped = false;
+        int cuda_device = -1; /* >= 0: the job's tensors are on this CUDA device ("Device memory" above) */
         std::vector<c10::intrusive_ptr<WorkZccl>> works;
         std::vector<std::string> names;
         std::vector<Post> posts;

@@ -52,10 +52,22 @@ inline bool to_zccl_type(at::ScalarType st, zccl_datatype_t *out) {
     }
 }
 
+/* CUDA tensors: torch >= 2.4 (the device-generic synchronizeDevice used after a job on device memory; the
+ * ProcessGroupZccl.hpp "Device memory" note). zccl itself refuses device memory when it was built without its CUDA
+ * kernels or no CUDA driver is loaded, with a message naming the buffer. */
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define ZCCL_TORCH_CUDA 1
+#else
+#define ZCCL_TORCH_CUDA 0
+#endif
+
 inline void check_tensor(const char *op, const at::Tensor &t, const char *what) {
     if (!t.defined()) refuse(op, std::string(what) + " is an undefined tensor");
-    if (!t.device().is_cpu())
-        refuse(op, std::string(what) + " is on device " + t.device().str() + "; zccl takes CPU tensors only");
+    if (t.device().is_cuda() && !ZCCL_TORCH_CUDA)
+        refuse(op, std::string(what) + " is on device " + t.device().str() + "; this build of zccl_torch (torch " +
+                       TORCH_VERSION + ") takes CPU tensors only: CUDA tensors need torch >= 2.4");
+    if (!t.device().is_cpu() && !t.device().is_cuda())
+        refuse(op, std::string(what) + " is on device " + t.device().str() + "; zccl takes CPU and CUDA tensors");
     if (t.layout() != at::kStrided)
         refuse(op, std::string(what) + " is not a dense (strided) tensor; sparse tensors are not supported");
 }

@@ -33,7 +33,8 @@ def _register():
         return  # already registered (module imported again under another name)
     params = inspect.signature(dist.Backend.register_backend).parameters
     if "devices" in params:  # torch >= 2.0: one backend per device type
-        dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+        # CUDA tensors need torch >= 2.4 (the extension refuses them, saying so, on older torch)
+        dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
     else:  # torch 1.x: the creator returns the whole ProcessGroup
         dist.Backend.register_backend(BACKEND, _create)
 
