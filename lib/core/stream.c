@@ -17,7 +17,10 @@ struct zccl_stream {
     zccl_op_t *q;
     size_t cap, head, tail; /* queue [head, tail) modulo cap; the running op stays at head until it finishes */
     bool running, stop;
-    uint64_t issued, completed; /* operations ever queued / ever finished: tickets (zccl__stream_issued) */
+    uint64_t issued, completed; /* operations ever queued / ever finished: tickets (zccl__stream_issued); written
+                                   under mu with atomic stores, so that the spinning waits below read them without it */
+    uint64_t spin_ns;           /* how long an idle stream thread or a synchronize polls before sleeping: the last
+                                   operation's communicator's ZCCL_SPIN_US (0 until one ran); atomic */
     void (*notify)(void *);     /* called after each operation finishes, without s->mu held (may be NULL) */
     void *notify_arg;
     zccl_result_t err;
@@ -28,10 +31,34 @@ struct zccl_stream {
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct zccl_stream *live; /* every stream, for zccl_comm_destroy's check */
 
+/* Polls until `*word` differs from `seen` (or, with stop, *stop is set), for at most ns nanoseconds; true if it did.
+ * Waking a sleeping thread costs microseconds to milliseconds (a futex wake, then the scheduler), so a stream whose
+ * next operation or completion comes soon is polled for, as the engine polls before it sleeps (ZCCL_SPIN_US: 0 when
+ * the host has more ranks than cores, where a poller would take its peers' core). */
+static bool spin_until_changed(const uint64_t *word, uint64_t seen, const bool *stop, uint64_t ns) {
+    if (ns == 0) return false;
+    const uint64_t end = zccl__now_ns() + ns;
+    for (unsigned i = 1;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen) return true;
+        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) return true;
+        if ((i & 63) == 0 && zccl__now_ns() >= end) return false;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
 static void *stream_main(void *arg) {
     struct zccl_stream *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        if (s->head == s->tail && !s->stop) { /* idle: poll a while for the next operation, then sleep */
+            const uint64_t seen = s->issued;
+            const uint64_t ns = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
+            pthread_mutex_unlock(&s->mu);
+            spin_until_changed(&s->issued, seen, &s->stop, ns);
+            pthread_mutex_lock(&s->mu);
+        }
         while (s->head == s->tail && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
         if (s->head == s->tail && s->stop) break;
         zccl_op_t op = s->q[s->head % s->cap];
@@ -47,6 +74,7 @@ static void *stream_main(void *arg) {
         if (!op.comm) res = zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
         else if (broken != ZCCL_SUCCESS && had_err) res = broken;
         else res = zccl__op_run(&op);
+        if (op.comm) __atomic_store_n(&s->spin_ns, op.comm->spin_ns, __ATOMIC_RELAXED);
         zccl__op_release(&op);
         pthread_mutex_lock(&s->mu);
         if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {
@@ -54,7 +82,7 @@ static void *stream_main(void *arg) {
             strncpy(s->errmsg, zccl__last_error(), sizeof s->errmsg - 1);
         }
         s->head++;
-        s->completed++;
+        __atomic_store_n(&s->completed, s->completed + 1, __ATOMIC_RELEASE);
         s->running = false;
         s->running_comm = NULL;
         pthread_cond_broadcast(&s->cv_done);
@@ -132,7 +160,7 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
     }
     s->q[s->tail % s->cap] = *op;
     s->tail++;
-    s->issued++;
+    __atomic_store_n(&s->issued, s->issued + 1, __ATOMIC_RELEASE);
     pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
     return ZCCL_SUCCESS;
@@ -150,6 +178,18 @@ static zccl_result_t take_error(struct zccl_stream *s) {
 ZCCL_API zccl_result_t zccl_stream_synchronize(zccl_stream_t s) {
     if (!s) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_synchronize: argument 'stream' is NULL");
     pthread_mutex_lock(&s->mu);
+    if (s->head != s->tail) { /* poll a while for the last queued operation, then sleep */
+        const uint64_t want = s->issued;
+        const uint64_t ns = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
+        uint64_t done = s->completed;
+        pthread_mutex_unlock(&s->mu);
+        const uint64_t end = zccl__now_ns() + ns;
+        for (uint64_t t = zccl__now_ns(); ns && done != want && t < end; t = zccl__now_ns()) {
+            if (!spin_until_changed(&s->completed, done, NULL, end - t)) break;
+            done = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
+        }
+        pthread_mutex_lock(&s->mu);
+    }
     while (s->head != s->tail) pthread_cond_wait(&s->cv_idle, &s->mu);
     zccl_result_t res = take_error(s);
     pthread_mutex_unlock(&s->mu);
@@ -168,7 +208,7 @@ ZCCL_API zccl_result_t zccl_stream_destroy(zccl_stream_t s) {
     if (!s) return ZCCL_SUCCESS;
     zccl_result_t res = zccl_stream_synchronize(s);
     pthread_mutex_lock(&s->mu);
-    s->stop = true;
+    __atomic_store_n(&s->stop, true, __ATOMIC_RELEASE);
     pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
