@@ -333,7 +333,7 @@ static void text_matrix(const zccl_topo_t *t) {
            "  NV#  = GPUs joined by # NVLinks (directly or through NVSwitches)\n"
            "  (NCCL's classes, used for NIC pairing and in --json \"paths\", call NODE PHB)\n"
            "  NVLink data: %s\n", nvl ? nvl : "none in this source");
-    if (zccl_topo_dev_count(t, ZCCL_TOPO_DEV_NIC) > 0) {
+    if (zccl_topo_dev_count(t, ZCCL_TOPO_DEV_NIC) > 0 && zccl_topo_dev_count(t, ZCCL_TOPO_DEV_GPU) > 0) {
         int rdma = zccl_topo_rdma_nic_count(t);
         printf("\nGPU/NIC pairing: %s\n",
                rdma ? "each GPU uses its nearest RDMA-capable NIC (InfiniBand/RoCE/EFA), even when an Ethernet-only "
