@@ -810,6 +810,16 @@ TEST(TopologyNoCores, VendorFileWithGpusAndNicsOnly) {
     EXPECT_EQ(smi(m, g0, g0), "X");
     EXPECT_STREQ(zccl_topo_nvlink_source(m), "NCCL <nvlink> elements");
 
+    // Loaded as this machine's file (ZCCL_TOPO_FILE), it cannot say where this process runs: a clear error, which
+    // the communicator turns into "locality unknown" (lib/core/comm_setup.c).
+    zccl_topo_t *self_raw = nullptr;
+    ASSERT_EQ(zccl_topo_create_file((kOwnTopoDir + "/gpus-nics-only.xml").c_str(), ZCCL_TOPO_THIS_SYSTEM, &self_raw),
+              ZCCL_SUCCESS);
+    Topo self_topo(self_raw);
+    zccl_locality_t self;
+    EXPECT_EQ(zccl_topo_locality_self(self_topo.get(), 0, &self), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("lists no CPUs"), std::string::npos);
+
     // A <cpu> without affinity mask gives no cores either.
     std::string path = write_temp("nocpumask.xml", R"(<system version="1"><cpu numaid="0">
       <pci busid="0000:01:00.0" class="0x030200" vendor="0x10de"/>

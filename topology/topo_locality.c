@@ -46,6 +46,9 @@ zccl_result_t zccl_topo_locality_self(const zccl_topo_t *t, uint64_t host, zccl_
         return zccl__error(ZCCL_INVALID_USAGE, "the topology from %s describes another machine: load it with "
                                                "ZCCL_TOPO_THIS_SYSTEM to read this process's binding with it",
                            t->origin);
+    if (hwloc_bitmap_iszero(t->machine))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "the topology from %s lists no CPUs (GPUs and NICs only): this "
+                                                  "process's place on the CPUs is unknown", t->origin);
     hwloc_topology_t hw = t->hw, own = NULL;
     if (!hw) { /* an NCCL file: a bare live topology is enough to ask the OS for the binding */
         if (hwloc_topology_init(&own) < 0 || hwloc_topology_load(own) < 0) {
