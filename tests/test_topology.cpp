@@ -24,6 +24,7 @@ TEST(Topology, NotBuilt) {
 #include <vector>
 
 #include "topo.h"
+#include "topo_model.h" // zccl__topo_nvml_from, zccl__topo_finish (TopologyNvml)
 
 namespace {
 
@@ -998,6 +999,34 @@ TEST(TopologyLive, NvmlIsAskedOnlyWhenPresent) {
     EXPECT_EQ(zccl_topo_create_live_ex(0x100, &raw), ZCCL_INVALID_ARGUMENT);
     EXPECT_EQ(raw, nullptr);
 }
+
+#ifdef ZCCL_FAKE_NVML_PATH
+// topo_nvml.c's logic against tests/fake_nvml/fake_nvml.c (no NVIDIA driver here): NVML's answer replaces the
+// file's NVLinks, direct links listed by both GPUs count once, a GPU pair on NVSwitches shares the smaller switch link
+// count, an IBM NPU link and inactive links are ignored. The fake's header lists its links.
+TEST(TopologyNvml, FakeLibraryGivesLinkCounts) {
+    Topo t = load_file(kOwnTopoDir + "/gpus-nics-only.xml");
+    ASSERT_TRUE(t);
+    auto g = [&](int i) { return zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i); };
+    ASSERT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 4); // the file's <nvlink> count
+    ASSERT_EQ(zccl__topo_nvml_from(t.get(), "/nonexistent/libnvidia-ml.so.1"), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__topo_finish(t.get()), ZCCL_SUCCESS);
+    EXPECT_STREQ(zccl_topo_nvlink_source(t.get()), "NCCL <nvlink> elements"); // absent library: nothing changes
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 4);
+    ASSERT_EQ(zccl__topo_nvml_from(t.get(), ZCCL_FAKE_NVML_PATH), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    ASSERT_EQ(zccl__topo_finish(t.get()), ZCCL_SUCCESS);
+    EXPECT_STREQ(zccl_topo_nvlink_source(t.get()), "NVML");
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 3);
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(1), g(0)), 3);
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(2), g(3)), 6); // min(6 switch links, 7): GPU2's NPU link not counted
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(2)), 0);
+    EXPECT_EQ(smi(t.get(), g(2), g(3)), "NV6");
+    EXPECT_EQ(smi(t.get(), g(0), g(2)), "NODE");
+    EXPECT_EQ(zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_GPU), 4); // finishing twice keeps the model's shape
+    EXPECT_EQ(zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_NIC), 3);
+    EXPECT_EQ(zccl_topo_rdma_nic_count(t.get()), 2);
+}
+#endif
 
 TEST(TopologyTool, PairingNoCoresAndSmiClasses) {
     if (tool_missing()) GTEST_SKIP() << "zccl-topo is not built (" << kTopoTool << ")";

@@ -8,6 +8,10 @@
 #include "core.h"
 #include "topo.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     hwloc_bitmap_t cpuset;
     int package;  /* logical index, -1 unknown */
@@ -92,6 +96,8 @@ bool zccl__topo_rdma_name(const char *name);
 /** Asks NVML (dlopen of libnvidia-ml.so.1) for the NVLinks of the model's GPUs (topo_nvml.c); absent NVML is not
  *  an error: the model keeps what it had. */
 zccl_result_t zccl__topo_nvml(zccl_topo_t *t);
+/** The same with another library file (the tests' fake NVML). The caller runs zccl__topo_finish afterwards. */
+zccl_result_t zccl__topo_nvml_from(zccl_topo_t *t, const char *file);
 
 /** GPU/NIC/PCI from the PCI ids alone (before OS-device hints are applied). */
 zccl_topo_dev_kind_t zccl__topo_kind_from_ids(unsigned vendor, unsigned class_id);
@@ -113,5 +119,9 @@ zccl_result_t zccl__topo_from_hwloc(hwloc_topology_t hw, zccl_topo_source_t sour
                                     int this_system, zccl_topo_t **out);
 /** Walks hwloc's I/O tree into the model's CPU attachments, PCI nodes and devices (topo_hwloc_pci.c). */
 zccl_result_t zccl__topo_hwloc_io(zccl_topo_t *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

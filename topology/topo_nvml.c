@@ -9,7 +9,8 @@
  * another GPU of the model (a direct link), or an NVSwitch (nvmlDeviceGetNvLinkRemoteDeviceType == switch, or,
  * without that entry point, any remote that is not a GPU), or an IBM CPU port (ignored).
  *
- * Never run on this project's CI machines (no NVIDIA driver); compiled everywhere. docs/topology.md says so.
+ * Never run against a real driver on this project's machines (no NVIDIA driver); tests/fake_nvml/fake_nvml.c stands
+ * in for it (zccl__topo_nvml_from), which checks the logic, not NVML's ABI. docs/topology.md says so.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -45,12 +46,13 @@ static void *sym(void *lib, const char *a, const char *b) {
 
 static void busid_of(const nvml_pci_t *p, char *buf) { zccl__topo_busid(buf, p->domain, p->bus, p->device, 0); }
 
-zccl_result_t zccl__topo_nvml(zccl_topo_t *t) {
+zccl_result_t zccl__topo_nvml(zccl_topo_t *t) { return zccl__topo_nvml_from(t, "libnvidia-ml.so.1"); }
+
+zccl_result_t zccl__topo_nvml_from(zccl_topo_t *t, const char *file) {
     if (t->nkind[ZCCL_TOPO_DEV_GPU] == 0) return ZCCL_SUCCESS;
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(file, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        ZCCL_INFO(ZCCL_LOG_TOPO, "topology: NVML (libnvidia-ml.so.1) is not available: %s; no NVLink data",
-                  dlerror());
+        ZCCL_INFO(ZCCL_LOG_TOPO, "topology: NVML (%s) is not available: %s; no NVLink data", file, dlerror());
         return ZCCL_SUCCESS;
     }
     nvml_api_t api;
@@ -65,8 +67,8 @@ zccl_result_t zccl__topo_nvml(zccl_topo_t *t) {
     zccl_result_t res = ZCCL_SUCCESS;
     unsigned n = 0;
     if (!api.init || !api.shutdown || !api.count || !api.handle || !api.pci || !api.link_state || !api.remote_pci) {
-        ZCCL_WARN(ZCCL_LOG_TOPO, "topology: libnvidia-ml.so.1 lacks the NVLink entry points (driver too old?); "
-                                 "no NVLink data");
+        ZCCL_WARN(ZCCL_LOG_TOPO, "topology: %s lacks the NVLink entry points (driver too old?); no NVLink data",
+                  file);
         goto out;
     }
     if (api.init() != NVML_OK) {
