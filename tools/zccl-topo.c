@@ -1,7 +1,8 @@
 /*
  * zccl-topo — what zccl sees of a machine and what it would do with it: a summary (sockets, NUMA nodes, cores,
- * caches, GPUs and NICs with bus id, link speed and NUMA node), a path matrix like `nvidia-smi topo -m`, and the
- * ring zccl would build for a simulated placement of ranks. Output as text, JSON (jansson) or Graphviz DOT, which
+ * caches, GPUs and NICs with bus id, link speed and NUMA node), a path matrix like `nvidia-smi topo -m` (NV#, PIX,
+ * PXB, PHB, NODE, SYS), the RDMA-capable NIC each GPU pairs with, and the ring zccl would build for a simulated
+ * placement of ranks (files without CPU cores get everything but the ring). Output as text, JSON (jansson) or Graphviz DOT, which
  * `dot` renders to SVG or PNG. The machine is this one, ZCCL_TOPO_FILE, or another one given with --xml
  * (hwloc export), --nccl-xml (NCCL topology file) or --synthetic (hwloc synthetic description).
  *
@@ -46,8 +47,9 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zccl-topo [SOURCE] [PLACEMENT] [OUTPUT]\n"
-            "Shows the machine model zccl builds (hwloc), the path classes between GPUs and NICs, and the ring\n"
-            "zccl would order for a placement of ranks.\n\n"
+            "Shows the machine model zccl builds (hwloc), the path classes between GPUs and NICs as nvidia-smi\n"
+            "topo -m prints them (NV# from NCCL <nvlink>, hwloc or NVML data; NODE), the RDMA-capable NIC each GPU\n"
+            "pairs with, and the ring zccl would order for a placement of ranks (not for a file without CPU cores).\n\n"
             "SOURCE (default: the file named by ZCCL_TOPO_FILE if set, else this machine)\n"
             "  --xml FILE          an hwloc XML export of a machine (lstopo FILE.xml), v1 or v2 format\n"
             "  --nccl-xml FILE     an NCCL topology file (<system version=\"1\">, as given to NCCL_TOPO_FILE)\n"
