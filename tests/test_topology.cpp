@@ -13,6 +13,7 @@ TEST(Topology, NotBuilt) {
 #include <algorithm>
 #include <cstdio>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <fstream>
 #include <map>
@@ -23,6 +24,7 @@ TEST(Topology, NotBuilt) {
 #include <vector>
 
 #include "topo.h"
+#include "topo_model.h" // zccl__topo_nvml_from, zccl__topo_finish (TopologyNvml)
 
 namespace {
 
@@ -611,6 +613,445 @@ TEST(TopologyTool, BadArgumentsAndFiles) {
     EXPECT_EQ(run_tool("--synthetic 'pack:2 core:2 pu:1' --map gpu", &out), 1);
     EXPECT_EQ(run_tool("--synthetic 'pack:2 core:2 pu:1' --ranks 4", &out), 0);
     EXPECT_NE(out.find("crossings: host 0, package 2"), std::string::npos) << out;
+}
+
+// ---- RDMA-capable NICs, files without CPU cores, nvidia-smi's classes (tests/topology/*.xml) -------------------
+
+const std::string kOwnTopoDir = ZCCL_TEST_TOPO_DIR;
+
+Topo load_file(const std::string &path) {
+    zccl_topo_t *raw = nullptr;
+    EXPECT_EQ(zccl_topo_create_file(path.c_str(), 0, &raw), ZCCL_SUCCESS) << path << ": " << zccl_get_last_error(nullptr);
+    return Topo(raw);
+}
+
+// The NICs a device pairs with, as bus ids, and the class.
+std::set<std::string> paired(const zccl_topo_t *t, const zccl_topo_dev_t *d, zccl_path_t *path = nullptr) {
+    int nics[64];
+    zccl_path_t p;
+    int n = zccl_topo_nearest_nics(t, d, nics, 64, &p, nullptr);
+    std::set<std::string> out;
+    for (int i = 0; i < n; i++) out.insert(zccl_topo_dev(t, ZCCL_TOPO_DEV_NIC, nics[i])->busid);
+    if (path) *path = p;
+    return out;
+}
+
+// The nearest NICs of any kind, computed here from zccl_topo_path and the hop counts: what pairing did before RDMA
+// mattered, so a test can show the Ethernet port really is the closer one.
+std::set<std::string> nearest_any(const zccl_topo_t *t, const zccl_topo_dev_t *d) {
+    std::vector<std::pair<std::pair<int, int>, std::string>> all;
+    for (int i = 0; i < zccl_topo_dev_count(t, ZCCL_TOPO_DEV_NIC); i++) {
+        const zccl_topo_dev_t *nic = zccl_topo_dev(t, ZCCL_TOPO_DEV_NIC, i);
+        int hops;
+        zccl_path_t p = zccl_topo_path(t, d, nic, &hops);
+        all.push_back({{(int)p, hops}, nic->busid});
+    }
+    std::set<std::string> out;
+    if (all.empty()) return out;
+    auto best = std::min_element(all.begin(), all.end())->first;
+    for (auto &x : all)
+        if (x.first == best) out.insert(x.second);
+    return out;
+}
+
+std::string smi(const zccl_topo_t *t, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b) {
+    char buf[16];
+    int nv;
+    zccl_smi_path_t p = zccl_topo_smi_path(t, a, b, &nv);
+    return zccl_topo_smi_name(p, nv, buf, sizeof buf);
+}
+
+const zccl_topo_dev_t *by_busid(const zccl_topo_t *t, const char *busid) {
+    const zccl_topo_dev_t *d = zccl_topo_dev_by_busid(t, busid);
+    EXPECT_NE(d, nullptr) << busid;
+    return d;
+}
+
+TEST(TopologyRdma, NcclFileGpuPairsWithTheHcaNotTheCloserEthernetPort) {
+    Topo t = load_file(kOwnTopoDir + "/eth-nearer-than-ib.xml");
+    ASSERT_TRUE(t);
+    const zccl_topo_t *m = t.get();
+    EXPECT_EQ(zccl_topo_rdma_nic_count(m), 2);
+    EXPECT_EQ(by_busid(m, "0000:12:00.0")->rdma, 0); // eth0: guid 0x0, gdr 0
+    EXPECT_EQ(by_busid(m, "0000:21:00.0")->rdma, 1); // mlx5_0, class 0x0207, a port GUID
+    EXPECT_EQ(by_busid(m, "0000:1c:00.0")->rdma, 0); // Intel port without <nic>
+    EXPECT_EQ(by_busid(m, "0000:1d:00.0")->rdma, 1); // ConnectX in Ethernet class: RoCE
+    EXPECT_EQ(by_busid(m, "0000:11:00.0")->rdma, 0); // not a NIC
+    // GPU0: the Ethernet port shares its switch (PIX), the HCA is under another switch of the same CPU (PHB).
+    const zccl_topo_dev_t *g0 = by_busid(m, "0000:11:00.0"), *g1 = by_busid(m, "0000:1b:00.0");
+    EXPECT_EQ(nearest_any(m, g0), std::set<std::string>{"0000:12:00.0"});
+    zccl_path_t p;
+    EXPECT_EQ(paired(m, g0, &p), std::set<std::string>{"0000:21:00.0"});
+    EXPECT_EQ(p, ZCCL_PATH_PHB);
+    EXPECT_EQ(smi(m, g0, by_busid(m, "0000:21:00.0")), "NODE");
+    EXPECT_EQ(smi(m, g0, by_busid(m, "0000:12:00.0")), "PIX");
+    // GPU1: an Intel port in its switch (PIX), the RoCE port one switch further (PXB).
+    EXPECT_EQ(nearest_any(m, g1), std::set<std::string>{"0000:1c:00.0"});
+    EXPECT_EQ(paired(m, g1, &p), std::set<std::string>{"0000:1d:00.0"});
+    EXPECT_EQ(p, ZCCL_PATH_PXB);
+}
+
+TEST(TopologyRdma, HwlocOpenFabricsDeviceMakesANicRdmaCapable) {
+    Topo t = load_file(kOwnTopoDir + "/hwloc-eth-nearer-than-roce.xml");
+    ASSERT_TRUE(t);
+    const zccl_topo_t *m = t.get();
+    ASSERT_EQ(zccl_topo_dev_count(m, ZCCL_TOPO_DEV_GPU), 1);
+    ASSERT_EQ(zccl_topo_dev_count(m, ZCCL_TOPO_DEV_NIC), 2);
+    const zccl_topo_dev_t *gpu = zccl_topo_dev(m, ZCCL_TOPO_DEV_GPU, 0);
+    const zccl_topo_dev_t *eth = by_busid(m, "0000:05:00.0"), *roce = by_busid(m, "0000:41:00.0");
+    EXPECT_EQ(eth->rdma, 0);
+    EXPECT_EQ(roce->rdma, 1);
+    EXPECT_STREQ(roce->rdma_why, "OpenFabrics bnxt_re0");
+    EXPECT_EQ(nearest_any(m, gpu), std::set<std::string>{"0000:05:00.0"});
+    EXPECT_EQ(paired(m, gpu), std::set<std::string>{"0000:41:00.0"});
+    EXPECT_EQ(smi(m, gpu, eth), "PIX");
+    EXPECT_EQ(smi(m, gpu, roce), "NODE"); // another host bridge of the same NUMA node
+    // The rank locality's NIC distance follows the RDMA NIC too (PHB either way here: one NUMA node).
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    hwloc_bitmap_only(set, 0);
+    zccl_locality_t l;
+    ASSERT_EQ(zccl_topo_locality_of(m, set, 0, &l), ZCCL_SUCCESS);
+    EXPECT_EQ(l.nic_path, ZCCL_PATH_PHB);
+    hwloc_bitmap_free(set);
+}
+
+TEST(TopologyRdma, FallsBackToTheNearestNicOfAnyKindWhenNoneIsRdma) {
+    Topo t = load_file(kOwnTopoDir + "/eth-only.xml");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(zccl_topo_rdma_nic_count(t.get()), 0);
+    const zccl_topo_dev_t *g = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 0);
+    ASSERT_NE(g, nullptr);
+    zccl_path_t p;
+    EXPECT_EQ(paired(t.get(), g, &p), nearest_any(t.get(), g));
+    EXPECT_EQ(paired(t.get(), g), std::set<std::string>{"0000:12:00.0"});
+    EXPECT_EQ(p, ZCCL_PATH_PIX);
+}
+
+// EXPECTED.md lists each NIC's OS devices and class: a NIC with an InfiniBand class or an RDMA device name among
+// them (mlx4_/mlx5_ HCAs, rdmap... EFA, usnic_ verbs devices) is RDMA-capable; every GPU must pair with such a NIC
+// whenever the file has one, and with the nearest NIC of any kind otherwise.
+TEST(TopologyRdma, SharedFilesPairGpusWithRdmaNics) {
+    std::vector<std::string> files = list_xml("hwloc");
+    if (files.empty()) GTEST_SKIP() << "no hwloc topology files in " << kTopoDir << "/hwloc (the shared folder is absent)";
+    auto facts = read_expected();
+    int files_with_choice = 0;
+    for (const std::string &rel : files) {
+        SCOPED_TRACE(rel);
+        Topo t = load_file(kTopoDir + "/" + rel);
+        ASSERT_TRUE(t);
+        std::set<std::string> rdma, all;
+        for (const std::string &line : facts[rel]) {
+            Fact f = parse_fact(line);
+            if (f.words.empty() || f.words[0] != "NIC") continue;
+            all.insert(f.kv["pci"]);
+            bool r = f.kv["class"] == "0x0207";
+            for (const std::string &os : split_set(f.kv["osdevs"]))
+                r |= os.rfind("mlx", 0) == 0 || os.rfind("rdmap", 0) == 0 || os.rfind("usnic_", 0) == 0;
+            if (r) rdma.insert(f.kv["pci"]);
+        }
+        for (int i = 0; i < zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_NIC); i++) {
+            const zccl_topo_dev_t *n = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_NIC, i);
+            EXPECT_EQ(n->rdma != 0, rdma.count(n->busid) > 0) << n->busid << " " << n->rdma_why;
+        }
+        EXPECT_EQ(zccl_topo_rdma_nic_count(t.get()), (int)rdma.size());
+        for (int i = 0; i < zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_GPU); i++) {
+            const zccl_topo_dev_t *g = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i);
+            std::set<std::string> got = paired(t.get(), g);
+            if (all.empty()) {
+                EXPECT_TRUE(got.empty());
+                continue;
+            }
+            ASSERT_FALSE(got.empty()) << g->busid;
+            if (rdma.empty()) {
+                EXPECT_EQ(got, nearest_any(t.get(), g)) << g->busid;
+            } else {
+                for (const std::string &b : got) EXPECT_TRUE(rdma.count(b)) << g->busid << " paired with " << b;
+                files_with_choice += nearest_any(t.get(), g) != got;
+            }
+        }
+    }
+    // 32em64t (GPUs tie between I350 ports and mlx5_0) and g4dnmetal (EFA and ENA side by side) must have changed.
+    EXPECT_GT(files_with_choice, 0);
+    if (std::find(files.begin(), files.end(), "hwloc/g4dnmetal.xml") != files.end()) {
+        Topo t = load_file(kTopoDir + "/hwloc/g4dnmetal.xml");
+        for (int i = 0; i < zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_GPU); i++)
+            EXPECT_EQ(paired(t.get(), zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i)),
+                      std::set<std::string>{"0000:c5:00.0"}); // the EFA, not the ENA next to it
+    }
+}
+
+TEST(TopologyNoCores, VendorFileWithGpusAndNicsOnly) {
+    Topo t = load_file(kOwnTopoDir + "/gpus-nics-only.xml");
+    ASSERT_TRUE(t);
+    const zccl_topo_t *m = t.get();
+    zccl_topo_counts_t c = counts(m);
+    EXPECT_EQ(c.gpus, 4);
+    EXPECT_EQ(c.nics, 3);
+    EXPECT_EQ(c.cores, 0);
+    EXPECT_EQ(c.pus, 0);
+    EXPECT_FALSE(zccl_topo_has_cores(m));
+    std::vector<zccl_locality_t> l(4);
+    EXPECT_EQ(zccl_topo_place(m, 4, ZCCL_BIND_CORE, ZCCL_MAP_GPU, 0, l.data()), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("rank placement on cores is not available"),
+              std::string::npos)
+        << zccl_get_last_error(nullptr);
+    // Pairing and classes still follow the PCI tree: EFA functions (1d0f:efa1) are RDMA, the ENA (1d0f:ec20) not.
+    const zccl_topo_dev_t *g0 = by_busid(m, "0000:01:00.0"), *g1 = by_busid(m, "0000:02:00.0");
+    const zccl_topo_dev_t *g2 = by_busid(m, "0000:11:00.0"), *g3 = by_busid(m, "0000:12:00.0");
+    EXPECT_EQ(paired(m, g0), std::set<std::string>{"0000:03:00.0"});
+    EXPECT_EQ(nearest_any(m, g2), std::set<std::string>{"0000:13:00.0"});
+    std::set<std::string> efas = {"0000:03:00.0", "0000:23:00.0"};
+    EXPECT_EQ(paired(m, g2), efas);
+    // NVLinks: 4 listed by each side of the pair are 4, not 8; no NVLink between GPUs 2 and 3.
+    EXPECT_EQ(zccl_topo_nvlinks(m, g0, g1), 4);
+    EXPECT_EQ(zccl_topo_nvlinks(m, g1, g0), 4);
+    EXPECT_EQ(smi(m, g0, g1), "NV4");
+    EXPECT_EQ(smi(m, g2, g3), "PIX");
+    EXPECT_EQ(smi(m, g0, g2), "NODE");
+    EXPECT_EQ(smi(m, g0, g0), "X");
+    EXPECT_STREQ(zccl_topo_nvlink_source(m), "NCCL <nvlink> elements");
+
+    // Loaded as this machine's file (ZCCL_TOPO_FILE), it cannot say where this process runs: a clear error, which
+    // the communicator turns into "locality unknown" (lib/core/comm_setup.c).
+    zccl_topo_t *self_raw = nullptr;
+    ASSERT_EQ(zccl_topo_create_file((kOwnTopoDir + "/gpus-nics-only.xml").c_str(), ZCCL_TOPO_THIS_SYSTEM, &self_raw),
+              ZCCL_SUCCESS);
+    Topo self_topo(self_raw);
+    zccl_locality_t self;
+    EXPECT_EQ(zccl_topo_locality_self(self_topo.get(), 0, &self), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("lists no CPUs"), std::string::npos);
+
+    // A <cpu> without affinity mask gives no cores either.
+    std::string path = write_temp("nocpumask.xml", R"(<system version="1"><cpu numaid="0">
+      <pci busid="0000:01:00.0" class="0x030200" vendor="0x10de"/>
+      <pci busid="0000:02:00.0" class="0x020700" vendor="0x15b3"/></cpu></system>)");
+    Topo u = load_file(path);
+    ASSERT_TRUE(u);
+    EXPECT_FALSE(zccl_topo_has_cores(u.get()));
+    EXPECT_EQ(paired(u.get(), by_busid(u.get(), "0000:01:00.0")), std::set<std::string>{"0000:02:00.0"});
+    // An empty <system> is still an error.
+    std::string empty = write_temp("empty.xml", R"(<system version="1"></system>)");
+    zccl_topo_t *raw = nullptr;
+    EXPECT_EQ(zccl_topo_create_file(empty.c_str(), 0, &raw), ZCCL_INVALID_ARGUMENT);
+    EXPECT_EQ(raw, nullptr);
+}
+
+// Counts the NVLinks each <gpu> of an NCCL file gives to NVSwitches (tclass 0x068000) and to each other GPU, read
+// from the text with regular expressions: a reference independent of the libxml2 reader.
+struct NvlRef {
+    std::map<std::string, int> to_switch;
+    std::map<std::pair<std::string, std::string>, int> direct;
+};
+NvlRef nvlink_reference(const std::string &path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    NvlRef ref;
+    std::string gpu;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t pci = text.find("<pci busid=\"", pos), nvl = text.find("<nvlink ", pos);
+        if (pci == std::string::npos && nvl == std::string::npos) break;
+        if (pci < nvl) {
+            size_t b = pci + 12;
+            std::string busid = text.substr(b, text.find('"', b) - b);
+            size_t close = text.find('>', pci);
+            if (text.find("class=\"0x0302", pci) < close) gpu = busid;
+            pos = close;
+        } else {
+            size_t end = text.find("/>", nvl);
+            std::string e = text.substr(nvl, end - nvl);
+            auto val = [&](const std::string &k) {
+                size_t a = e.find(k + "=\"") + k.size() + 2;
+                return e.substr(a, e.find('"', a) - a);
+            };
+            if (val("tclass") == "0x068000") ref.to_switch[gpu] += std::stoi(val("count"));
+            else ref.direct[{gpu, val("target")}] += std::stoi(val("count"));
+            pos = end;
+        }
+    }
+    return ref;
+}
+
+TEST(TopologySmi, NvlinkCountsOfTheRealA100File) {
+    std::string path = kTopoDir + "/nccl/topo_8A100_4CX6.xml";
+    if (!std::ifstream(path).good()) GTEST_SKIP() << path << " is absent (the shared folder is absent)";
+    NvlRef ref = nvlink_reference(path);
+    ASSERT_EQ(ref.to_switch.size(), 8u);
+    Topo t = load_file(path);
+    ASSERT_TRUE(t);
+    int n = zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_GPU);
+    ASSERT_EQ(n, 8);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            const zccl_topo_dev_t *a = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i), *b = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, j);
+            int d = std::max(ref.direct[{a->busid, b->busid}], ref.direct[{b->busid, a->busid}]);
+            int want = i == j ? 0 : d + std::min(ref.to_switch[a->busid], ref.to_switch[b->busid]);
+            EXPECT_EQ(zccl_topo_nvlinks(t.get(), a, b), want) << a->busid << " " << b->busid;
+            EXPECT_EQ(smi(t.get(), a, b), i == j ? "X" : "NV" + std::to_string(want));
+        }
+    EXPECT_EQ(smi(t.get(), zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 0), zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 1)),
+              "NV12"); // what nvidia-smi topo -m prints on an 8-GPU A100 (6 NVSwitches x 2 links)
+    // Files without <nvlink> have no NVLink pairs.
+    for (const std::string &rel : {"nccl/ndv4-topo.xml", "nccl/p4d-24xl-topo.xml"}) {
+        Topo u = load_file(kTopoDir + "/" + rel);
+        ASSERT_TRUE(u);
+        EXPECT_EQ(zccl_topo_nvlink_source(u.get()), nullptr) << rel;
+    }
+}
+
+TEST(TopologySmi, NvlinkBandwidthOfAnHwlocExport) {
+    std::string path = kTopoDir + "/hwloc/power8gpudistances.xml";
+    if (!std::ifstream(path).good()) GTEST_SKIP() << path << " is absent (the shared folder is absent)";
+    Topo t = load_file(path);
+    ASSERT_TRUE(t);
+    EXPECT_STREQ(zccl_topo_nvlink_source(t.get()), "hwloc NVLinkBandwidth");
+    // Reference: the file's matrix, whose GPU pairs hold 40000 MB/s = 2 NVLink 1 links of 20000 (P100, POWER8).
+    const zccl_topo_distances_t *nv = nullptr;
+    for (int i = 0; i < zccl_topo_distances_count(t.get()); i++)
+        if (std::string(zccl_topo_distances(t.get(), i)->name) == "NVLinkBandwidth") nv = zccl_topo_distances(t.get(), i);
+    ASSERT_NE(nv, nullptr);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            const zccl_topo_dev_t *a = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i), *b = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, j);
+            int ia = -1, ib = -1;
+            for (int k = 0; k < nv->n; k++) {
+                if (std::string(nv->labels[k]) == "nvml" + std::to_string(i)) ia = k;
+                if (std::string(nv->labels[k]) == "nvml" + std::to_string(j)) ib = k;
+            }
+            ASSERT_GE(ia, 0);
+            ASSERT_GE(ib, 0);
+            int want = i == j ? 0 : (int)(nv->values[ia * nv->n + ib] / 20000);
+            EXPECT_EQ(zccl_topo_nvlinks(t.get(), a, b), want) << i << " " << j;
+            if (i != j) EXPECT_EQ(smi(t.get(), a, b), want ? "NV" + std::to_string(want) : "SYS") << i << " " << j;
+        }
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 0),
+                                zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 1)), 2);
+}
+
+// PHB against NODE, checked with hwloc itself: two devices whose NCCL class is PHB share a host bridge (PHB) or sit
+// under different host bridges (NODE), found by walking hwloc's parents of the PCI objects.
+hwloc_obj_t host_bridge(hwloc_topology_t hw, const zccl_topo_dev_t *d) {
+    unsigned dom, bus, dev, fn;
+    if (sscanf(d->busid, "%x:%x:%x.%x", &dom, &bus, &dev, &fn) != 4) return nullptr;
+    for (hwloc_obj_t o = hwloc_get_next_pcidev(hw, nullptr); o; o = hwloc_get_next_pcidev(hw, o)) {
+        const auto &a = o->attr->pcidev;
+        if (a.domain != dom || a.bus != bus || a.dev != dev || a.func != fn || a.class_id != d->class_id) continue;
+        for (hwloc_obj_t p = o->parent; p; p = p->parent)
+            if (p->type == HWLOC_OBJ_BRIDGE && p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) return p;
+    }
+    return nullptr;
+}
+
+TEST(TopologySmi, PhbAndNodeInHwlocExports) {
+    std::vector<std::string> files = list_xml("hwloc");
+    if (files.empty()) GTEST_SKIP() << "no hwloc topology files in " << kTopoDir << "/hwloc (the shared folder is absent)";
+    int node = 0, phb = 0;
+    for (const std::string &rel : files) {
+        SCOPED_TRACE(rel);
+        Topo t = load_file(kTopoDir + "/" + rel);
+        ASSERT_TRUE(t);
+        std::vector<const zccl_topo_dev_t *> devs;
+        for (int k : {ZCCL_TOPO_DEV_GPU, ZCCL_TOPO_DEV_NIC})
+            for (int i = 0; i < zccl_topo_dev_count(t.get(), (zccl_topo_dev_kind_t)k); i++)
+                devs.push_back(zccl_topo_dev(t.get(), (zccl_topo_dev_kind_t)k, i));
+        for (const zccl_topo_dev_t *a : devs)
+            for (const zccl_topo_dev_t *b : devs) {
+                if (a == b || zccl_topo_nvlinks(t.get(), a, b)) continue;
+                zccl_path_t p = zccl_topo_path(t.get(), a, b, nullptr);
+                std::string got = smi(t.get(), a, b);
+                if (p != ZCCL_PATH_PHB) {
+                    EXPECT_EQ(got, zccl_topo_path_name(p)) << a->busid << " " << b->busid;
+                    continue;
+                }
+                hwloc_obj_t ha = host_bridge(zccl_topo_hwloc(t.get()), a), hb = host_bridge(zccl_topo_hwloc(t.get()), b);
+                ASSERT_TRUE(ha && hb) << a->busid << " " << b->busid;
+                EXPECT_EQ(got, ha == hb ? "PHB" : "NODE") << a->busid << " " << b->busid;
+                (ha == hb ? phb : node)++;
+            }
+    }
+    EXPECT_GT(node, 0);
+    EXPECT_GT(phb, 0);
+    // g4dn.metal as nvidia-smi shows it: GPUs 0 and 1 share a host bridge, 0 and 2 do not, 0 and 4 are on two sockets.
+    if (std::find(files.begin(), files.end(), "hwloc/g4dnmetal.xml") != files.end()) {
+        Topo t = load_file(kTopoDir + "/hwloc/g4dnmetal.xml");
+        auto g = [&](int i) { return zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i); };
+        EXPECT_EQ(smi(t.get(), g(0), g(1)), "PHB");
+        EXPECT_EQ(smi(t.get(), g(0), g(2)), "NODE");
+        EXPECT_EQ(smi(t.get(), g(0), g(4)), "SYS");
+    }
+}
+
+TEST(TopologyLive, NvmlIsAskedOnlyWhenPresent) {
+    zccl_topo_t *raw = nullptr;
+    ASSERT_EQ(zccl_topo_create_live_ex(ZCCL_TOPO_NVML, &raw), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    Topo t(raw);
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!nvml) {
+        // This machine has no NVIDIA driver: the model is built without NVML's data (hwloc's matrix at most).
+        const char *src = zccl_topo_nvlink_source(t.get());
+        EXPECT_TRUE(src == nullptr || std::string(src) == "hwloc NVLinkBandwidth") << src;
+    } else {
+        dlclose(nvml);
+    }
+    raw = nullptr;
+    EXPECT_EQ(zccl_topo_create_live_ex(0x100, &raw), ZCCL_INVALID_ARGUMENT);
+    EXPECT_EQ(raw, nullptr);
+}
+
+#ifdef ZCCL_FAKE_NVML_PATH
+// topo_nvml.c's logic against tests/fake_nvml/fake_nvml.c (no NVIDIA driver here): NVML's answer replaces the
+// file's NVLinks, direct links listed by both GPUs count once, a GPU pair on NVSwitches shares the smaller switch link
+// count, an IBM NPU link and inactive links are ignored. The fake's header lists its links.
+TEST(TopologyNvml, FakeLibraryGivesLinkCounts) {
+    Topo t = load_file(kOwnTopoDir + "/gpus-nics-only.xml");
+    ASSERT_TRUE(t);
+    auto g = [&](int i) { return zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, i); };
+    ASSERT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 4); // the file's <nvlink> count
+    ASSERT_EQ(zccl__topo_nvml_from(t.get(), "/nonexistent/libnvidia-ml.so.1"), ZCCL_SUCCESS);
+    ASSERT_EQ(zccl__topo_finish(t.get()), ZCCL_SUCCESS);
+    EXPECT_STREQ(zccl_topo_nvlink_source(t.get()), "NCCL <nvlink> elements"); // absent library: nothing changes
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 4);
+    ASSERT_EQ(zccl__topo_nvml_from(t.get(), ZCCL_FAKE_NVML_PATH), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    ASSERT_EQ(zccl__topo_finish(t.get()), ZCCL_SUCCESS);
+    EXPECT_STREQ(zccl_topo_nvlink_source(t.get()), "NVML");
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(1)), 3);
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(1), g(0)), 3);
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(2), g(3)), 6); // min(6 switch links, 7): GPU2's NPU link not counted
+    EXPECT_EQ(zccl_topo_nvlinks(t.get(), g(0), g(2)), 0);
+    EXPECT_EQ(smi(t.get(), g(2), g(3)), "NV6");
+    EXPECT_EQ(smi(t.get(), g(0), g(2)), "NODE");
+    EXPECT_EQ(zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_GPU), 4); // finishing twice keeps the model's shape
+    EXPECT_EQ(zccl_topo_dev_count(t.get(), ZCCL_TOPO_DEV_NIC), 3);
+    EXPECT_EQ(zccl_topo_rdma_nic_count(t.get()), 2);
+}
+#endif
+
+TEST(TopologyTool, PairingNoCoresAndSmiClasses) {
+    if (tool_missing()) GTEST_SKIP() << "zccl-topo is not built (" << kTopoTool << ")";
+    std::string out;
+    ASSERT_EQ(run_tool("--nccl-xml " + kOwnTopoDir + "/gpus-nics-only.xml", &out), 0) << out;
+    EXPECT_NE(out.find("rank placement on cores is not available from this file"), std::string::npos) << out;
+    EXPECT_NE(out.find("  GPU0   X      NV4    NODE   NODE   PIX"), std::string::npos) << out;
+    EXPECT_NE(out.find("GPU2   -> NIC0 0000:03:00.0, NIC2 0000:23:00.0"), std::string::npos) << out;
+    ASSERT_EQ(run_tool("--json --nccl-xml " + kOwnTopoDir + "/gpus-nics-only.xml", &out), 0) << out;
+    EXPECT_NE(out.find("\"ring\": null"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"ring_unavailable\""), std::string::npos);
+    ASSERT_EQ(run_tool("--dot --nccl-xml " + kOwnTopoDir + "/gpus-nics-only.xml", &out), 0);
+    EXPECT_EQ(out.rfind("digraph", 0), 0u);
+    ASSERT_EQ(run_tool("--nccl-xml " + kOwnTopoDir + "/eth-only.xml", &out), 0);
+    EXPECT_NE(out.find("no RDMA-capable NIC in this topology"), std::string::npos) << out;
+    ASSERT_EQ(run_tool("--nccl-xml " + kOwnTopoDir + "/eth-nearer-than-ib.xml", &out), 0);
+    EXPECT_NE(out.find("GPU0   -> NIC1 mlx5_0 (NODE; NCCL class PHB)"), std::string::npos) << out;
+    EXPECT_NE(out.find("Ethernet only"), std::string::npos);
+    ASSERT_EQ(run_tool("--xml " + kOwnTopoDir + "/hwloc-eth-nearer-than-roce.xml", &out), 0);
+    EXPECT_NE(out.find("GPU0   -> NIC1 bnxt_re0"), std::string::npos) << out;
+    std::string a100 = kTopoDir + "/nccl/topo_8A100_4CX6.xml";
+    if (std::ifstream(a100).good()) {
+        ASSERT_EQ(run_tool("--nccl-xml " + a100, &out), 0);
+        EXPECT_NE(out.find("  GPU0   X      NV12   NV12"), std::string::npos) << out;
+    }
 }
 
 // ---- ring order on hand-made localities ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 /*
  * zccl-topo — what zccl sees of a machine and what it would do with it: a summary (sockets, NUMA nodes, cores,
- * caches, GPUs and NICs with bus id, link speed and NUMA node), a path matrix like `nvidia-smi topo -m`, and the
- * ring zccl would build for a simulated placement of ranks. Output as text, JSON (jansson) or Graphviz DOT, which
+ * caches, GPUs and NICs with bus id, link speed and NUMA node), a path matrix like `nvidia-smi topo -m` (NV#, PIX,
+ * PXB, PHB, NODE, SYS), the RDMA-capable NIC each GPU pairs with, and the ring zccl would build for a simulated
+ * placement of ranks (files without CPU cores get everything but the ring). Output as text, JSON (jansson) or Graphviz DOT, which
  * `dot` renders to SVG or PNG. The machine is this one, ZCCL_TOPO_FILE, or another one given with --xml
  * (hwloc export), --nccl-xml (NCCL topology file) or --synthetic (hwloc synthetic description).
  *
@@ -34,6 +35,7 @@ typedef struct {
 } opts_t;
 
 typedef struct {
+    int placed;    /* 0: the model has no CPU cores, so no placement or ring (the rest of the report stands) */
     int n, hosts;
     zccl_bind_t bind;
     zccl_map_t map;
@@ -45,8 +47,9 @@ typedef struct {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: zccl-topo [SOURCE] [PLACEMENT] [OUTPUT]\n"
-            "Shows the machine model zccl builds (hwloc), the path classes between GPUs and NICs, and the ring\n"
-            "zccl would order for a placement of ranks.\n\n"
+            "Shows the machine model zccl builds (hwloc), the path classes between GPUs and NICs as nvidia-smi\n"
+            "topo -m prints them (NV# from NCCL <nvlink>, hwloc or NVML data; NODE), the RDMA-capable NIC each GPU\n"
+            "pairs with, and the ring zccl would order for a placement of ranks (not for a file without CPU cores).\n\n"
             "SOURCE (default: the file named by ZCCL_TOPO_FILE if set, else this machine)\n"
             "  --xml FILE          an hwloc XML export of a machine (lstopo FILE.xml), v1 or v2 format\n"
             "  --nccl-xml FILE     an NCCL topology file (<system version=\"1\">, as given to NCCL_TOPO_FILE)\n"
@@ -142,7 +145,7 @@ static zccl_result_t load(const opts_t *o, zccl_topo_t **t) {
     /* ZCCL_TOPO_FILE: the same setting the library reads (lib/util/config.c), here for the machine it describes. */
     const char *file = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
     if (file && *file) return zccl_topo_create_file(file, ZCCL_TOPO_THIS_SYSTEM, t);
-    return zccl_topo_create_live(t);
+    return zccl_topo_create_live_ex(ZCCL_TOPO_NVML, t);
 }
 
 /* ---- the simulated placement and its ring ------------------------------------------------------------------- */
@@ -152,6 +155,8 @@ static zccl_result_t simulate(const zccl_topo_t *t, const opts_t *o, sim_t *s) {
     zccl_topo_counts(t, &c);
     memset(s, 0, sizeof *s);
     s->hosts = o->hosts;
+    if (!zccl_topo_has_cores(t)) return ZCCL_SUCCESS; /* s->placed = 0: the reports say why */
+    s->placed = 1;
     s->n = o->ranks ? o->ranks : (c.gpus ? c.gpus : (c.cores < 16 ? c.cores : 16)) * o->hosts;
     if (s->n < 1) s->n = 1;
     s->bind = (zccl_bind_t)o->bind;
@@ -278,11 +283,13 @@ static void text_devices(const zccl_topo_t *t, zccl_topo_dev_kind_t kind, const 
             zccl_path_t path;
             int found = zccl_topo_nearest_nics(t, d, nics, 64, &path, NULL);
             if (found) {
-                printf("  nearest NIC");
+                printf("  nearest %sNIC", zccl_topo_rdma_nic_count(t) ? "RDMA " : "");
                 for (int k = 0; k < found && k < 64; k++) printf("%s%d", k ? ",NIC" : " NIC", nics[k]);
                 printf(" (%s)", zccl_topo_path_name(path));
             }
         }
+        if (kind == ZCCL_TOPO_DEV_NIC) printf("  %s%s%s", d->rdma ? "RDMA (" : "Ethernet only", d->rdma_why,
+                                               d->rdma ? ")" : "");
         if (d->name[0]) printf("  \"%s\"", d->name);
         printf("\n");
     }
@@ -307,22 +314,71 @@ static void text_matrix(const zccl_topo_t *t) {
         char lab[16], cpus[256] = "-", numa[64];
         dev_label(devs[i], lab, sizeof lab);
         printf("  %-6s", lab);
-        for (int j = 0; j < n; j++)
-            printf(" %-6s", i == j ? "X" : zccl_topo_path_name(zccl_topo_path(t, devs[i], devs[j], NULL)));
+        for (int j = 0; j < n; j++) {
+            char cls[16];
+            int nv;
+            zccl_smi_path_t p = zccl_topo_smi_path(t, devs[i], devs[j], &nv);
+            printf(" %-6s", zccl_topo_smi_name(p, nv, cls, sizeof cls));
+        }
         const zccl_topo_cpu_t *c = zccl_topo_cpu(t, devs[i]->cpu);
         if (c && !hwloc_bitmap_iszero(c->cpuset)) hwloc_bitmap_list_snprintf(cpus, sizeof cpus, c->cpuset);
         printf(" %-24s %s\n", cpus, zccl_topo_dev_numa_list(t, devs[i], numa, sizeof numa));
     }
-    printf("\nLegend:\n"
-           "  X   = self\n"
-           "  SYS = path across the interconnect between NUMA nodes / sockets (e.g. QPI, UPI, Infinity Fabric)\n"
-           "  PHB = path through a PCIe host bridge (the CPU)\n"
-           "  PXB = path through several PCIe switches, without the host bridge\n"
-           "  PIX = path through at most one PCIe switch\n"
-           "  (NET = another host; LOC = the same device)\n");
+    const char *nvl = zccl_topo_nvlink_source(t);
+    printf("\nLegend (as nvidia-smi topo -m):\n"
+           "  X    = self\n"
+           "  SYS  = path across the interconnect between NUMA nodes / sockets (e.g. QPI, UPI, Infinity Fabric)\n"
+           "  NODE = path between PCIe host bridges within one NUMA node / CPU\n"
+           "  PHB  = path through one PCIe host bridge (the CPU)\n"
+           "  PXB  = path through several PCIe switches, without the host bridge\n"
+           "  PIX  = path through at most one PCIe switch\n"
+           "  NV#  = GPUs joined by # NVLinks (directly or through NVSwitches)\n"
+           "  (NCCL's classes, used for NIC pairing and in --json \"paths\", call NODE PHB)\n"
+           "  NVLink data: %s\n", nvl ? nvl : "none in this source");
+    if (zccl_topo_dev_count(t, ZCCL_TOPO_DEV_NIC) > 0 && zccl_topo_dev_count(t, ZCCL_TOPO_DEV_GPU) > 0) {
+        int rdma = zccl_topo_rdma_nic_count(t);
+        printf("\nGPU/NIC pairing: %s\n",
+               rdma ? "each GPU uses its nearest RDMA-capable NIC (InfiniBand/RoCE/EFA), even when an Ethernet-only "
+                      "port is closer"
+                    : "no RDMA-capable NIC in this topology: each GPU pairs with its nearest NIC of any kind "
+                      "(Ethernet only)");
+        for (int i = 0; i < zccl_topo_dev_count(t, ZCCL_TOPO_DEV_GPU); i++) {
+            const zccl_topo_dev_t *g = zccl_topo_dev(t, ZCCL_TOPO_DEV_GPU, i);
+            int nics[64];
+            zccl_path_t path;
+            int found = zccl_topo_nearest_nics(t, g, nics, 64, &path, NULL);
+            printf("  GPU%-3d ->", i);
+            for (int k = 0; k < found && k < 64; k++) {
+                const zccl_topo_dev_t *nic = zccl_topo_dev(t, ZCCL_TOPO_DEV_NIC, nics[k]);
+                printf("%s NIC%d %s", k ? "," : "", nics[k], nic->nosdevs ? nic->osdev[nic->nosdevs - 1] : nic->busid);
+            }
+            if (!found) {
+                printf(" -\n");
+                continue;
+            }
+            /* nvidia-smi's class of the pair, and NCCL's when it differs (NODE is PHB to NCCL) */
+            char cls[16];
+            int nv;
+            zccl_topo_smi_name(zccl_topo_smi_path(t, g, zccl_topo_dev(t, ZCCL_TOPO_DEV_NIC, nics[0]), &nv), nv, cls,
+                               sizeof cls);
+            if (strcmp(cls, zccl_topo_path_name(path)) == 0) printf(" (%s)\n", cls);
+            else printf(" (%s; NCCL class %s)\n", cls, zccl_topo_path_name(path));
+        }
+    }
 }
 
-static void text_ring(const sim_t *s) {
+static const char *no_cores_text(const zccl_topo_t *t) {
+    return zccl_topo_source(t) == ZCCL_TOPO_SRC_NCCL_XML
+               ? "rank placement on cores is not available from this file: it lists GPUs and NICs but no CPU cores "
+                 "(no <cpu> affinity mask)"
+               : "rank placement on cores is not available: the topology has no CPU cores";
+}
+
+static void text_ring(const zccl_topo_t *t, const sim_t *s) {
+    if (!s->placed) {
+        printf("\nRing: %s\n", no_cores_text(t));
+        return;
+    }
     printf("\nRing for %d rank%s on %d host%s (map %s, bind %s)\n", s->n, s->n == 1 ? "" : "s", s->hosts,
            s->hosts == 1 ? "" : "s", zccl_topo_map_name(s->map), zccl_topo_bind_name(s->bind));
     printf("  %5s %5s %8s %5s %5s %8s %5s  %s\n", "rank", "host", "package", "numa", "core", "first PU", "PUs",
@@ -411,7 +467,7 @@ static void text_report(const zccl_topo_t *t, const sim_t *s) {
         }
     }
     text_matrix(t);
-    text_ring(s);
+    text_ring(t, s);
 }
 
 /* ---- JSON (jansson) ----------------------------------------------------------------------------------------- */
@@ -446,6 +502,10 @@ static json_t *json_dev(const zccl_topo_t *t, const zccl_topo_dev_t *d) {
     json_object_set_new(o, "cpu_affinity", json_set_list(cpu ? cpu->cpuset : NULL));
     json_object_set_new(o, "osdevs", os);
     json_object_set_new(o, "name", json_string(d->name));
+    if (d->kind == ZCCL_TOPO_DEV_NIC) {
+        json_object_set_new(o, "rdma", json_boolean(d->rdma));
+        json_object_set_new(o, "rdma_evidence", d->rdma ? json_string(d->rdma_why) : json_null());
+    }
     if (d->kind == ZCCL_TOPO_DEV_GPU) {
         int nics[64];
         zccl_path_t path;
@@ -456,6 +516,7 @@ static json_t *json_dev(const zccl_topo_t *t, const zccl_topo_dev_t *d) {
         json_object_set_new(o, "nearest_nics", near);
         json_object_set_new(o, "nearest_nic_path", found ? json_string(zccl_topo_path_name(path)) : json_null());
         json_object_set_new(o, "nearest_nic_hops", found ? json_integer(hops) : json_null());
+        json_object_set_new(o, "nearest_nic_rdma", json_boolean(found && zccl_topo_rdma_nic_count(t) > 0));
     }
     return o;
 }
@@ -556,6 +617,28 @@ static json_t *json_report(const zccl_topo_t *t, const sim_t *s) {
     json_object_set_new(paths, "devices", labels);
     json_object_set_new(paths, "matrix", rows);
     json_object_set_new(root, "paths", paths);
+    json_t *smi = json_object(), *smi_rows = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *row = json_array();
+        for (int j = 0; j < n; j++) {
+            char cls[16];
+            int nv;
+            zccl_smi_path_t p = zccl_topo_smi_path(t, devs[i], devs[j], &nv);
+            json_array_append_new(row, json_string(zccl_topo_smi_name(p, nv, cls, sizeof cls)));
+        }
+        json_array_append_new(smi_rows, row);
+    }
+    json_object_set_new(smi, "devices", json_deep_copy(labels));
+    json_object_set_new(smi, "matrix", smi_rows);
+    const char *nvl = zccl_topo_nvlink_source(t);
+    json_object_set_new(smi, "nvlink_source", nvl ? json_string(nvl) : json_null());
+    json_object_set_new(root, "smi_paths", smi);
+    json_object_set_new(root, "rdma_nics", json_integer(zccl_topo_rdma_nic_count(t)));
+    if (!s->placed) {
+        json_object_set_new(root, "ring", json_null());
+        json_object_set_new(root, "ring_unavailable", json_string(no_cores_text(t)));
+        return root;
+    }
     json_t *ring = json_object(), *place = json_array(), *order = json_array(), *cross = json_object();
     for (int r = 0; r < s->n; r++) {
         const zccl_locality_t *l = &s->loc[r];
@@ -663,6 +746,10 @@ static void dot_report(FILE *f, const zccl_topo_t *t, const sim_t *s) {
         }
         if (p->parent >= 0) fprintf(f, "    pci%d -> pci%d;\n", p->parent, i);
         else fprintf(f, "    cpu%d -> pci%d;\n", p->cpu, i);
+    }
+    if (!s->placed) {
+        fprintf(f, "  }\n}\n");
+        return;
     }
     fprintf(f, "  }\n  subgraph cluster_ring {\n    label=\"ring of %d ranks (map %s, bind %s): crossings host %d, "
                "package %d, numa %d\"; color=\"#999999\";\n    edge [dir=forward];\n",

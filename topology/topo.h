@@ -204,6 +204,10 @@ typedef struct {
     int nosdevs;                      /**< OS device names, in the source's order: eth0, mlx5_0, cuda0, nvml0... */
     char osdev[ZCCL_TOPO_MAX_OSDEVS][ZCCL_TOPO_NAME_LEN];
     char name[64];                    /**< product name if the source has it (hwloc's PCIDevice info), else "" */
+    int rdma;                         /**< NICs: 1 when RDMA-capable (InfiniBand, RoCE, EFA, iWARP), 0 when the source
+                                           shows only an Ethernet/socket port; always 0 for other kinds */
+    char rdma_why[40];                /**< NICs: the evidence for `rdma` ("OpenFabrics mlx5_0", "class 0x0207
+                                           InfiniBand", "EFA 1d0f:efa0", "net mlx5_bond_0"), or "" */
 } zccl_topo_dev_t;
 
 /** Devices of one kind. */
@@ -265,12 +269,72 @@ zccl_path_t zccl_topo_path(const zccl_topo_t *topo, const zccl_topo_dev_t *a, co
 zccl_path_t zccl_topo_path_cpuset(const zccl_topo_t *topo, hwloc_const_cpuset_t cpus, const zccl_topo_dev_t *dev);
 
 /**
- * The NIC(s) nearest to a device: the best path class first, then the fewest hops; all NICs that tie are listed.
- * Writes up to `max` NIC indexes (zccl_topo_dev(topo, ZCCL_TOPO_DEV_NIC, i)) into `nics` in NIC order and returns
- * how many tie (0 when the model has no NIC). *path and *hops (either may be NULL) receive the class and length.
+ * The NIC(s) a device pairs with: the nearest RDMA-capable NIC(s) (zccl_topo_dev_t.rdma), even when an Ethernet-only
+ * port sits closer; only when the model has no RDMA-capable NIC at all, the nearest NIC(s) of any kind
+ * (zccl_topo_rdma_nic_count() == 0 tells the caller which rule applied). Nearest: the best path class first, then
+ * the fewest hops; all NICs that tie are listed. Writes up to `max` NIC indexes (zccl_topo_dev(topo,
+ * ZCCL_TOPO_DEV_NIC, i)) into `nics` in NIC order and returns how many tie (0 when the model has no NIC). *path and
+ * *hops (either may be NULL) receive the class and length.
  */
 int zccl_topo_nearest_nics(const zccl_topo_t *topo, const zccl_topo_dev_t *dev, int *nics, int max,
                            zccl_path_t *path, int *hops);
+
+/** NICs of the model that are RDMA-capable (zccl_topo_dev_t.rdma); 0 means GPU/NIC pairing falls back to any NIC. */
+int zccl_topo_rdma_nic_count(const zccl_topo_t *topo);
+
+/* ---- nvidia-smi's view: NVLink counts and the NODE class ---------------------------------------------------- */
+
+/**
+ * The classes `nvidia-smi topo -m` prints, closest first: X the device itself; NV the GPUs share NVLinks (directly
+ * or through NVSwitches; the count comes with it); PIX, PXB as zccl_path_t; PHB under one PCIe host bridge; NODE
+ * under different host bridges of one NUMA node / CPU (zccl_path_t calls both PHB, as NCCL does); SYS across the
+ * interconnect between NUMA nodes or sockets. In an NCCL file each top-level <pci> of a <cpu> counts as its own host
+ * bridge (NCCL files do not record host bridges).
+ */
+typedef enum {
+    ZCCL_SMI_X = 0,
+    ZCCL_SMI_NV,
+    ZCCL_SMI_PIX,
+    ZCCL_SMI_PXB,
+    ZCCL_SMI_PHB,
+    ZCCL_SMI_NODE,
+    ZCCL_SMI_SYS,
+    ZCCL_SMI_COUNT
+} zccl_smi_path_t;
+
+/**
+ * Classifies the path between two devices as nvidia-smi does. When `nvlinks` is not NULL it receives the number of
+ * NVLinks between the two (0 unless the class is ZCCL_SMI_NV).
+ */
+zccl_smi_path_t zccl_topo_smi_path(const zccl_topo_t *topo, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b,
+                                   int *nvlinks);
+
+/** Writes the class as nvidia-smi prints it ("NV12", "NODE", "X") into buf (at least 8 bytes); returns buf. */
+char *zccl_topo_smi_name(zccl_smi_path_t path, int nvlinks, char *buf, size_t len);
+
+/**
+ * NVLinks between two GPUs: links that join them directly, plus, when both have links to NVSwitches, the smaller of
+ * their two switch link counts (every GPU of an NVSwitch system reaches every other through all its switch links,
+ * which nvidia-smi prints as NV12 on an 8-GPU A100 machine). 0 for non-GPUs, the same GPU, or no NVLink data.
+ */
+int zccl_topo_nvlinks(const zccl_topo_t *topo, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b);
+
+/**
+ * Where the model's NVLink counts came from: "NCCL <nvlink> elements", "hwloc NVLinkBandwidth", "NVML", or NULL
+ * when the source has no NVLink information (then no pair is NV#).
+ */
+const char *zccl_topo_nvlink_source(const zccl_topo_t *topo);
+
+/** Flags for zccl_topo_create_live_ex(). */
+enum {
+    /** Ask NVML (libnvidia-ml.so.1, opened with dlopen when present) for the NVLinks between GPUs. NVML start-up
+     *  takes a noticeable time, so communicators do not ask for it; zccl-topo does. Without the library the model
+     *  has no NVLink information (zccl_topo_nvlink_source() is NULL or hwloc's). */
+    ZCCL_TOPO_NVML = 1u << 1
+};
+
+/** zccl_topo_create_live() with flags (ZCCL_TOPO_NVML or 0). */
+zccl_result_t zccl_topo_create_live_ex(unsigned flags, zccl_topo_t **out);
 
 /* ---- locality of a rank ------------------------------------------------------------------------------------- */
 
@@ -308,6 +372,13 @@ zccl_result_t zccl_topo_locality_self(const zccl_topo_t *topo, uint64_t host, zc
 typedef enum { ZCCL_BIND_NONE = 0, ZCCL_BIND_CORE, ZCCL_BIND_NUMA } zccl_bind_t;
 /** How ranks are spread before binding, as mpirun's --map-by (gpu: local rank i next to GPU i). */
 typedef enum { ZCCL_MAP_CORE = 0, ZCCL_MAP_NUMA, ZCCL_MAP_PACKAGE, ZCCL_MAP_GPU } zccl_map_t;
+
+/**
+ * Whether ranks can be placed on cores: false for a model without CPU cores (an NCCL file whose <cpu> elements give
+ * no affinity mask, or that lists GPUs and NICs with no <cpu> at all). zccl_topo_place*() then fail with
+ * ZCCL_INVALID_ARGUMENT saying so.
+ */
+int zccl_topo_has_cores(const zccl_topo_t *topo);
 
 /**
  * The cpuset local rank `rank` of `nranks` on this host would be bound to. map core: rank r on core r; map numa /

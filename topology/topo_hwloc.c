@@ -89,6 +89,58 @@ static void object_label(hwloc_obj_t o, char *buf, size_t len) {
     else snprintf(buf, len, "%s L#%u", type, o->logical_index);
 }
 
+/* The model's device for an hwloc object of a distance matrix: a PCI device, or the PCI device above an OS device. */
+static const zccl_topo_dev_t *dev_of(zccl_topo_t *t, hwloc_obj_t o) {
+    while (o && o->type == HWLOC_OBJ_OS_DEVICE) o = o->parent;
+    if (!o || o->type != HWLOC_OBJ_PCI_DEVICE) return NULL;
+    char busid[ZCCL_TOPO_BUSID_LEN];
+    const struct hwloc_pcidev_attr_s *a = &o->attr->pcidev;
+    zccl__topo_busid(busid, a->domain, a->bus, a->dev, a->func);
+    return zccl_topo_dev_by_busid(t, busid);
+}
+
+/*
+ * hwloc's "NVLinkBandwidth" matrix (its NVML backend, or a file exported with it) into NVLink entries. hwloc stores
+ * bandwidth, MB/s summed over the links: 20000 per NVLink 1 link, 25000 per NVLink 2 link, 50000 per NVLink 3/4
+ * link; the file does not say which version, so the link width is the largest of 50000, 25000 and 20000 that divides
+ * every GPU value of the matrix (a P100 pair at 40000 is NV2; a V100 machine whose pairs all have two links, 50000,
+ * would read as NV1). Peers that are NVSwitches (subtype "NVSwitch") are switch links; CPUs are ignored.
+ */
+static zccl_result_t read_nvlink_bandwidth(zccl_topo_t *t, struct hwloc_distances_s *h) {
+    static const uint64_t widths[] = {50000, 25000, 20000};
+    uint64_t width = 0;
+    for (size_t w = 0; w < sizeof widths / sizeof *widths && !width; w++) {
+        bool divides = true;
+        for (unsigned i = 0; i < h->nbobjs; i++)
+            for (unsigned j = 0; j < h->nbobjs; j++)
+                if (i != j && h->values[i * h->nbobjs + j] % widths[w]) divides = false;
+        if (divides) width = widths[w];
+    }
+    if (!width) {
+        ZCCL_WARN(ZCCL_LOG_TOPO, "topology from %s: NVLinkBandwidth values are not multiples of a known NVLink "
+                                 "width; NVLink counts left out", t->origin);
+        return ZCCL_SUCCESS;
+    }
+    for (unsigned i = 0; i < h->nbobjs; i++) {
+        const zccl_topo_dev_t *a = dev_of(t, h->objs[i]);
+        if (!a || a->kind != ZCCL_TOPO_DEV_GPU) continue;
+        for (unsigned j = 0; j < h->nbobjs; j++) {
+            uint64_t v = h->values[i * h->nbobjs + j];
+            if (i == j || v == 0) continue;
+            hwloc_obj_t peer = h->objs[j];
+            bool nvswitch = peer && peer->subtype && strcmp(peer->subtype, "NVSwitch") == 0;
+            const zccl_topo_dev_t *b = dev_of(t, peer);
+            if (!nvswitch && (!b || b->kind != ZCCL_TOPO_DEV_GPU)) continue;
+            char target[ZCCL_TOPO_BUSID_LEN];
+            if (b) snprintf(target, sizeof target, "%s", b->busid);
+            else snprintf(target, sizeof target, "nvsw%u", j);
+            ZCCL_CHECK(zccl__topo_add_nvlink(t, a->id, target, (int)(v / width), nvswitch));
+        }
+    }
+    t->nvl_source = "hwloc NVLinkBandwidth";
+    return ZCCL_SUCCESS;
+}
+
 static zccl_result_t read_distances(zccl_topo_t *t) {
     unsigned nr = 0;
     if (hwloc_distances_get(t->hw, &nr, NULL, 0, 0) < 0 || nr == 0) return ZCCL_SUCCESS;
@@ -118,6 +170,7 @@ static zccl_result_t read_distances(zccl_topo_t *t) {
         }
         for (unsigned j = 0; j < h->nbobjs; j++) object_label(h->objs[j], d->labels[j], ZCCL_TOPO_NAME_LEN);
         memcpy(d->values, h->values, (size_t)h->nbobjs * h->nbobjs * sizeof *d->values);
+        if (strcmp(d->name, "NVLinkBandwidth") == 0) res = read_nvlink_bandwidth(t, h);
     }
     for (unsigned i = 0; i < nr; i++) hwloc_distances_release(t->hw, all[i]);
     free(all);
@@ -160,8 +213,12 @@ static zccl_result_t new_hwloc(hwloc_topology_t *hw, enum hwloc_type_filter_e io
     return ZCCL_SUCCESS;
 }
 
-zccl_result_t zccl_topo_create_live(zccl_topo_t **out) {
+zccl_result_t zccl_topo_create_live(zccl_topo_t **out) { return zccl_topo_create_live_ex(0, out); }
+
+zccl_result_t zccl_topo_create_live_ex(unsigned flags, zccl_topo_t **out) {
     if (!out) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_live: out is NULL");
+    if (flags & ~(unsigned)ZCCL_TOPO_NVML)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_create_live_ex: unknown flags 0x%x", flags);
     hwloc_topology_t hw;
     ZCCL_CHECK(new_hwloc(&hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT));
     /* Every rank loads the topology at init: skip the backends that are slow and tell nothing about placement
@@ -173,7 +230,18 @@ zccl_result_t zccl_topo_create_live(zccl_topo_t **out) {
         hwloc_topology_destroy(hw);
         return zccl__syserror(err, "hwloc could not discover this machine");
     }
-    return zccl__topo_from_hwloc(hw, ZCCL_TOPO_SRC_LIVE, "this machine", 1, out);
+    zccl_topo_t *t;
+    ZCCL_CHECK(zccl__topo_from_hwloc(hw, ZCCL_TOPO_SRC_LIVE, "this machine", 1, &t));
+    if (flags & ZCCL_TOPO_NVML) {
+        zccl_result_t res = zccl__topo_nvml(t);
+        if (res == ZCCL_SUCCESS) res = zccl__topo_finish(t);
+        if (res != ZCCL_SUCCESS) {
+            zccl_topo_destroy(t);
+            return res;
+        }
+    }
+    *out = t;
+    return ZCCL_SUCCESS;
 }
 
 zccl_result_t zccl_topo_create_hwloc_xml(const char *path, unsigned flags, zccl_topo_t **out) {

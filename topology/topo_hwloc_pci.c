@@ -52,6 +52,13 @@ static void apply_osdev_hint(zccl_topo_dev_t *d, hwloc_obj_t os) {
                name_starts(os->name, "rsmi");
     bool gpu = (type == HWLOC_OBJ_OSDEV_COPROC && cuda) || (type == HWLOC_OBJ_OSDEV_GPU && smi);
     if (gpu) d->kind = ZCCL_TOPO_DEV_GPU;
+    /* An OpenFabrics (verbs) device makes the NIC RDMA-capable: InfiniBand HCAs, RoCE ports, EFA, usNIC. Kept
+     * for any device; zccl__topo_finish clears it on devices that did not end up NICs. */
+    if (type == HWLOC_OBJ_OSDEV_OPENFABRICS) {
+        char why[40];
+        snprintf(why, sizeof why, "OpenFabrics %.24s", os->name ? os->name : "?");
+        zccl__topo_set_rdma(d, why);
+    }
 }
 
 static zccl_result_t walk_io(walker_t *w, hwloc_obj_t o, int parent, int cpu, int level);

@@ -29,8 +29,11 @@ zccl_result_t zccl_topo_locality_of(const zccl_topo_t *t, hwloc_const_cpuset_t c
     for (int c = 0; c < t->ncores && l.core < 0; c++)
         if (holds(t->cores[c].cpuset, cpus)) l.core = c;
     l.nic_path = ZCCL_TOPO_NO_NIC;
+    bool rdma_only = zccl_topo_rdma_nic_count(t) > 0; /* the NICs that carry traffic between hosts */
     for (int i = 0; i < t->nkind[ZCCL_TOPO_DEV_NIC]; i++) {
-        zccl_path_t p = zccl_topo_path_cpuset(t, cpus, &t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]]);
+        const zccl_topo_dev_t *nic = &t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]];
+        if (rdma_only && !nic->rdma) continue;
+        zccl_path_t p = zccl_topo_path_cpuset(t, cpus, nic);
         if ((int)p < l.nic_path) l.nic_path = (int32_t)p;
     }
     *out = l;
@@ -43,6 +46,9 @@ zccl_result_t zccl_topo_locality_self(const zccl_topo_t *t, uint64_t host, zccl_
         return zccl__error(ZCCL_INVALID_USAGE, "the topology from %s describes another machine: load it with "
                                                "ZCCL_TOPO_THIS_SYSTEM to read this process's binding with it",
                            t->origin);
+    if (hwloc_bitmap_iszero(t->machine))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "the topology from %s lists no CPUs (GPUs and NICs only): this "
+                                                  "process's place on the CPUs is unknown", t->origin);
     hwloc_topology_t hw = t->hw, own = NULL;
     if (!hw) { /* an NCCL file: a bare live topology is enough to ask the OS for the binding */
         if (hwloc_topology_init(&own) < 0 || hwloc_topology_load(own) < 0) {
@@ -119,7 +125,12 @@ zccl_result_t zccl_topo_place_cpuset(const zccl_topo_t *t, int rank, int nranks,
                                      hwloc_bitmap_t out) {
     if (!t || !out || rank < 0 || rank >= nranks)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_topo_place_cpuset: rank %d of %d", rank, nranks);
-    if (t->ncores == 0) return zccl__error(ZCCL_INVALID_ARGUMENT, "the topology from %s has no core", t->origin);
+    if (t->ncores == 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT,
+                           "rank placement on cores is not available: the topology from %s lists no CPU cores%s",
+                           t->origin, t->source == ZCCL_TOPO_SRC_NCCL_XML
+                                          ? " (its <cpu> elements give no affinity mask, or it has none)"
+                                          : "");
     int core = 0;
     switch (map) {
     case ZCCL_MAP_CORE: core = rank % t->ncores; break;

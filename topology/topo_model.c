@@ -82,6 +82,82 @@ void zccl__topo_dev_add_osdev(zccl_topo_dev_t *d, const char *name) {
     snprintf(d->osdev[d->nosdevs++], ZCCL_TOPO_NAME_LEN, "%s", name);
 }
 
+zccl_result_t zccl__topo_add_nvlink(zccl_topo_t *t, int dev, const char *target, int count, int to_switch) {
+    if (count <= 0) return ZCCL_SUCCESS;
+    zccl__topo_nvl_t *l = zccl__topo_push(&t->raw_nvl, &t->nraw_nvl, &t->cap_raw_nvl, sizeof *l);
+    if (!l) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    l->dev = dev;
+    snprintf(l->target, sizeof l->target, "%s", target ? target : "");
+    l->count = count;
+    l->to_switch = to_switch;
+    return ZCCL_SUCCESS;
+}
+
+void zccl__topo_set_rdma(zccl_topo_dev_t *d, const char *why) {
+    if (d->rdma) return;
+    d->rdma = 1;
+    snprintf(d->rdma_why, sizeof d->rdma_why, "%s", why);
+}
+
+bool zccl__topo_rdma_name(const char *name) {
+    /* Names the kernel's RDMA drivers give their devices: mlx4_/mlx5_ (ConnectX, InfiniBand or RoCE), rdmap... (EFA,
+     * as udev renames it), efa_, bnxt_re, irdma (Intel E810/X722), qedr, hfi1, erdma, cxgb4 (Chelsio iWARP), and
+     * the soft-RoCE/iWARP rxe/siw; ib0 is an IPoIB netdev, so its port is InfiniBand. */
+    static const char *const prefixes[] = {"mlx4_", "mlx5_", "rdmap", "efa", "bnxt_re", "irdma", "i40iw", "qedr",
+                                           "hfi1", "erdma", "cxgb4", "rxe", "siw", "ib", "roce", "hns_"};
+    if (!name) return false;
+    for (size_t i = 0; i < sizeof prefixes / sizeof *prefixes; i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return true;
+    return false;
+}
+
+/* What the PCI ids alone say about a NIC: class 0x0207 is an InfiniBand controller; Amazon's EFA functions are
+ * 1d0f:efa0-efa3 (ENA, 1d0f:ec20, is Ethernet only); Mellanox/NVIDIA ConnectX ports (vendor 0x15b3) are InfiniBand
+ * or RoCE. Anything else needs an OS device or <net> entry to count as RDMA-capable. */
+static void rdma_from_ids(zccl_topo_dev_t *d) {
+    char why[40];
+    if (d->class_id == 0x0207) zccl__topo_set_rdma(d, "class 0x0207 InfiniBand");
+    if (d->vendor == 0x1d0f && (d->device & 0xfff0) == 0xefa0) {
+        snprintf(why, sizeof why, "EFA %04x:%04x", d->vendor, d->device);
+        zccl__topo_set_rdma(d, why);
+    }
+    if (d->vendor == 0x15b3) zccl__topo_set_rdma(d, "Mellanox/NVIDIA ConnectX");
+}
+
+/* Resolves the builder's NVLink entries into GPU x GPU link counts. */
+static zccl_result_t finish_nvlinks(zccl_topo_t *t) {
+    int n = t->nkind[ZCCL_TOPO_DEV_GPU];
+    free(t->nvl);
+    t->nvl = NULL;
+    if (t->nraw_nvl == 0 || n == 0) return ZCCL_SUCCESS;
+    int *direct = zccl__calloc((size_t)n * n, sizeof(int)), *sw = zccl__calloc((size_t)n, sizeof(int));
+    t->nvl = zccl__calloc((size_t)n * n, sizeof(int));
+    if (!direct || !sw || !t->nvl) {
+        free(direct);
+        free(sw);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    }
+    for (int i = 0; i < t->nraw_nvl; i++) {
+        const zccl__topo_nvl_t *l = &t->raw_nvl[i];
+        const zccl_topo_dev_t *a = &t->devs[l->dev];
+        if (a->kind != ZCCL_TOPO_DEV_GPU) continue;
+        const zccl_topo_dev_t *b = zccl_topo_dev_by_busid(t, l->target);
+        if (b && b->kind == ZCCL_TOPO_DEV_GPU && b->id != a->id) direct[a->index * n + b->index] += l->count;
+        else if (l->to_switch) sw[a->index] += l->count;
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            if (i == j) continue;
+            /* Each side may list the same links (NCCL dumps both GPUs' views): count them once. */
+            int d = direct[i * n + j] > direct[j * n + i] ? direct[i * n + j] : direct[j * n + i];
+            int s = sw[i] < sw[j] ? sw[i] : sw[j];
+            t->nvl[i * n + j] = d + s;
+        }
+    free(direct);
+    free(sw);
+    return ZCCL_SUCCESS;
+}
+
 zccl_topo_dev_kind_t zccl__topo_kind_from_ids(unsigned vendor, unsigned class_id) {
     bool gpu_class = class_id == 0x0300 || class_id == 0x0302 || class_id == 0x0380;
     if (gpu_class && (vendor == 0x10de || vendor == 0x1002)) return ZCCL_TOPO_DEV_GPU;
@@ -135,8 +211,20 @@ zccl_result_t zccl__topo_finish(zccl_topo_t *t) {
         d->index = t->nkind[d->kind];
         t->kind_ids[d->kind][t->nkind[d->kind]++] = i;
         d->numa = d->cpu >= 0 ? hwloc_bitmap_first(t->cpus[d->cpu].nodeset) : -1;
+        if (d->kind == ZCCL_TOPO_DEV_NIC) {
+            rdma_from_ids(d);
+            for (int k = 0; k < d->nosdevs && !d->rdma; k++)
+                if (zccl__topo_rdma_name(d->osdev[k])) {
+                    char why[40];
+                    snprintf(why, sizeof why, "RDMA device %s", d->osdev[k]);
+                    zccl__topo_set_rdma(d, why);
+                }
+        } else {
+            d->rdma = 0;
+            d->rdma_why[0] = '\0';
+        }
     }
-    return ZCCL_SUCCESS;
+    return finish_nvlinks(t);
 }
 
 void zccl_topo_destroy(zccl_topo_t *t) {
@@ -153,6 +241,8 @@ void zccl_topo_destroy(zccl_topo_t *t) {
         free(t->dist[i].values);
     }
     for (int k = 0; k < ZCCL_TOPO_DEV_KINDS; k++) free(t->kind_ids[k]);
+    free(t->raw_nvl);
+    free(t->nvl);
     free(t->packages);
     free(t->numa);
     free(t->cores);
@@ -223,6 +313,13 @@ const zccl_topo_dev_t *zccl_topo_dev_by_busid(const zccl_topo_t *t, const char *
         if (t->devs[i].busid[0] && strcasecmp(t->devs[i].busid, busid) == 0) return &t->devs[i];
     return NULL;
 }
+int zccl_topo_rdma_nic_count(const zccl_topo_t *t) {
+    int n = 0;
+    for (int i = 0; i < t->nkind[ZCCL_TOPO_DEV_NIC]; i++) n += t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]].rdma != 0;
+    return n;
+}
+const char *zccl_topo_nvlink_source(const zccl_topo_t *t) { return t->nvl ? t->nvl_source : NULL; }
+int zccl_topo_has_cores(const zccl_topo_t *t) { return t->ncores > 0; }
 int zccl_topo_distances_count(const zccl_topo_t *t) { return t->ndist; }
 const zccl_topo_distances_t *zccl_topo_distances(const zccl_topo_t *t, int i) {
     return i >= 0 && i < t->ndist ? &t->dist[i] : NULL;

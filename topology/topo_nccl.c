@@ -80,13 +80,56 @@ static double link_gbs(const char *speed, int width) {
 
 static zccl_result_t read_pci(reader_t *r, xmlNodePtr n, int parent, int cpu);
 
+/*
+ * The <net> entries of a <nic>: their names become OS device names. NCCL writes a <net> for each network device
+ * its network plugin found; an InfiniBand/RoCE/EFA device has a port GUID (guid="0x1e95b50003fd7010") and may allow
+ * GPUDirect RDMA (gdr="1"), while its socket transport's Ethernet interfaces have neither. RDMA device names
+ * (mlx5_0, rdmap..., efa_0) are recognised when the model is finished.
+ */
 static void read_nic_names(zccl_topo_dev_t *d, xmlNodePtr nic) {
     for (xmlNodePtr c = nic->children; c; c = c->next) {
         if (!is_elem(c, "net")) continue;
-        char name[ZCCL_TOPO_NAME_LEN];
+        char name[ZCCL_TOPO_NAME_LEN], guid[40], gdr[8], why[40];
         if (!attr(c, "name", name, sizeof name) || !name[0]) snprintf(name, sizeof name, "net");
         zccl__topo_dev_add_osdev(d, name);
+        if (attr(c, "guid", guid, sizeof guid) && strtoull(guid, NULL, 0) != 0) {
+            snprintf(why, sizeof why, "net %.20s has a GUID", name);
+            zccl__topo_set_rdma(d, why);
+        }
+        if (attr(c, "gdr", gdr, sizeof gdr) && strcmp(gdr, "1") == 0) {
+            snprintf(why, sizeof why, "net %.20s gdr=1", name);
+            zccl__topo_set_rdma(d, why);
+        }
     }
+}
+
+/* <nvlink target="0000:c3:00.0" count="2" tclass="0x068000"/> inside a <gpu>: links to another GPU, or to an
+ * NVSwitch (tclass 0x0680xx, a "bridge, other" PCI class). A malformed count is an error naming the place. */
+static zccl_result_t read_nvlinks(reader_t *r, int dev, xmlNodePtr gpu) {
+    for (xmlNodePtr c = gpu->children; c; c = c->next) {
+        if (!is_elem(c, "nvlink")) continue;
+        char target[64], count_s[16], busid[ZCCL_TOPO_BUSID_LEN];
+        unsigned tclass, dom, bus, d, fn;
+        char tail;
+        ZCCL_CHECK(attr_hex(r, c, "tclass", &tclass));
+        if (!attr(c, "target", target, sizeof target) ||
+            sscanf(target, "%x:%x:%x.%x%c", &dom, &bus, &d, &fn, &tail) != 4 || dom > 0xffff || bus > 0xff ||
+            d > 0x1f || fn > 7)
+            return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <nvlink> target=\"%s\" is not a PCI address",
+                               r->path, xmlGetLineNo(c), target);
+        zccl__topo_busid(busid, dom, bus, d, fn);
+        long count = 1;
+        if (attr(c, "count", count_s, sizeof count_s)) {
+            char *end;
+            count = strtol(count_s, &end, 10);
+            if (end == count_s || *end || count < 0 || count > 1024)
+                return zccl__error(ZCCL_INVALID_ARGUMENT, "%s:%ld: <nvlink> count=\"%s\" is not a link count",
+                                   r->path, xmlGetLineNo(c), count_s);
+        }
+        if (tclass > 0xffff) tclass >>= 8;
+        ZCCL_CHECK(zccl__topo_add_nvlink(r->t, dev, busid, (int)count, tclass == 0x0680));
+    }
+    return ZCCL_SUCCESS;
 }
 
 static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, int parent, int cpu, unsigned cls,
@@ -113,6 +156,9 @@ static zccl_result_t read_device(reader_t *r, xmlNodePtr n, const char *busid, i
                 snprintf(name, sizeof name, "cuda%s", dev);
                 zccl__topo_dev_add_osdev(d, name);
             }
+            int id = d->id; /* read_nvlinks appends to other arrays only, but keep the id, not the pointer */
+            ZCCL_CHECK(read_nvlinks(r, id, c));
+            d = &r->t->devs[id];
         } else if (is_elem(c, "nic")) {
             if (d->kind == ZCCL_TOPO_DEV_PCI) d->kind = ZCCL_TOPO_DEV_NIC;
             read_nic_names(d, c);
@@ -219,12 +265,30 @@ static zccl_result_t read_system(reader_t *r, xmlDocPtr doc) {
     if (attr(root, "version", version, sizeof version) && strcmp(version, "1") != 0)
         ZCCL_WARN(ZCCL_LOG_TOPO, "%s: NCCL topology version \"%s\" (zccl knows version 1); reading it anyway",
                   r->path, version);
-    int ncpu = 0;
-    for (xmlNodePtr c = root->children; c; c = c->next)
+    int ncpu = 0, loose = 0;
+    for (xmlNodePtr c = root->children; c; c = c->next) {
         if (is_elem(c, "cpu")) ZCCL_CHECK(read_cpu(r, c, ncpu++));
-    if (ncpu == 0)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: <system> holds no <cpu> element", r->path);
+        else loose += is_elem(c, "pci") || is_elem(c, "nic");
+    }
+    if (ncpu == 0 && loose == 0)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: <system> holds no <cpu>, <pci> or <nic> element", r->path);
     r->t->hw_packages = r->t->npackages;
+    if (loose) {
+        /* Devices outside any <cpu> (vendor files that list GPUs and NICs only): they hang off one CPU attachment
+         * without CPUs or NUMA node, so paths between them still follow the PCI tree, and nothing claims cores. */
+        int cpu = zccl__topo_add_cpu(r->t, "CPU (not in the file)", -1, NULL, NULL);
+        if (cpu < 0) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+        for (xmlNodePtr c = root->children; c; c = c->next) {
+            if (is_elem(c, "pci")) {
+                ZCCL_CHECK(read_pci(r, c, -1, cpu));
+            } else if (is_elem(c, "nic")) {
+                zccl_topo_dev_t *d = zccl__topo_add_dev(r->t, -1, cpu);
+                if (!d) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+                d->kind = ZCCL_TOPO_DEV_NIC;
+                read_nic_names(d, c);
+            }
+        }
+    }
     return ZCCL_SUCCESS;
 }
 
@@ -265,6 +329,7 @@ zccl_result_t zccl_topo_create_nccl_xml(const char *path, unsigned flags, zccl_t
     reader_t r = {.t = t, .path = path};
     zccl_result_t res = read_system(&r, doc);
     xmlFreeDoc(doc);
+    t->nvl_source = "NCCL <nvlink> elements";
     if (res == ZCCL_SUCCESS) res = zccl__topo_finish(t);
     if (res != ZCCL_SUCCESS) {
         zccl_topo_destroy(t);

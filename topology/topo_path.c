@@ -71,9 +71,12 @@ int zccl_topo_nearest_nics(const zccl_topo_t *t, const zccl_topo_dev_t *dev, int
                            int *hops) {
     zccl_path_t best = ZCCL_PATH_COUNT;
     int best_hops = 0, found = 0;
+    /* RDMA-capable NICs only, unless the model has none: an Ethernet-only port next to the GPU carries no GPU
+     * traffic between hosts, whatever its distance. */
+    bool rdma_only = zccl_topo_rdma_nic_count(t) > 0;
     for (int i = 0; i < t->nkind[ZCCL_TOPO_DEV_NIC]; i++) {
         const zccl_topo_dev_t *nic = &t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]];
-        if (nic->id == dev->id) continue;
+        if (nic->id == dev->id || (rdma_only && !nic->rdma)) continue;
         int h;
         zccl_path_t p = zccl_topo_path(t, dev, nic, &h);
         if (p < best || (p == best && h < best_hops)) {
@@ -89,4 +92,55 @@ int zccl_topo_nearest_nics(const zccl_topo_t *t, const zccl_topo_dev_t *dev, int
     if (path) *path = found ? best : ZCCL_PATH_COUNT;
     if (hops) *hops = found ? best_hops : 0;
     return found;
+}
+
+/* ---- nvidia-smi's classes ----------------------------------------------------------------------------------- */
+
+int zccl_topo_nvlinks(const zccl_topo_t *t, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b) {
+    if (!t || !a || !b || !t->nvl || a->kind != ZCCL_TOPO_DEV_GPU || b->kind != ZCCL_TOPO_DEV_GPU || a->id == b->id)
+        return 0;
+    return t->nvl[a->index * t->nkind[ZCCL_TOPO_DEV_GPU] + b->index];
+}
+
+/* The top of a device's PCI tree: its host bridge, or in a source without host bridges (NCCL files) the topmost
+ * node below the CPU, which stands for one. -1 for a device without PCI. */
+static int tree_root(const zccl_topo_t *t, const zccl_topo_dev_t *d) {
+    int p = d->pci;
+    while (p >= 0 && t->pci[p].parent >= 0 && t->pci[p].kind != ZCCL_TOPO_PCI_HOSTBRIDGE) p = t->pci[p].parent;
+    return p;
+}
+
+zccl_smi_path_t zccl_topo_smi_path(const zccl_topo_t *t, const zccl_topo_dev_t *a, const zccl_topo_dev_t *b,
+                                   int *nvlinks) {
+    int nv = 0;
+    zccl_smi_path_t cls;
+    if (a->id == b->id) {
+        cls = ZCCL_SMI_X;
+    } else if ((nv = zccl_topo_nvlinks(t, a, b)) > 0) {
+        cls = ZCCL_SMI_NV;
+    } else {
+        switch (zccl_topo_path(t, a, b, NULL)) {
+        case ZCCL_PATH_LOC: cls = ZCCL_SMI_X; break;
+        case ZCCL_PATH_PIX: cls = ZCCL_SMI_PIX; break;
+        case ZCCL_PATH_PXB: cls = ZCCL_SMI_PXB; break;
+        case ZCCL_PATH_PHB: {
+            /* One host bridge (or, in a source without host bridges, one top-level PCI tree): PHB; otherwise the
+             * path runs between host bridges inside one NUMA node / CPU: NODE. */
+            int ra = tree_root(t, a), rb = tree_root(t, b);
+            cls = ra >= 0 && ra == rb ? ZCCL_SMI_PHB : ZCCL_SMI_NODE;
+            break;
+        }
+        default: cls = ZCCL_SMI_SYS; break;
+        }
+    }
+    if (nvlinks) *nvlinks = nv;
+    return cls;
+}
+
+char *zccl_topo_smi_name(zccl_smi_path_t path, int nvlinks, char *buf, size_t len) {
+    static const char *const names[ZCCL_SMI_COUNT] = {"X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS"};
+    if (!buf || !len) return buf;
+    if (path == ZCCL_SMI_NV) snprintf(buf, len, "NV%d", nvlinks);
+    else snprintf(buf, len, "%s", (unsigned)path < ZCCL_SMI_COUNT ? names[path] : "?");
+    return buf;
 }

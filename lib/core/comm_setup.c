@@ -97,9 +97,11 @@ zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host) {
     const char *f = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
     if (r != ZCCL_SUCCESS && *f) /* the user named a file: not being able to use it is their error to see */
         return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_TOPO_FILE=%s cannot be used: %s", f, process_topo_err);
-    if (r == ZCCL_SUCCESS) r = zccl_topo_locality_self(process_topo, host, loc);
+    const char *why = process_topo_err;
+    if (r == ZCCL_SUCCESS && (r = zccl_topo_locality_self(process_topo, host, loc)) != ZCCL_SUCCESS)
+        why = zccl__last_error(); /* the model loaded but cannot place this process (a file without CPUs) */
     if (r != ZCCL_SUCCESS) {
-        ZCCL_INFO(ZCCL_LOG_TOPO, "topology unavailable (%s); ring in rank order within this host", process_topo_err);
+        ZCCL_INFO(ZCCL_LOG_TOPO, "topology unavailable (%s); ring in rank order within this host", why);
         memset(loc, 0, sizeof *loc);
         loc->host = host;
         loc->package = loc->numa = loc->core = -1;
