@@ -389,6 +389,134 @@ typedef struct {
 /** Copies the counters. Errors: ZCCL_INVALID_ARGUMENT (z or stats NULL). */
 zccl_result_t zccl_zero3_stats(zccl_zero3_t z, zccl_zero3_stats_t *stats);
 
+/* ------------------------------------------------------------------------------------------------------------ */
+/* CPU offload of the optimizer (ZeRO-1/2)                                                                      */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/*
+ * The shape of DeepSpeed's offload_optimizer {device: cpu, pin_memory: true} (Ren et al., "ZeRO-Offload:
+ * Democratizing Billion-Scale Model Training", USENIX ATC 2021) over a bucket plan: this rank's master copy of its
+ * parameter shard and the AdamW moments live in host memory, never on the device. After a sync micro-step each
+ * bucket's reduced gradient shard is copied to host staging as soon as the bucket's collective completes (on the
+ * plan's stream thread, so while the caller's backward continues; a shard in device memory is copied on a side CUDA
+ * stream), zccl_zero_offload_step runs AdamW on the CPU over the shard, writes the updated shard into the caller's
+ * parameter buffer (host-to-device when that is device memory) and all-gathers every bucket in place, so every rank
+ * ends with all updated parameters.
+ *
+ * Precision: the master copy and both moments are float32 for float32, float16 and bfloat16 parameters and
+ * float64 for float64 ones; every element's update is computed in double and stored in that type, then converted
+ * to the parameters' type. With float64 parameters the update is the same arithmetic, in the same order, as
+ *   g = grad * grad_scale;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g;
+ *   if decays: p -= lr wd p;  p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step, from 1)
+ * (AdamW, Loshchilov & Hutter, ICLR 2019), so it matches a host-side implementation of that formula bit for bit.
+ *
+ * Gradient clipping: zccl_bucket_grad_norm works as usual; pass the clipping factor in grad_scale.
+ * zccl_bucket_scale_shards after the micro-step does NOT reach the offload's copy (already taken).
+ */
+
+/** Opaque CPU-offloaded optimizer bound to one bucket plan. */
+typedef struct zccl_zero_offload *zccl_zero_offload_t;
+
+/** Options; zero-initialise, a field left 0 takes its default. */
+typedef struct {
+    /** Nonzero: page-locked host memory (cuMemAllocHost) for the optimizer state and the staging buffers when a CUDA
+     *  driver can be loaded (faster device-to-host copies; DeepSpeed's pin_memory); ordinary memory otherwise, and
+     *  where the driver refuses (zccl_zero_offload_stats tells which). 0: ordinary host memory. */
+    int pin_memory;
+} zccl_zero_offload_options_t;
+
+/** AdamW hyperparameters of one step. */
+typedef struct {
+    double lr;           /**< learning rate, finite */
+    double beta1, beta2; /**< moment decay rates, in [0, 1) */
+    double eps;          /**< > 0 */
+    double weight_decay; /**< decoupled weight decay, finite; applied to the decay_elems of each parameter */
+    double grad_scale;   /**< the reduced gradient is multiplied by this first (1 / global batch, clipping factor);
+                              finite (0 is accepted and gives a pure decay step) */
+} zccl_zero_adamw_t;
+
+/** Counters and memory of an offload. */
+typedef struct {
+    size_t host_state_bytes;   /**< master shard + two moments: 3 x shard elements x 4 (8 for float64) bytes */
+    size_t host_staging_bytes; /**< gradient shard staging (+ parameter shard staging when parameters are device
+                                    memory), shard elements x element size each */
+    size_t pinned_bytes;       /**< how many of the above bytes are page-locked */
+    int params_on_device;      /**< the parameter buffers are device memory */
+    uint64_t steps;            /**< steps taken */
+    uint64_t grad_copies_overlapped; /**< bucket shards copied as their collective completed (during backward) */
+    uint64_t grad_copies_at_step;    /**< bucket shards the step had to copy itself */
+    uint64_t device_copies;    /**< copies that went through the side CUDA stream (device-to-host) */
+    double copy_wait_s;        /**< time steps waited for gradient copies */
+    double cpu_s;              /**< time in the CPU AdamW update */
+} zccl_zero_offload_stats_t;
+
+/**
+ * Binds a CPU-offloaded AdamW optimizer to a plan (ALLREDUCE mode: ZeRO-1, the rank updates its shard of the
+ * all-reduced buckets; REDUCE_SCATTER mode: ZeRO-2). Allocates 3 x shard elements of state and the staging buffers
+ * in host memory and initialises the master shard from this rank's shard of bucket_params (so set the parameters
+ * first: every rank must hold the same values). From now on the plan copies each bucket's final shard to the host
+ * in every sync micro-step. Local (not collective). Create it between micro-steps; destroy it before the plan.
+ * @param plan          a plan with a communicator (not a layout); at most one offload per plan.
+ * @param bucket_params nbuckets pointers: bucket b's parameters laid out as its gradients are
+ *                      (zccl_bucket_param_loc), elems elements of the plan's datatype each, all host memory or all
+ *                      device memory. The pointers are kept; the step writes this rank's shard and all-gathers the
+ *                      rest in place. Between steps the caller only reads them.
+ * @param decay_elems   nparams counts, or NULL: the first decay_elems[i] elements of parameter i get weight decay
+ *                      (e.g. the weights of a [weights | biases] vector); NULL: every element. Copied.
+ * @param opts          options or NULL.
+ * @param[out] off      the new offload; NULL on failure.
+ * Errors: ZCCL_INVALID_ARGUMENT (NULL arguments or bucket_params[b], decay_elems[i] > numel[i], host and device
+ * buffers mixed); ZCCL_INVALID_USAGE (a layout plan, a micro-step open, the plan already has an offload, device
+ * buffers without a CUDA driver); ZCCL_SYSTEM_ERROR (memory, a driver call, named).
+ */
+zccl_result_t zccl_zero_offload_create(zccl_bucket_plan_t plan, void *const *bucket_params,
+                                       const size_t *decay_elems, const zccl_zero_offload_options_t *opts,
+                                       zccl_zero_offload_t *off);
+
+/** Detaches from the plan, waits for copies in flight, frees the host memory. NULL accepted. Always ZCCL_SUCCESS. */
+zccl_result_t zccl_zero_offload_destroy(zccl_zero_offload_t off);
+
+/**
+ * Gives bucket `bucket`'s reduced gradient shard for the next step from memory the caller reduced itself (e.g. its
+ * own reduce-scatter on device buffers): shard_elems elements of the plan's datatype, host or device memory. A device
+ * shard is copied on the side stream and the call returns at once; the step waits for it; the caller must not
+ * change `shard` until the step returns. Overrides the plan's copy of that bucket for the next step. Local.
+ * Errors: ZCCL_INVALID_ARGUMENT (off or shard NULL, bucket out of range); ZCCL_INVALID_USAGE / ZCCL_SYSTEM_ERROR
+ * (device memory without a usable driver; a failed copy).
+ */
+zccl_result_t zccl_zero_offload_grad_shard(zccl_zero_offload_t off, int bucket, const void *shard);
+
+/**
+ * One AdamW step: waits for the gradient shard copies, updates the host master shard and moments on the CPU, writes
+ * the updated shard into bucket_params (converted to the plan's datatype) and all-gathers each bucket in place on
+ * the plan's stream. Call after zccl_bucket_finish of a sync micro-step, once per window (or after
+ * zccl_zero_offload_grad_shard for every bucket). Collective (the all-gathers): every rank steps together.
+ * Errors: ZCCL_INVALID_ARGUMENT (off or hp NULL, hyperparameters out of range, named); ZCCL_INVALID_USAGE (a
+ * micro-step open; no gradient: no finished sync micro-step and no grad_shard for a bucket, named; the window was
+ * already stepped); the plan's earlier error; copy and communication errors.
+ */
+zccl_result_t zccl_zero_offload_step(zccl_zero_offload_t off, const zccl_zero_adamw_t *hp);
+
+/**
+ * This rank's host optimizer state of bucket `bucket`: master parameters, first and second moments, each *count
+ * (= shard_elems) elements of float32 (float64 for float64 plans), for checkpoints and tests. Read or write them
+ * between steps only. Any output may be NULL. Errors: ZCCL_INVALID_ARGUMENT (off NULL, bucket out of range).
+ */
+zccl_result_t zccl_zero_offload_master(zccl_zero_offload_t off, int bucket, void **master, void **exp_avg,
+                                       void **exp_avg_sq, size_t *count);
+
+/** Copies the counters. Errors: ZCCL_INVALID_ARGUMENT (off or stats NULL). */
+zccl_result_t zccl_zero_offload_stats(zccl_zero_offload_t off, zccl_zero_offload_stats_t *stats);
+
+/**
+ * Host bytes an offload on this plan allocates per rank, for planning (works on layout plans): *state_bytes =
+ * 3 x S x 4 (x 8 for float64) — master shard and two moments; *staging_bytes = S x element size, twice when
+ * params_on_device (the updated shard is staged before its host-to-device copy); S = sum of shard_elems over the
+ * buckets. Either output may be NULL. Errors: ZCCL_INVALID_ARGUMENT (plan NULL).
+ */
+zccl_result_t zccl_zero_offload_host_bytes(zccl_bucket_plan_t plan, int params_on_device, size_t *state_bytes,
+                                           size_t *staging_bytes);
+
 #ifdef __cplusplus
 }
 #endif

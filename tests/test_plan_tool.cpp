@@ -6,6 +6,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,7 +28,7 @@ struct ToolRun {
 ToolRun run_tool(const std::string &args) {
     ToolRun r;
     // The bucket settings would change the defaults; the test states every size it relies on.
-    std::string cmd = "env -u ZCCL_BUCKET_FIRST_BYTES -u ZCCL_BUCKET_CAP_BYTES " + kTool + " " + args + " 2>&1";
+    std::string cmd = "env -u ZCCL_BUCKET_FIRST_BYTES -u ZCCL_BUCKET_CAP_BYTES -u ZCCL_BUCKETS_IN_FLIGHT " + kTool + " " + args + " 2>&1";
     FILE *p = popen(cmd.c_str(), "r");
     if (!p) return r;
     char buf[4096];
@@ -236,6 +237,95 @@ TEST_F(PlanTool, MalformedModelFileNamesTheLine) {
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_NE(r.out.find("line 5 (b): shape '4x5' does not multiply to numel 21"), std::string::npos) << r.out;
     std::remove(path.c_str());
+}
+
+// --offload cpu: GPU and host bytes per rank for a model small enough to lay out by hand (no ../shared needed).
+// Model: a 10x10 (100), b 30, c 6, bf16 (B = 2), 2 ranks, first bucket 64 bytes (32 elements), cap 128 bytes (64),
+// align 4. Reverse order: c -> bucket 0 [0,6); b would end at 8+30 = 38 > 32 -> bucket 1 [0,30); a would end at
+// 32+100 > 64 -> bucket 2 [0,100). Padded to multiples of 8: 8, 32, 104 = 144 elements; shard per rank 72.
+// Host: state 12 x 72 = 864 (fp32 master, momentum, variance), staging 2 x 2 x 72 = 288 (gradient shard,
+// parameter shard). GPU: parameters 2 x 144 = 288 plus the scheduler's gradient buffers: stage 2 (K = 2
+// full-size buffers of the largest bucket 2 x 104 x 2 = 416, shard accumulators 2 x 72 = 144) = 848; stage 1
+// (all-reduce buffers of every bucket, 288) = 576.
+TEST(PlanToolOffload, SmallModelByHand) {
+    std::string path = ::testing::TempDir() + "zero_plan_offload.tsv";
+    {
+        std::ofstream out(path);
+        out << "# tiny\nname\tshape\tnumel\na\t10x10\t100\nb\t30\t30\nc\t2x3\t6\n";
+    }
+    const std::string base = "--model " + path + " --ranks 2 --dtype bf16 --first-bucket 64 --bucket-cap 128 "
+                              "--align 4 --offload cpu";
+    struct Case {
+        int stage;
+        bool pin;
+        unsigned long long gpu;
+    };
+    for (const Case &c : {Case{2, true, 848}, Case{2, false, 848}, Case{1, true, 576}}) {
+        std::string args = base + " --stage " + std::to_string(c.stage) + (c.pin ? " --pin-memory" : "");
+        SCOPED_TRACE(args);
+        ToolRun r = run_tool(args);
+        ASSERT_EQ(r.status, 0) << r.out;
+        auto f = plan_fields(r.out);
+        EXPECT_EQ(f["offload"], "cpu") << r.out;
+        EXPECT_EQ(f["buckets"], "3") << r.out;
+        EXPECT_EQ(f["host_state_bytes"], "864") << r.out;
+        EXPECT_EQ(f["host_staging_bytes"], "288") << r.out;
+        EXPECT_EQ(f["host_bytes"], "1152") << r.out;
+        EXPECT_EQ(f["pinned_host_bytes"], c.pin ? "1152" : "0") << r.out;
+        EXPECT_EQ(f["pin_memory"], c.pin ? "1" : "0") << r.out;
+        EXPECT_EQ(std::stoull(f["gpu_bytes"]), c.gpu) << r.out;
+        EXPECT_NE(r.out.find(c.pin ? "pinned (page-locked)" : "pageable"), std::string::npos) << r.out;
+    }
+    // Without --offload the line carries no offload fields (unchanged output).
+    ToolRun r = run_tool("--model " + path + " --ranks 2 --stage 2");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(plan_fields(r.out).count("offload"), 0u) << r.out;
+    // Refusals name their cause.
+    for (auto &bad : std::vector<std::pair<std::string, std::string>>{
+             {"--model " + path + " --ranks 2 --stage 3 --offload cpu", "--offload cpu needs --stage 1 or 2"},
+             {"--model " + path + " --ranks 2 --stage 2 --offload cpu --optimizer sgd", "needs --optimizer adam"},
+             {"--model " + path + " --ranks 2 --stage 2 --pin-memory", "--pin-memory needs --offload cpu"},
+             {"--model " + path + " --ranks 2 --stage 2 --offload nvme", "--offload 'nvme'"}}) {
+        ToolRun b = run_tool(bad.first);
+        EXPECT_EQ(b.status, 2) << bad.first << "\n" << b.out;
+        EXPECT_NE(b.out.find(bad.second), std::string::npos) << bad.first << "\n" << b.out;
+    }
+    std::remove(path.c_str());
+}
+
+// GPT-2 124M from examples/models (in the repository): host state is 12 bytes per element of the rank's padded
+// shard and staging 2 x B per element, the shard re-derived here from the layout rule.
+TEST(PlanToolOffload, Gpt2FromExamplesModels) {
+    // ZCCL_SHARED_DIR is "<source>/../shared" (tests/CMakeLists.txt): the source tree is its prefix.
+    std::string src = ZCCL_SHARED_DIR;
+    src = src.substr(0, src.rfind("/../shared"));
+    const std::string file = src + "/examples/models/gpt2-124m.tsv";
+    std::vector<unsigned long long> numel;
+    {
+        std::ifstream in(file);
+        ASSERT_TRUE(in.good()) << file;
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
+            numel.push_back(std::stoull(line.substr(line.rfind('\t') + 1)));
+        }
+    }
+    for (unsigned long long N : {4ULL, 16ULL}) {
+        auto buckets = expected_buckets(numel, 2, 1 << 20, 25 << 20, 32, N);
+        unsigned long long padded = 0, largest = 0;
+        for (auto e : buckets) padded += e, largest = std::max(largest, e);
+        const unsigned long long shard = padded / N;
+        ToolRun r = run_tool("--model " + file + " --ranks " + std::to_string(N) +
+                             " --stage 2 --first-bucket 1M --bucket-cap 25M --offload cpu --pin-memory");
+        ASSERT_EQ(r.status, 0) << r.out;
+        auto f = plan_fields(r.out);
+        EXPECT_EQ(std::stoull(f["host_state_bytes"]), 12 * shard);
+        EXPECT_EQ(std::stoull(f["host_staging_bytes"]), 2 * 2 * shard);
+        EXPECT_EQ(std::stoull(f["pinned_host_bytes"]), 12 * shard + 4 * shard);
+        EXPECT_EQ(std::stoull(f["gpu_bytes"]), 2 * padded + 2 * largest * 2 + 2 * shard);
+        // The optimizer state left the GPU: without offload the table's layout optimizer bytes are the same 12/elem.
+        EXPECT_EQ(std::stoull(f["layout_optimizer_bytes"]), 12 * shard);
+    }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
  *
  *   zccl-zero-plan --model FILE --ranks N --stage S [--dtype bf16|fp16|fp32] [--optimizer adam|sgd]
  *                  [--first-bucket BYTES] [--bucket-cap BYTES] [--align ELEMS] [--list-buckets]
+ *                  [--offload cpu [--pin-memory]]
  *
  * Memory follows the ZeRO paper's accounting (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
  * Trillion Parameter Models", SC 2020, section 3.1 and Figure 1): with psi parameters, B bytes per parameter and
@@ -16,6 +17,12 @@
  * agree. Communication per step and rank uses the bandwidth-optimal volumes of ring collectives (Patarasuk & Yuan
  * 2009): all-reduce 2(N-1)/N x bytes, reduce-scatter and all-gather (N-1)/N x bytes; ZeRO-3 all-gathers the
  * parameters twice (forward and backward), 3(N-1)/N, 1.5x data parallelism (paper, section 7.2.2).
+ * --offload cpu (stages 1 and 2, Adam; zccl_zero_offload_create in zccl_zero.h, DeepSpeed's offload_optimizer
+ * {device: cpu}): the optimizer state — fp32 master shard, momentum, variance: 12 bytes per element of this rank's
+ * shard, float32 whatever the training dtype — lives in host memory, plus the host staging buffers of the gradient
+ * shard (device-to-host) and of the updated parameter shard (host-to-device), B bytes per shard element each; the
+ * GPU keeps the parameters and the bucket scheduler's gradient buffers. --pin-memory: those host bytes are
+ * page-locked (reported as pinned).
  * The last line is machine-readable: "plan key=value ...".
  */
 #include <errno.h>
@@ -54,6 +61,8 @@ static void usage(FILE *f)
             "  --bucket-cap BYTES    target size of the other buckets (default: ZCCL_BUCKET_CAP_BYTES, 25M)\n"
             "  --align ELEMS         alignment of every gradient inside its bucket (default: 64 bytes' worth)\n"
             "  --list-buckets        print every bucket with its parameters\n"
+            "  --offload cpu         optimizer state in host memory (stages 1, 2; adam): GPU and host bytes per rank\n"
+            "  --pin-memory          with --offload cpu: the host bytes are page-locked (pinned)\n"
             "  --version             print the version and exit\n"
             "  -h, --help            this text\n"
             "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
@@ -225,7 +234,8 @@ int main(int argc, char **argv)
     const char *model_path = NULL, *dtype_name = "bf16", *opt_name = "adam";
     long long ranks = -1, stage = -1;
     unsigned long long first = 0, cap = 0, align = 0;
-    int list = 0;
+    int list = 0, pin = 0;
+    const char *offload = "none";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -240,9 +250,13 @@ int main(int argc, char **argv)
             list = 1;
             continue;
         }
+        if (!strcmp(a, "--pin-memory")) {
+            pin = 1;
+            continue;
+        }
         if (a[0] != '-') return bad_option("unexpected argument '%s' (every setting is an option: --model FILE ...)", a);
         static const char *const valued[] = {"--model", "--dtype", "--optimizer", "--ranks", "--stage",
-                                             "--first-bucket", "--bucket-cap", "--align"};
+                                             "--first-bucket", "--bucket-cap", "--align", "--offload"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return bad_option("unknown option '%s'", a);
@@ -252,6 +266,10 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "--dtype")) dtype_name = v;
         else if (!strcmp(a, "--optimizer")) opt_name = v;
+        else if (!strcmp(a, "--offload")) {
+            if (strcmp(v, "cpu") && strcmp(v, "none")) return bad_option("--offload '%s': need cpu or none", v);
+            offload = v;
+        }
         else if (!strcmp(a, "--ranks")) {
             if (parse_count(v, &u) || u < 1 || u > 65536)
                 return bad_option("--ranks '%s': need an integer in [1, 65536]", v);
@@ -273,6 +291,12 @@ int main(int argc, char **argv)
     if (!model_path) return bad_option("%s", "--model FILE is required");
     if (ranks < 0) return bad_option("%s", "--ranks N is required");
     if (stage < 0) return bad_option("%s", "--stage S is required");
+    const int off = !strcmp(offload, "cpu");
+    if (pin && !off) return bad_option("%s", "--pin-memory needs --offload cpu");
+    if (off && stage != 1 && stage != 2)
+        return bad_option("%s", "--offload cpu needs --stage 1 or 2 (zccl's CPU offload is ZeRO-1/2 optimizer offload)");
+    if (off && strcmp(opt_name, "adam"))
+        return bad_option("%s", "--offload cpu needs --optimizer adam (the offloaded optimizer is AdamW)");
     zccl_datatype_t dt;
     unsigned B;
     if (!strcmp(dtype_name, "bf16")) dt = ZCCL_BFLOAT16, B = 2;
@@ -378,6 +402,26 @@ int main(int argc, char **argv)
         }
     }
 
+    /* CPU offload: optimizer state to the host (the library's own count), parameters and gradients stay. */
+    size_t host_state = 0, host_staging = 0;
+    unsigned long long gpu_bytes = 0, host_bytes = 0, pinned_bytes = 0;
+    if (off) {
+        zccl_zero_offload_host_bytes(plan, 1, &host_state, &host_staging);
+        gpu_bytes = lp + full_bytes + shard_bytes;
+        host_bytes = (unsigned long long)host_state + host_staging;
+        pinned_bytes = pin ? host_bytes : 0;
+        printf("\nCPU offload (--offload cpu%s; zccl_zero_offload): optimizer state on the host, per rank\n",
+               pin ? " --pin-memory" : "");
+        printf("  GPU   parameters %llu + gradient buffers %zu (bucket buffers %zu + shard accumulators %zu) "
+               "= %llu  (%s; without offload + optimizer state %llu)\n",
+               lp, full_bytes + shard_bytes, full_bytes, shard_bytes, gpu_bytes, human((double)gpu_bytes, h1, sizeof h1),
+               lo);
+        printf("  host  optimizer state 12 x %llu (fp32 master + momentum + variance) = %zu; staging 2 x %u x %llu "
+               "(gradient shard, parameter shard) = %zu; total %llu (%s), %s\n",
+               shard, host_state, B, shard, host_staging, host_bytes, human((double)host_bytes, h2, sizeof h2),
+               pin ? "pinned (page-locked)" : "pageable");
+    }
+
     /* Communication per optimizer step and rank: bandwidth-optimal ring volumes, psi exact. */
     unsigned long long ring = (N - 1) * B * psi; /* (N-1) B psi; divide by N */
     unsigned long long ar = ceil_div(2 * ring, N), rs = ceil_div(ring, N), ag = ceil_div(ring, N);
@@ -407,9 +451,13 @@ int main(int argc, char **argv)
 
     printf("plan tensors=%d psi=%llu ranks=%llu stage=%lld dtype=%s optimizer=%s B=%u K=%u params_bytes=%llu "
            "grads_bytes=%llu optimizer_bytes=%llu total_bytes=%llu layout_params_bytes=%llu layout_grads_bytes=%llu "
-           "layout_optimizer_bytes=%llu buckets=%d bucket_bytes=%llu comm_bytes=%llu paper_comm_bytes=%llu\n",
+           "layout_optimizer_bytes=%llu buckets=%d bucket_bytes=%llu comm_bytes=%llu paper_comm_bytes=%llu",
            m.ntensors, psi, N, stage, dtype_name, opt_name, B, K, pb, gb, ob, pb + gb + ob, lp, lg, lo, nb,
            padded * B, comm, paper);
+    if (off)
+        printf(" offload=cpu pin_memory=%d gpu_bytes=%llu host_bytes=%llu pinned_host_bytes=%llu host_state_bytes=%zu "
+               "host_staging_bytes=%zu", pin, gpu_bytes, host_bytes, pinned_bytes, host_state, host_staging);
+    printf("\n");
     free(bi);
     zccl_bucket_plan_destroy(plan);
     model_free(&m);

@@ -50,6 +50,24 @@ for s in 0 1 2 3; do
     run s$s 4 --stage "$s" --accum 2 "${extra[@]}" && runs+=(s$s)
 done
 
+# CPU offload (zccl_zero_offload): stages 1 and 2 with the optimizer on the host must print the same losses, digit
+# for digit, as the same stage without it (float64 throughout, the same AdamW arithmetic).
+for s in 1 2; do
+    [[ " ${runs[*]} " == *" s$s "* ]] || continue
+    if run s${s}off 4 --stage "$s" --accum 2 --offload cpu --pin-memory; then
+        if ! diff <(grep -E '^epoch' "$out/s$s.log") <(grep -E '^epoch' "$out/s${s}off.log") >/dev/null; then
+            echo "FAIL: s${s}off: --offload cpu printed different epochs than stage $s without offload"; fail=1
+        elif ! grep -q '^CPU offload: .* 0 at the step' "$out/s${s}off.log"; then
+            echo "FAIL: s${s}off: no CPU offload report, or shards copied at the step instead of during backward"
+            grep '^CPU offload' "$out/s${s}off.log"; fail=1
+        else
+            echo "s${s}off: epochs identical to s$s; $(grep '^CPU offload' "$out/s${s}off.log")"
+        fi
+    else
+        fail=1
+    fi
+done
+
 field() { sed -n 's/^final .*'"$2"'=\([^ ]*\).*/\1/p' "$out/$1.log"; }
 losses() { sed -n 's/^epoch [0-9]* loss=\([^ ]*\).*/\1/p' "$out/$1.log"; }
 

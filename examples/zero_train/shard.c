@@ -75,8 +75,22 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     return z->m && z->v ? ZCCL_SUCCESS : ZCCL_SYSTEM_ERROR;
 }
 
+zccl_result_t zt_zero_offload(zt_zero_t *z, int pin)
+{
+    if (z->stage != 1 && z->stage != 2) return ZCCL_INVALID_USAGE;
+    void *bp[ZT_MAX_LAYERS];
+    for (int b = 0; b < z->nbuckets; b++) bp[b] = z->params + z->bucket_base[b];
+    zccl_zero_offload_options_t oo = {.pin_memory = pin};
+    TRY(zccl_zero_offload_create(z->plan, bp, z->nweights, &oo, &z->off));
+    free(z->m); /* the optimizer state now lives in the offload */
+    free(z->v);
+    z->m = z->v = NULL;
+    return ZCCL_SUCCESS;
+}
+
 void zt_zero_free(zt_zero_t *z)
 {
+    zccl_zero_offload_destroy(z->off);
     zccl_zero3_destroy(z->z3);
     zccl_bucket_plan_destroy(z->plan);
     if (z->comm3) zccl_comm_destroy(z->comm3);
@@ -200,6 +214,13 @@ zccl_result_t zt_zero_step(zt_zero_t *z, double lr, double beta1, double beta2, 
     double scale = 1.0 / global_batch;
     if (clip > 0.0 && *norm > clip) scale *= clip / (*norm + 1e-6);
     z->step++;
+    if (z->off) { /* CPU offload: the library updates its host shard and all-gathers the parameters */
+        zccl_zero_adamw_t hp = {.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = wd,
+                                .grad_scale = scale};
+        TRY(zccl_zero_offload_step(z->off, &hp));
+        for (int b = 0; b < z->nbuckets; b++) z->sent_params += vol(z, 1.0, z->info[b].elems);
+        return ZCCL_SUCCESS;
+    }
     double bc1 = 1.0 - pow(beta1, (double)z->step), bc2 = 1.0 - pow(beta2, (double)z->step);
     for (int b = 0; b < z->nbuckets; b++) {
         const zccl_bucket_info_t *bi = &z->info[b];
@@ -240,6 +261,7 @@ void zt_zero_memory(const zt_zero_t *z, size_t *params, size_t *grads, size_t *o
     *params = (z->stage == 3 ? z->shard : z->flat) * sizeof(double);
     *grads = z->stage >= 2 ? shard : full;
     *opt = 2 * (z->stage >= 1 ? z->shard : z->flat) * sizeof(double);
+    if (z->off) *opt = 0; /* on the host: zt_zero_report prints it */
     *work = z->stage >= 2 ? full : 0;
     if (z->stage == 3) {
         zccl_zero3_stats_t st;
@@ -255,6 +277,14 @@ void zt_zero_report(const zt_zero_t *z, FILE *f)
                    "communication %.3f s, of which exposed at finish %.3f s, waiting for a bucket buffer %.3f s\n",
                 (unsigned long long)bs.launches, (unsigned long long)bs.microsteps, bs.peak_in_flight, bs.comm_s,
                 bs.finish_wait_s, bs.grad_wait_s);
+    zccl_zero_offload_stats_t os;
+    if (z->off && zccl_zero_offload_stats(z->off, &os) == ZCCL_SUCCESS)
+        fprintf(f, "CPU offload: host optimizer state %zu bytes + staging %zu bytes (%zu pinned); %llu steps, "
+                   "%llu gradient shards copied during backward, %llu at the step, %llu device copies; "
+                   "waiting for copies %.3f s, CPU update %.3f s\n",
+                os.host_state_bytes, os.host_staging_bytes, os.pinned_bytes, (unsigned long long)os.steps,
+                (unsigned long long)os.grad_copies_overlapped, (unsigned long long)os.grad_copies_at_step,
+                (unsigned long long)os.device_copies, os.copy_wait_s, os.cpu_s);
     zccl_zero3_stats_t st;
     if (z->z3 && zccl_zero3_stats(z->z3, &st) == ZCCL_SUCCESS)
         fprintf(f, "ZeRO-3 store: %llu layer all-gathers (%llu prefetched before their fetch), gathering %.3f s, "

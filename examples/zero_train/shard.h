@@ -28,6 +28,7 @@ typedef struct {
     size_t nweights[ZT_MAX_LAYERS]; /* the first nweights elements get weight decay */
     zccl_bucket_plan_t plan;
     zccl_zero3_t z3;
+    zccl_zero_offload_t off;     /* --offload cpu (stages 1, 2): AdamW state in host memory, step on the CPU */
     int nbuckets;
     zccl_bucket_info_t info[ZT_MAX_LAYERS];
     size_t bucket_base[ZT_MAX_LAYERS]; /* element offset of bucket b in the flat parameter buffer (stages 0-2) */
@@ -59,6 +60,12 @@ void zt_zero_free(zt_zero_t *z);
 /* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its
  * stage holds. Collective. */
 zccl_result_t zt_zero_set_params(zt_zero_t *z, double *const *full_on_root);
+
+/* --offload cpu: moves the optimizer (AdamW moments and master shard) to host memory through zccl_zero_offload
+ * (zccl_zero.h); call after zt_zero_set_params, stages 1 and 2 only. pin: page-locked host memory when CUDA is
+ * present. zt_zero_step then runs the update on the CPU inside the library; the results are the same bit for bit
+ * (everything is float64 and the update is the same formula). */
+zccl_result_t zt_zero_offload(zt_zero_t *z, int pin);
 
 /* Micro-step: begin (last = accumulation boundary), then per layer fetch/release and grad/ready, then end. */
 zccl_result_t zt_zero_begin_micro(zt_zero_t *z, int last);

@@ -46,6 +46,7 @@ typedef struct {
     int in_flight;
     size_t max_live;
     int heldout_percent;
+    int offload, pin; /* --offload cpu, --pin-memory */
 } opts_t;
 
 static void usage(FILE *f)
@@ -53,7 +54,7 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
-            "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES]\n"
+            "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES] [--offload cpu [--pin-memory]]\n"
             "  --stage S          ZeRO stage (default 0): 0 data parallel, 1 optimizer state sharded, 2 + gradients,\n"
             "                     3 + parameters\n"
             "  --epochs E         passes over the training part (default 12)\n"
@@ -70,6 +71,9 @@ static void usage(FILE *f)
             "  --bucket-cap N     bytes of the other gradient buckets (default 256K)\n"
             "  --in-flight K      most buckets communicating at once (0 or absent: ZCCL_BUCKETS_IN_FLIGHT, default 2)\n"
             "  --max-live BYTES   stage 3: bound on gathered layer bytes (default: ZCCL_ZERO3_MAX_LIVE_BYTES, 1G)\n"
+            "  --offload cpu      stages 1, 2: AdamW state (master shard, moments) in host memory, the update on the\n"
+            "                     CPU (zccl_zero_offload); same results bit for bit\n"
+            "  --pin-memory       with --offload cpu: page-locked host memory when a CUDA driver is present\n"
             "Sizes take K, M, G suffixes (binary: 256K = 262144 bytes). Under a launcher, only rank 0 reports a\n"
             "bad option.\n"
             "Layer l's weights and bias form one flat parameter (one bucket-plan parameter, one ZeRO-3 layer);\n"
@@ -150,6 +154,15 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         SIZE("--bucket-cap", 8, o->cap_bytes)
         SIZE("--max-live", 0, o->max_live)
 #undef SIZE
+        if (!strcmp(a, "--offload") && v && (!strcmp(v, "cpu") || !strcmp(v, "none"))) {
+            o->offload = !strcmp(v, "cpu");
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--pin-memory")) {
+            o->pin = 1;
+            continue;
+        }
         if (!strcmp(a, "--data") && v) {
             o->data = v;
             i++;
@@ -332,6 +345,14 @@ int main(int argc, char **argv)
         zccl_comm_destroy(comm);
         return 2;
     }
+    if ((o.offload && o.stage != 1 && o.stage != 2) || (o.pin && !o.offload)) {
+        if (rank == 0)
+            fprintf(stderr, "zero_train: %s\n", o.pin && !o.offload ? "--pin-memory needs --offload cpu"
+                                                                    : "--offload cpu needs --stage 1 or 2");
+        zccl_barrier(comm, NULL);
+        zccl_comm_destroy(comm);
+        return 2;
+    }
     size_t micro = (size_t)(o.batch / (n * o.accum));
 
     /* Every rank reads the file (small); a failure on any rank stops all of them together. */
@@ -400,6 +421,7 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < nweights[l]; i++) init[l][i] = (2.0 * zt_rand_uniform(&init_state) - 1.0) * lim;
     }
     CHECK(zt_zero_set_params(&z, init));
+    if (o.offload) CHECK(zt_zero_offload(&z, o.pin));
     for (int l = 0; l < NLAYERS; l++) free(init[l]);
 
     size_t eval_cap = (held.n + n - 1) / n;
@@ -416,6 +438,8 @@ int main(int argc, char **argv)
     }
 
     if (rank == 0) {
+        if (o.offload) printf("zero_train: CPU offload of the optimizer (zccl_zero_offload)%s\n",
+                              o.pin ? ", pinned host memory" : "");
         printf("zero_train: stage %d, %d ranks, global batch %d = %zu samples x %d micro-steps x %d ranks, "
                "lr %g (%g per 32 samples), clip %g, weight decay %g, seed %llu\n",
                o.stage, n, o.batch, micro, o.accum, n, lr, o.lr_per32, o.clip, o.wd, o.seed);

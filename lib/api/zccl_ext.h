@@ -25,4 +25,28 @@ zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_res
 /** The message of the first error that broke comm ("" while it works). */
 const char *zccl__comm_async_msg(zccl_comm_t comm);
 
+/*
+ * Host memory and copies for the ZeRO layer's CPU offload (lib/zero/zero_offload.c), over the memory layer
+ * (lib/mem): the ZeRO layer may not include lib/mem. Defined in lib/api/offload_mem.c.
+ */
+/** bytes (>= 1) of zero-filled host memory, 4096-byte aligned. pin != 0 asks for page-locked memory
+ *  (cuMemAllocHost) when a CUDA driver can be loaded; *pinned (may be NULL) is set to 1 when the memory is
+ *  page-locked, 0 when it is ordinary (no driver, or the driver refused: then pageable memory is returned instead).
+ *  Errors: ZCCL_SYSTEM_ERROR (out of memory). */
+zccl_result_t zccl__offload_host_alloc(void **p, size_t bytes, int pin, int *pinned);
+/** Frees memory of zccl__offload_host_alloc; pinned as it reported. NULL: nothing. */
+void zccl__offload_host_free(void *p, int pinned);
+/** *is_device = 1 when p is CUDA device memory, 0 for host memory (always 0 without a CUDA driver). Errors: the
+ *  driver's query failed (ZCCL_SYSTEM_ERROR). */
+zccl_result_t zccl__offload_is_device(const void *p, int *is_device);
+/** dst <- src, bytes, non-overlapping; either side host or device memory. Both host: memcpy, done on return
+ *  (*queued = 0). Otherwise queued on the offload side stream, one non-blocking CUDA stream per process that is
+ *  not the collectives' stream (cuMemcpyAsync), and returns at once (*queued = 1); the bytes are in place after
+ *  zccl__offload_copy_wait. queued may be NULL. Errors: ZCCL_INVALID_USAGE (device memory without a usable CUDA
+ *  driver), ZCCL_SYSTEM_ERROR (the driver failed, named). */
+zccl_result_t zccl__offload_copy(void *dst, const void *src, size_t bytes, int *queued);
+/** Waits until every copy queued on the side stream has completed. Nothing queued ever: returns at once.
+ *  Errors: ZCCL_SYSTEM_ERROR (cuStreamSynchronize failed, named). */
+zccl_result_t zccl__offload_copy_wait(void);
+
 #endif

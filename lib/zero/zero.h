@@ -64,6 +64,12 @@ struct zccl_bucket_plan {
     uint8_t *ck_state;      /* per parameter: 0 nothing recorded, 1 ck_mark valid, 2 ck_post valid */
     uint64_t *ck_slot;      /* per buffer (REDUCE_SCATTER): checksum when its bucket completed */
     int *ck_slot_bucket;    /* per buffer: the bucket ck_slot belongs to, -1 if none */
+
+    /* CPU offload (zero_offload.c): called under mu when bucket b's shard of a sync micro-step is final (its
+     * collective completed and, in REDUCE_SCATTER mode, was added into the accumulator), with the shard's address;
+     * it must not take mu. NULL: none. */
+    void (*shard_final)(void *arg, int b, const void *shard);
+    void *shard_final_arg;
 };
 
 /** Element helpers over the four floating types (lib/zero/zero_grad.c). */

@@ -85,6 +85,11 @@ static void retire(struct zccl_bucket_plan *p, int b) {
     }
     p->st.comm_s += (double)(zccl__now_ns() - p->t_launch[b]) * 1e-9;
     p->retired++;
+    if (p->sync && p->shard_final) { /* the offload copies the final shard while backward continues */
+        const void *sh = p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER
+                             ? p->acc[b] : (const char *)p->buf[b] + (size_t)p->rank * bk->shard * p->es;
+        p->shard_final(p->shard_final_arg, b, sh);
+    }
 }
 
 /* Under p->mu: retire what completed, launch what may go. */
