@@ -36,6 +36,8 @@
  * ZCCL_BUCKET_CAP_BYTES (25M), ZCCL_BUCKETS_IN_FLIGHT (2), ZCCL_ZERO3_MAX_LIVE_BYTES (1G). Option fields left 0
  * take these values.
  *
+ * CPU offload of the optimizer state (zccl_zero_offload_*, ZeRO-Offload style) is at the end of this file.
+ *
  * docs/zero.md walks through how a framework's backward hooks drive this API.
  */
 #ifndef ZCCL_ZERO_H
@@ -480,7 +482,10 @@ zccl_result_t zccl_zero_offload_destroy(zccl_zero_offload_t off);
  * Gives bucket `bucket`'s reduced gradient shard for the next step from memory the caller reduced itself (e.g. its
  * own reduce-scatter on device buffers): shard_elems elements of the plan's datatype, host or device memory. A device
  * shard is copied on the side stream and the call returns at once; the step waits for it; the caller must not
- * change `shard` until the step returns. Overrides the plan's copy of that bucket for the next step. Local.
+ * change `shard` until the step returns. The copy is not ordered after the caller's own GPU work: whatever writes
+ * `shard` must have completed (zccl's collectives on device memory return once their result is in place; a
+ * kernel of the caller's needs a stream synchronize first). Overrides the plan's copy of that bucket for the next
+ * step. Local.
  * Errors: ZCCL_INVALID_ARGUMENT (off or shard NULL, bucket out of range); ZCCL_INVALID_USAGE / ZCCL_SYSTEM_ERROR
  * (device memory without a usable driver; a failed copy).
  */

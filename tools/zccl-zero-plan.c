@@ -413,7 +413,7 @@ int main(int argc, char **argv)
         printf("\nCPU offload (--offload cpu%s; zccl_zero_offload): optimizer state on the host, per rank\n",
                pin ? " --pin-memory" : "");
         printf("  GPU   parameters %llu + gradient buffers %zu (bucket buffers %zu + shard accumulators %zu) "
-               "= %llu  (%s; without offload + optimizer state %llu)\n",
+               "= %llu (%s); optimizer state 0 (without offload it adds %llu here)\n",
                lp, full_bytes + shard_bytes, full_bytes, shard_bytes, gpu_bytes, human((double)gpu_bytes, h1, sizeof h1),
                lo);
         printf("  host  optimizer state 12 x %llu (fp32 master + momentum + variance) = %zu; staging 2 x %u x %llu "
