@@ -29,7 +29,10 @@
 #include "zccl.h"
 #include "zccl_zero.h"
 
-extern "C" bool zccl__mem_cuda_built(void);
+extern "C" {
+#include "kernels.h"
+bool zccl__mem_cuda_built(void);
+}
 
 using namespace zt;
 
@@ -65,8 +68,31 @@ double grad_value(int r, int s, int u, int i, size_t j) {
     return (double)(((r + 1) * (i + 2) + (int)(j % 7) * (s + 1) - 3 * u) % 11 - 5);
 }
 
+/* Parameter types: storage T, master/moment type M (zccl_zero.h "Precision"), conversions through double. */
+struct F64 {
+    using T = double;
+    using M = double;
+    static constexpr zccl_datatype_t dt = ZCCL_FLOAT64;
+    static double to(T x) { return x; }
+    static T from(double v) { return v; }
+};
+struct F32 {
+    using T = float;
+    using M = float;
+    static constexpr zccl_datatype_t dt = ZCCL_FLOAT32;
+    static double to(T x) { return x; }
+    static T from(double v) { return (float)v; }
+};
+struct BF16 { /* bfloat16 parameters, float32 master: the mixed-precision case */
+    using T = uint16_t;
+    using M = float;
+    static constexpr zccl_datatype_t dt = ZCCL_BFLOAT16;
+    static double to(T x) { return zccl_bf16_to_float(x); }
+    static T from(double v) { return zccl_float_to_bf16((float)v); }
+};
+
 /* The reference: one process, the summed gradient of every element, AdamW with the master/moments rounded to M. */
-template <typename T, typename M>
+template <typename P, typename T = typename P::T, typename M = typename P::M>
 std::vector<std::vector<T>> reference(int nranks, int accum) {
     std::vector<std::vector<T>> p(kNumel.size());
     std::vector<std::vector<M>> master(kNumel.size()), m(kNumel.size()), v(kNumel.size());
@@ -76,8 +102,8 @@ std::vector<std::vector<T>> reference(int nranks, int accum) {
         m[i].assign(kNumel[i], 0);
         v[i].assign(kNumel[i], 0);
         for (size_t j = 0; j < kNumel[i]; j++) {
-            p[i][j] = (T)init_value((int)i, j);
-            master[i][j] = (M)(double)p[i][j];
+            p[i][j] = P::from(init_value((int)i, j));
+            master[i][j] = (M)P::to(p[i][j]);
         }
     }
     for (int s = 0; s < kSteps; s++) {
@@ -87,29 +113,30 @@ std::vector<std::vector<T>> reference(int nranks, int accum) {
                 double g = 0;
                 for (int r = 0; r < nranks; r++)
                     for (int u = 0; u < accum; u++) g += grad_value(r, s, u, (int)i, j);
-                g = (double)(T)g * kHp.grad_scale;
+                g = P::to(P::from(g)) * kHp.grad_scale;
                 m[i][j] = (M)(kHp.beta1 * (double)m[i][j] + (1.0 - kHp.beta1) * g);
                 v[i][j] = (M)(kHp.beta2 * (double)v[i][j] + (1.0 - kHp.beta2) * g * g);
                 double x = master[i][j];
                 if (j < decay_of((int)i)) x -= kHp.lr * kHp.weight_decay * x;
                 x -= kHp.lr * ((double)m[i][j] / bc1) / (sqrt((double)v[i][j] / bc2) + kHp.eps);
                 master[i][j] = (M)x;
-                p[i][j] = (T)(double)master[i][j];
+                p[i][j] = P::from((double)master[i][j]);
             }
     }
     return p;
 }
 
-template <typename T> zccl_datatype_t dtype_of();
-template <> zccl_datatype_t dtype_of<float>() { return ZCCL_FLOAT32; }
-template <> zccl_datatype_t dtype_of<double>() { return ZCCL_FLOAT64; }
-
 /* Trains kSteps steps; offload on: zccl_zero_offload; off: the test's AdamW on the plan's shard + all-gather. */
-template <typename T>
+template <typename P>
 int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, bool offload, int pin) {
-    using M = T; /* float32 and float64 parameters: master of the same type (zccl_zero.h, "Precision") */
+    using T = typename P::T;
+    using M = typename P::M;
     const int np = (int)kNumel.size();
-    const zccl_datatype_t dt = dtype_of<T>();
+    const zccl_datatype_t dt = P::dt;
+    if (!offload && sizeof(M) != sizeof(T)) {
+        child_log(rank, "the caller-side path keeps no separate master copy: float32 and float64 only");
+        return 1;
+    }
     const int accum = mode == ZCCL_BUCKET_REDUCE_SCATTER ? kAccum : 1; /* ZeRO-1: accumulation is local anyway */
     zccl_bucket_options_t bo = {};
     bo.first_bytes = 40 * sizeof(T);
@@ -135,7 +162,7 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
     }
     for (int i = 0; i < np; i++)
         for (size_t j = 0; j < kNumel[(size_t)i]; j++)
-            params[(size_t)pb[(size_t)i]][poff[(size_t)i] + j] = (T)init_value(i, j);
+            params[(size_t)pb[(size_t)i]][poff[(size_t)i] + j] = P::from(init_value(i, j));
     std::vector<size_t> decay((size_t)np);
     for (int i = 0; i < np; i++) decay[(size_t)i] = decay_of(i);
 
@@ -157,7 +184,7 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
             for (int i = np - 1; i >= 0; i--) { /* backward: last parameter first */
                 T *g = nullptr;
                 CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
-                for (size_t j = 0; j < kNumel[(size_t)i]; j++) g[j] += (T)grad_value(rank, s, u, i, j);
+                for (size_t j = 0; j < kNumel[(size_t)i]; j++) g[j] = P::from(P::to(g[j]) + grad_value(rank, s, u, i, j));
                 CHILD_OK(zccl_bucket_mark_ready(plan, i));
             }
             CHILD_OK(zccl_bucket_finish(plan));
@@ -176,23 +203,23 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
                 bool dec = false;
                 for (int i = 0; i < np; i++)
                     if (pb[(size_t)i] == b && e >= poff[(size_t)i] && e < poff[(size_t)i] + decay[(size_t)i]) dec = true;
-                const double gi = (double)g[k] * kHp.grad_scale;
+                const double gi = P::to(g[k]) * kHp.grad_scale;
                 m[(size_t)b][k] = (M)(kHp.beta1 * (double)m[(size_t)b][k] + (1.0 - kHp.beta1) * gi);
                 v[(size_t)b][k] = (M)(kHp.beta2 * (double)v[(size_t)b][k] + (1.0 - kHp.beta2) * gi * gi);
-                double x = p[k];
+                double x = P::to(p[k]);
                 if (dec) x -= kHp.lr * kHp.weight_decay * x;
                 x -= kHp.lr * ((double)m[(size_t)b][k] / bc1) / (sqrt((double)v[(size_t)b][k] / bc2) + kHp.eps);
-                p[k] = (T)x;
+                p[k] = P::from(x);
             }
             CHILD_OK(zccl_allgather(p, params[(size_t)b].data(), bi.shard_elems, dt, comm, nullptr));
         }
     }
-    const auto ref = reference<T, M>(nranks, accum);
+    const auto ref = reference<P>(nranks, accum);
     for (int i = 0; i < np; i++)
         for (size_t j = 0; j < kNumel[(size_t)i]; j++) {
             const T got = params[(size_t)pb[(size_t)i]][poff[(size_t)i] + j], want = ref[(size_t)i][j];
             CHILD_CHECK(memcmp(&got, &want, sizeof got) == 0, "param %d elem %zu: %.17g, reference %.17g (offload %d)",
-                        i, j, (double)got, (double)want, (int)offload);
+                        i, j, P::to(got), P::to(want), (int)offload);
         }
     if (offload) {
         zccl_zero_offload_stats_t st = {};
@@ -230,20 +257,27 @@ Options opts(double deadline) {
 TEST(ZeroOffload, Zero2Float64OnAndOffMatchTheReference) {
     for (bool on : {false, true})
         run_ranks(3, [&](zccl_comm_t c, int r, int n) {
-            return train_body<double>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, on, 1);
+            return train_body<F64>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, on, 1);
         }, opts(90));
 }
 
 TEST(ZeroOffload, Zero1Float32OnAndOffMatchTheReference) {
     for (bool on : {false, true})
         run_ranks(3, [&](zccl_comm_t c, int r, int n) {
-            return train_body<float>(c, r, n, ZCCL_BUCKET_ALLREDUCE, on, 0);
+            return train_body<F32>(c, r, n, ZCCL_BUCKET_ALLREDUCE, on, 0);
         }, opts(90));
 }
 
 TEST(ZeroOffload, Zero2Float32TwoRanks) {
     run_ranks(2, [&](zccl_comm_t c, int r, int n) {
-        return train_body<float>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, true, 0);
+        return train_body<F32>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, true, 0);
+    }, opts(90));
+}
+
+/* Mixed precision: bfloat16 parameters and gradients, float32 master and moments on the host. */
+TEST(ZeroOffload, Zero2Bfloat16WithFloat32MasterMatchesTheReference) {
+    run_ranks(3, [&](zccl_comm_t c, int r, int n) {
+        return train_body<BF16>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, true, 0);
     }, opts(90));
 }
 
@@ -262,6 +296,79 @@ TEST(ZeroOffload, ArgumentErrors) {
     EXPECT_EQ(zccl_zero_offload_host_bytes(nullptr, 0, nullptr, nullptr), ZCCL_INVALID_ARGUMENT);
     EXPECT_EQ(zccl_zero_offload_destroy(nullptr), ZCCL_SUCCESS);
     zccl_bucket_plan_destroy(layout);
+}
+
+/* Wrong use is an error naming its cause, and the offload keeps working afterwards. */
+TEST(ZeroOffload, UsageErrorsNameTheirCause) {
+    run_ranks(2, [](zccl_comm_t comm, int rank, int) -> int {
+        const int np = (int)kNumel.size();
+        zccl_bucket_options_t bo = {};
+        bo.mode = ZCCL_BUCKET_REDUCE_SCATTER;
+        bo.first_bytes = 160;
+        bo.cap_bytes = 480;
+        zccl_bucket_plan_t plan = nullptr;
+        CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), ZCCL_FLOAT32, &bo, &plan));
+        int nb = 0;
+        CHILD_OK(zccl_bucket_count(plan, &nb));
+        std::vector<std::vector<float>> params((size_t)nb);
+        std::vector<void *> pptr((size_t)nb);
+        for (int b = 0; b < nb; b++) {
+            zccl_bucket_info_t bi;
+            CHILD_OK(zccl_bucket_info(plan, b, &bi));
+            params[(size_t)b].assign(bi.elems, 0.5f);
+            pptr[(size_t)b] = params[(size_t)b].data();
+        }
+        zccl_zero_offload_t off = nullptr, off2 = nullptr;
+        std::vector<size_t> too_many(kNumel);
+        too_many[2] += 1;
+        zccl_result_t r = zccl_zero_offload_create(plan, pptr.data(), too_many.data(), nullptr, &off);
+        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "decay_elems[2] = 6"),
+                    "decay_elems: %d %s", (int)r, zccl_get_last_error(nullptr));
+        std::vector<void *> holes(pptr);
+        holes[1] = nullptr;
+        r = zccl_zero_offload_create(plan, holes.data(), nullptr, nullptr, &off);
+        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is NULL"),
+                    "NULL bucket: %d %s", (int)r, zccl_get_last_error(nullptr));
+        CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
+        r = zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off2);
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "already has an offload") &&
+                        off2 == nullptr, "second offload: %d %s", (int)r, zccl_get_last_error(nullptr));
+        r = zccl_zero_offload_step(off, &kHp);
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "no gradient for bucket 0"),
+                    "step before any window: %d %s", (int)r, zccl_get_last_error(nullptr));
+        zccl_zero_adamw_t bad = kHp;
+        bad.beta1 = 1.0;
+        r = zccl_zero_offload_step(off, &bad);
+        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "beta1 1"),
+                    "beta1 = 1: %d %s", (int)r, zccl_get_last_error(nullptr));
+        CHILD_OK(zccl_bucket_begin(plan, 1));
+        r = zccl_zero_offload_step(off, &kHp);
+        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "micro-step of the plan is open"),
+                    "step in a micro-step: %d %s", (int)r, zccl_get_last_error(nullptr));
+        for (int i = np - 1; i >= 0; i--) {
+            float *g = nullptr;
+            CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
+            for (size_t j = 0; j < kNumel[(size_t)i]; j++) g[j] += 1.0f;
+            CHILD_OK(zccl_bucket_mark_ready(plan, i));
+        }
+        CHILD_OK(zccl_bucket_finish(plan));
+        CHILD_OK(zccl_zero_offload_step(off, &kHp)); /* works after the errors */
+        /* AdamW's first step moves every element by lr (m/bc1 = g, sqrt(v/bc2) = |g|) after decay. */
+        const double want = (0.5 - 0.01 * 0.1 * 0.5) - 0.01 * 0.25 / (0.25 + 1e-8); /* g = 2 ranks x 1 x 0.125 */
+        for (int i = 0; i < np; i++) {
+            int b;
+            size_t o;
+            CHILD_OK(zccl_bucket_param_loc(plan, i, &b, &o));
+            CHILD_CHECK(params[(size_t)b][o] == (float)want, "param %d: %.9g, want %.9g", i,
+                        (double)params[(size_t)b][o], want);
+        }
+        zccl_zero_offload_destroy(off);
+        /* destroyed: the plan takes another offload */
+        CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
+        zccl_zero_offload_destroy(off);
+        zccl_bucket_plan_destroy(plan);
+        return 0;
+    }, opts(60));
 }
 
 /* The fake driver's test hooks (tests/fake_cuda/fake_cuda.c), from the file zccl loaded. */
@@ -317,6 +424,14 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
     zccl_zero_offload_t off = nullptr;
     zccl_zero_offload_options_t oo = {};
     oo.pin_memory = 1;
+    if (nb > 1) { /* host and device parameter buffers mixed: refused */
+        std::vector<void *> mixed(dparams.begin(), dparams.end());
+        std::vector<float> host(info[1].elems);
+        mixed[1] = host.data();
+        zccl_result_t r = zccl_zero_offload_create(plan, mixed.data(), decay.data(), &oo, &off);
+        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is host"),
+                    "mixed memory: %d %s", (int)r, zccl_get_last_error(nullptr));
+    }
     CHILD_OK(zccl_zero_offload_create(plan, (void *const *)dparams.data(), decay.data(), &oo, &off));
     for (int s = 0; s < kSteps; s++) {
         for (int b = 0; b < nb; b++) {
@@ -332,7 +447,7 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
         }
         CHILD_OK(zccl_zero_offload_step(off, &kHp));
     }
-    const auto ref = reference<float, float>(nranks, kAccum);
+    const auto ref = reference<F32>(nranks, kAccum);
     for (int i = 0; i < np; i++)
         for (size_t j = 0; j < kNumel[(size_t)i]; j++) {
             const float got = dparams[(size_t)pb[(size_t)i]][poff[(size_t)i] + j], want = ref[(size_t)i][j];
