@@ -498,7 +498,8 @@ zccl_result_t zccl_zero_offload_grad_shard(zccl_zero_offload_t off, int bucket, 
  * zccl_zero_offload_grad_shard for every bucket). Collective (the all-gathers): every rank steps together.
  * Errors: ZCCL_INVALID_ARGUMENT (off or hp NULL, hyperparameters out of range, named); ZCCL_INVALID_USAGE (a
  * micro-step open; no gradient: no finished sync micro-step and no grad_shard for a bucket, named; the window was
- * already stepped); the plan's earlier error; copy and communication errors.
+ * already stepped); the plan's earlier error; copy and communication errors. After a copy or communication error
+ * the host state may be partly updated: restore it from a checkpoint (zccl_zero_offload_master) or start over.
  */
 zccl_result_t zccl_zero_offload_step(zccl_zero_offload_t off, const zccl_zero_adamw_t *hp);
 

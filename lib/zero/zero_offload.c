@@ -294,11 +294,13 @@ ZCCL_API zccl_result_t zccl_zero_offload_step(zccl_zero_offload_t o, const zccl_
     if (res == ZCCL_SUCCESS) res = zccl__offload_copy_wait();
     if (res != ZCCL_SUCCESS) return res;
     const uint64_t t1 = zccl__now_ns();
+    pthread_mutex_lock(&o->mu); /* the counters, read by zccl_zero_offload_stats from any thread */
     o->st.copy_wait_s += (double)(t1 - t0) * 1e-9;
-
-    o->st.steps++;
+    const uint64_t t = ++o->st.steps;
+    pthread_mutex_unlock(&o->mu);
+    double cpu_s = 0;
     const double b1 = hp->beta1, b2 = hp->beta2, lr = hp->lr, wd = hp->weight_decay, eps = hp->eps;
-    const double bc1 = 1.0 - pow(b1, (double)o->st.steps), bc2 = 1.0 - pow(b2, (double)o->st.steps);
+    const double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
     void *master = o->buf[OFF_MASTER], *m = o->buf[OFF_M], *v = o->buf[OFF_V], *g = o->buf[OFF_GSTAGE];
     for (int b = 0; b < o->nb && res == ZCCL_SUCCESS; b++) {
         const size_t n = p->b[b].shard, base = o->sbase[b], off = (size_t)p->rank * n;
@@ -320,7 +322,7 @@ ZCCL_API zccl_result_t zccl_zero_offload_step(zccl_zero_offload_t o, const zccl_
             store(master, k, o->mdt, pi);
             store(dst, i, o->dt, load(master, k, o->mdt));
         }
-        o->st.cpu_s += (double)(zccl__now_ns() - tc) * 1e-9;
+        cpu_s += (double)(zccl__now_ns() - tc) * 1e-9;
         char *full = o->params[b];
         if (o->params_dev) {
             res = zccl__offload_copy(full + off * o->es, dst, n * o->es, NULL);
@@ -333,6 +335,7 @@ ZCCL_API zccl_result_t zccl_zero_offload_step(zccl_zero_offload_t o, const zccl_
     zccl_result_t sres = zccl_stream_synchronize(p->stream);
     if (res == ZCCL_SUCCESS) res = sres;
     pthread_mutex_lock(&o->mu);
+    o->st.cpu_s += cpu_s;
     memset(o->have, 0, (size_t)o->nb);
     o->stepped = window;
     pthread_mutex_unlock(&o->mu);
