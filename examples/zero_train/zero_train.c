@@ -154,7 +154,11 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         SIZE("--bucket-cap", 8, o->cap_bytes)
         SIZE("--max-live", 0, o->max_live)
 #undef SIZE
-        if (!strcmp(a, "--offload") && v && (!strcmp(v, "cpu") || !strcmp(v, "none"))) {
+        if (!strcmp(a, "--offload")) {
+            if (!v || (strcmp(v, "cpu") && strcmp(v, "none"))) {
+                if (opts_loud()) fprintf(stderr, "zero_train: --offload needs cpu or none, got '%s'\n", v ? v : "");
+                return -1;
+            }
             o->offload = !strcmp(v, "cpu");
             i++;
             continue;
