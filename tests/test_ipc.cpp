@@ -246,6 +246,8 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
         f.stats(&s1);
         IPC_CHECK(s1.mapped_now == s0.mapped_now && s1.closes - s0.closes == 2 * (n - 1),
                   "after destroy: %ld mappings open, %ld closed", s1.mapped_now, s1.closes - s0.closes);
+        /* CUDA's rule (zccl.h): an exported allocation is freed only once no peer has it open. */
+        IPC_CHECK(zccl_barrier(comm, NULL) == ZCCL_SUCCESS, "barrier");
         f.free((uintptr_t)fa);
         f.free((uintptr_t)ia);
         return 0;
