@@ -9,7 +9,8 @@
  * all ranks; each call must have taken the direct path (zccl__reg_direct_calls), read peer mappings (the fake's count
  * of copies and kernels with an operand in an opened IPC mapping) and copied nothing through host memory (the fake's
  * count of copies with a host side). When one rank's buffer cannot be exported (host memory the fake marks as device
- * memory, registered) and after deregistration, the calls take the staged path with the same results. Destroying the
+ * memory, registered), after deregistration, and for a call where one rank cannot open a peer's handle (the fake
+ * fails the open: GPUs without peer access), every rank takes the staged path with the same results. Destroying the
  * communicator closes every handle it opened.
  */
 #include <gtest/gtest.h>
@@ -46,6 +47,7 @@ struct FakeIpc {
     void (*stats)(IpcStats *);
     void (*mark)(const void *, size_t, int);
     void (*unmark)(const void *);
+    void (*fail_opens)(int);
     bool open() {
         void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
         if (!h) return false;
@@ -54,7 +56,8 @@ struct FakeIpc {
         *(void **)&stats = dlsym(h, "fake_cuda_ipc_stats");
         *(void **)&mark = dlsym(h, "fake_cuda_mark");
         *(void **)&unmark = dlsym(h, "fake_cuda_unmark");
-        return alloc && free && stats && mark && unmark;
+        *(void **)&fail_opens = dlsym(h, "fake_cuda_ipc_fail_opens");
+        return alloc && free && stats && mark && unmark && fail_opens;
     }
     void *dev(size_t bytes) {
         unsigned long long p = 0;
@@ -235,6 +238,34 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
             f.unmark(hf.data());
             f.unmark(hi.data());
         }
+        /* A rank that cannot open a peer's handle (GPUs without peer access): on a new communicator (nothing opened
+         * yet) the last rank's open fails; every rank must then take the staged path for that call, the next call
+         * the direct one. */
+        {
+            zccl_comm_t c2 = NULL;
+            IPC_CHECK(zccl_comm_split(comm, 0, rank, &c2) == ZCCL_SUCCESS && c2, "split: %s", zccl_get_last_error(NULL));
+            void *g[2];
+            IPC_CHECK(zccl_comm_register(c2, fsend, total * 4, &g[0]) == ZCCL_SUCCESS, "register");
+            IPC_CHECK(zccl_comm_register(c2, frecv, total * 4, &g[1]) == ZCCL_SUCCESS, "register");
+            if (rank == n - 1) f.fail_opens(1);
+            for (int k = 0; k < 2; k++) {
+                const size_t count = 100000;
+                for (size_t j = 0; j < count; j++) fsend[j] = fin(rank, j) * (float)(k + 1);
+                const uint64_t d0 = zccl__reg_direct_calls(1);
+                IPC_CHECK(zccl_allreduce(fsend, frecv, count, ZCCL_FLOAT32, ZCCL_SUM, c2, NULL) == ZCCL_SUCCESS,
+                          "allreduce with a failing open: %s", zccl_get_last_error(NULL));
+                IPC_CHECK(zccl__reg_direct_calls(1) == d0 + (uint64_t)k, "call %d: direct path %s", k,
+                          k == 0 ? "taken although a rank could not open a peer's buffer" : "not taken");
+                for (size_t j = 0; j < count; j++) {
+                    float want = 0;
+                    for (int r = 0; r < n; r++) want += fin(r, j) * (float)(k + 1);
+                    IPC_CHECK(frecv[j] == want, "failing open, call %d [%zu] = %g, want %g", k, j, frecv[j], want);
+                }
+            }
+            for (void *x : g) IPC_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister");
+            IPC_CHECK(zccl_comm_destroy(c2) == ZCCL_SUCCESS, "destroy");
+        }
+
         /* Deregistered on every rank: the staged path again. */
         for (void *x : h) IPC_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister");
         if (run_all(c, rank, n, 777, f, fsend, frecv, isend, irecv, false)) return 1;
@@ -242,10 +273,11 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
         /* The communicator's destruction closes every handle it opened. */
         f.stats(&s1);
         IPC_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open", s1.mapped_now - s0.mapped_now);
+        IpcStats s2;
         IPC_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
-        f.stats(&s1);
-        IPC_CHECK(s1.mapped_now == s0.mapped_now && s1.closes - s0.closes == 2 * (n - 1),
-                  "after destroy: %ld mappings open, %ld closed", s1.mapped_now, s1.closes - s0.closes);
+        f.stats(&s2);
+        IPC_CHECK(s2.mapped_now == s0.mapped_now && s2.closes - s1.closes == 2 * (n - 1),
+                  "after destroy: %ld mappings open, %ld closed", s2.mapped_now, s2.closes - s1.closes);
         /* CUDA's rule (zccl.h): an exported allocation is freed only once no peer has it open. */
         IPC_CHECK(zccl_barrier(comm, NULL) == ZCCL_SUCCESS, "barrier");
         f.free((uintptr_t)fa);

@@ -180,6 +180,8 @@ static zccl_result_t dalloc_get(struct zccl_comm *comm, const void *buf, dalloc_
     void *base = NULL;
     size_t bytes = 0;
     bool shareable = false;
+    char prev[1024]; /* a successful registration leaves the last error as it found it */
+    snprintf(prev, sizeof prev, "%s", zccl__last_error());
     zccl_mem_ipc_handle_t h;
     memset(&h, 0, sizeof h);
     if (m->ipc_range && m->ipc_range(buf, &base, &bytes) == ZCCL_SUCCESS) {
@@ -196,10 +198,12 @@ static zccl_result_t dalloc_get(struct zccl_comm *comm, const void *buf, dalloc_
     } else {
         base = (void *)buf;
     }
-    if (!shareable)
+    if (!shareable) {
         ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: zccl_comm_register(%p): %s memory that cannot be shared with the other "
                   "processes (%s); collectives on it take the staged path", comm->rank, buf, m->name,
                   zccl__last_error());
+        zccl__set_last_error(prev);
+    }
     dalloc_t *a = calloc(1, sizeof *a);
     if (!a) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_comm_register: out of memory for the allocation record");
     *a = (dalloc_t){.type = t, .base = base, .bytes = bytes, .shareable = shareable, .handle = h, .refs = 1};
@@ -619,7 +623,7 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
         pthread_mutex_unlock(&mu);
         /* Mapping can fail where registering worked (GPUs without peer access, a name removed): every rank says
          * whether it mapped all it needs, and the call takes the normal schedule on every rank unless all did. */
-        if (mres != ZCCL_SUCCESS)
+        if (mres != ZCCL_SUCCESS) /* the WARN of the failure names it; the call itself will succeed */
             ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu takes the normal path: %s", comm->rank, comm->op_name,
                       (unsigned long long)comm->seq, zccl__last_error());
         __atomic_store_n(&me->ready, 2 * comm->seq + (mres == ZCCL_SUCCESS), __ATOMIC_RELEASE);

@@ -213,6 +213,8 @@ typedef struct {
     long host_copies;   /* copies with one side in host memory (staging) */
 } fake_cuda_ipc_stats_t;
 static fake_cuda_ipc_stats_t ipc_stats;
+static int ipc_fail_opens; /* >0: that many next cuIpcOpenMemHandle calls fail (a GPU pair without peer access) */
+FAKE_API void fake_cuda_ipc_fail_opens(int n) { ipc_fail_opens = n; }
 typedef struct { char magic[8]; int32_t pid; int32_t fd; uint64_t size; char pad[40]; } fake_handle_t;
 typedef struct { char reserved[64]; } CUipcMemHandle;
 _Static_assert(sizeof(fake_handle_t) == 64, "the handle is 64 bytes");
@@ -310,6 +312,7 @@ FAKE_API CUresult cuIpcOpenMemHandle_v2(unsigned long long *out, CUipcMemHandle 
     fake_handle_t fh;
     memcpy(&fh, &h, sizeof fh);
     if (memcmp(fh.magic, "FAKEIPC", 8) != 0) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    if (ipc_fail_opens > 0) { ipc_fail_opens--; return 217; /* CUDA_ERROR_PEER_ACCESS_UNSUPPORTED */ }
     if (fh.pid == (int32_t)getpid()) return 201;      /* CUDA_ERROR_INVALID_CONTEXT: a process's own handle */
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)fh.pid, (int)fh.fd);
