@@ -10,13 +10,14 @@
  * At a collective, the ranks agree on the path through their shm segment headers: each rank writes a descriptor
  * (the call's sequence number, and for its send and receive buffers the region id and offset, or 0 when they are
  * not inside a registered zccl_mem_alloc region) and reads every peer's. All ranks then see the same descriptors
- * and decide alike: if every rank's buffers are registered, the call runs here in one pass over the data —
+ * and decide alike: if every rank's buffers are registered (and of one memory type), each rank maps the peers'
+ * buffers it needs and says in its header whether that worked; if every rank did, the call runs here in one pass
+ * over the data —
  *
- *   all-reduce      rank i reduces block i of every rank's send buffer, in rank order, through a cache-sized
- *                   buffer, and writes the result into block i of every rank's receive buffer;
+ *   all-reduce      rank i reduces block i of every rank's send buffer, in rank order, through a bounce buffer
+ *                   (cache-sized on the host), and writes the result into block i of every rank's receive buffer;
  *   reduce-scatter  rank i reduces block i of every rank's send buffer into its own receive buffer;
  *   all-gather      rank i copies every rank's send buffer into its own receive buffer;
- *
  *   broadcast       every rank copies the root's send buffer into its own receive buffer;
  *
  * then an exit barrier (a rank may reuse its buffers when its call returns, so every peer must be done with
@@ -52,9 +53,9 @@
 
 ZCCL_SETTING(zccl__set_shm_reg_min_bytes) = {
     .name = "ZCCL_SHM_REG_MIN_BYTES", .deflt = "32K",
-    .help = "all-reduce / reduce-scatter / all-gather of at least this many bytes (the whole vector) on one host look "
-            "for buffers registered on every rank (zccl_comm_register) and then reduce straight from the peers' "
-            "buffers; 0 disables the check",
+    .help = "all-reduce / reduce-scatter / all-gather / broadcast of at least this many bytes (the whole vector) on "
+            "one host look for buffers registered on every rank (zccl_comm_register; host or CUDA IPC) and then run "
+            "straight from the peers' buffers; 0 disables the check",
     .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 
 typedef struct region {
