@@ -15,6 +15,10 @@
  */
 #include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include <cmath>
 #include <cstdint>
@@ -287,5 +291,60 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, IpcCollectives, ::testing::Values(2, 3));
+
+/* Two ranks as threads of one process (a forked child, so that the fake driver is loaded there only): the peer's
+ * allocation is this process's own, read at its own address; nothing is opened (CUDA refuses a process's own
+ * handle, and so does the fake). */
+TEST(IpcThreads, RanksInOneProcessReadEachOtherDirectly) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        setenv("ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH, 1);
+        setenv("ZCCL_TRANSPORT", "shm", 1);
+        setenv("ZCCL_SHM_REG_MIN_BYTES", "1", 1);
+        alarm(60);
+        FakeIpc f;
+        if (!f.open()) _exit(2);
+        zccl_unique_id_t id;
+        if (zccl_get_unique_id(&id) != ZCCL_SUCCESS) _exit(3);
+        const size_t count = 50000;
+        int rc[2] = {-1, -1};
+        IpcStats s0, s1;
+        f.stats(&s0);
+        auto rank_fn = [&](int rank) -> int {
+            zccl_comm_t c = NULL;
+            IPC_CHECK(zccl_comm_init_rank(&c, 2, id, rank) == ZCCL_SUCCESS, "init: %s", zccl_get_last_error(NULL));
+            float *buf = (float *)f.dev(2 * count * 4);
+            IPC_CHECK(buf, "cuMemAlloc");
+            void *h;
+            IPC_CHECK(zccl_comm_register(c, buf, 2 * count * 4, &h) == ZCCL_SUCCESS, "register");
+            for (size_t j = 0; j < count; j++) buf[j] = fin(rank, j);
+            IPC_CHECK(zccl_allreduce(buf, buf + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
+                      "allreduce: %s", zccl_get_last_error(NULL));
+            for (size_t j = 0; j < count; j++)
+                IPC_CHECK(buf[count + j] == fin(0, j) + fin(1, j), "[%zu] = %g", j, buf[count + j]);
+            IPC_CHECK(zccl_comm_deregister(c, h) == ZCCL_SUCCESS, "deregister");
+            IPC_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
+            return 0;
+        };
+        std::thread t0([&] { rc[0] = rank_fn(0); }), t1([&] { rc[1] = rank_fn(1); });
+        t0.join();
+        t1.join();
+        f.stats(&s1);
+        if (rc[0] || rc[1]) _exit(4);
+        if (zccl__reg_direct_calls(1) != 2) { fprintf(stderr, "direct calls: %llu, want 2\n",
+                                                      (unsigned long long)zccl__reg_direct_calls(1)); _exit(5); }
+        if (s1.opens != s0.opens || s1.host_copies != s0.host_copies) {
+            fprintf(stderr, "opens %ld, host copies %ld\n", s1.opens - s0.opens, s1.host_copies - s0.host_copies);
+            _exit(6);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
+}
 
 } // namespace
