@@ -500,9 +500,15 @@ uint64_t zccl__reg_direct_calls(int mem_type) {
     return (unsigned)mem_type < ZCCL_MEM_TYPES ? __atomic_load_n(&direct_calls[mem_type], __ATOMIC_RELAXED) : 0;
 }
 
+/* Elements per step of the one-pass reductions through the bounce buffer. */
+static size_t direct_step(const zccl_mem_ops_t *m, size_t es) {
+    const size_t step = m->direct_step_bytes / es;
+    return step ? step : 1;
+}
+
 /* Runs the one-pass algorithm of o on the buffers srcv/dstv (every rank's, already mapped here). */
 static zccl_result_t run_direct(struct zccl_comm *comm, const zccl_op_t *o, uint8_t *const *srcv,
-                                uint8_t *const *dstv) {
+                                uint8_t *const *dstv, void *tmp) {
     const int n = comm->nranks, i = comm->rank;
     const size_t es = zccl_type_size(o->dt);
     const zccl_mem_ops_t *m = zccl__mem_ops(o->mem);
@@ -517,10 +523,7 @@ static zccl_result_t run_direct(struct zccl_comm *comm, const zccl_op_t *o, uint
         if (o->recvbuf != srcv[o->root]) ZCCL_CHECK(m->copy(o->recvbuf, srcv[o->root], o->count * es));
         return ZCCL_SUCCESS;
     }
-    size_t step = m->direct_step_bytes / es;
-    if (step == 0) step = 1;
-    void *tmp = NULL;
-    ZCCL_CHECK(zccl__mem_stage_direct(&comm->mem_stage, o->mem, step * es, &tmp));
+    const size_t step = direct_step(m, es);
     if (o->coll == ZCCL_COLL_ALLREDUCE) {
         const size_t per = (o->count + (size_t)n - 1) / (size_t)n;
         const size_t off = ZCCL_MIN((size_t)i * per, o->count), len = ZCCL_MIN(per, o->count - off);
@@ -596,6 +599,7 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     uint8_t **dstv = n <= 64 ? dst : malloc((size_t)n * sizeof *dstv);
     zccl_result_t res = ZCCL_SUCCESS;
     bool direct = true;
+    void *tmp = NULL; /* the bounce buffer of the reductions */
     if (!snaps || !srcv || !dstv) {
         res = zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d buffer descriptors", comm->rank, n);
         direct = false;
@@ -622,7 +626,9 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
                 mres = peer_region(comm, r, o->mem, d->recv_id, &d->recv_h, d->recv_off, rbytes, &dstv[r]);
         }
         pthread_mutex_unlock(&mu);
-        /* Mapping can fail where registering worked (GPUs without peer access, a name removed): every rank says
+        if (mres == ZCCL_SUCCESS && (o->coll == ZCCL_COLL_ALLREDUCE || o->coll == ZCCL_COLL_REDUCE_SCATTER))
+            mres = zccl__mem_stage_direct(&comm->mem_stage, o->mem, direct_step(mops, es) * es, &tmp);
+        /* Mapping (and the bounce buffer) can fail where registering worked (GPUs without peer access, a name removed): every rank says
          * whether it mapped all it needs, and the call takes the normal schedule on every rank unless all did. */
         if (mres != ZCCL_SUCCESS) /* the WARN of the failure names it; the call itself will succeed */
             ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu takes the normal path: %s", comm->rank, comm->op_name,
@@ -636,7 +642,7 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
         }
     }
     if (direct && res == ZCCL_SUCCESS) {
-        res = run_direct(comm, o, srcv, dstv);
+        res = run_direct(comm, o, srcv, dstv, tmp);
         if (res == ZCCL_SUCCESS) {
             /* Exit barrier: peers read our send buffer and write our receive buffer until they are done. */
             __atomic_store_n(&me->done, comm->seq, __ATOMIC_RELEASE);
