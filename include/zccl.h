@@ -643,11 +643,14 @@ size_t zccl_type_size(zccl_datatype_t datatype);
 
 /* ---- zccl-allocated buffers (the shapes of ncclMemAlloc / ncclMemFree / ncclCommRegister / ncclCommDeregister) ----
  *
- * A collective whose buffers were allocated by zccl_mem_alloc and registered with zccl_comm_register on EVERY rank
- * of a communicator whose ranks all share one host (shared-memory transport) runs in one pass straight out of the
- * peers' buffers, with no staging copy: all-reduce, reduce-scatter and all-gather of at least
- * ZCCL_SHM_REG_MIN_BYTES bytes (the whole vector; default 32 KiB), in place or not. If any rank's buffer is not
- * registered the call takes the normal path, with the same results; so registering is only ever an optimisation.
+ * A collective whose buffers were registered with zccl_comm_register on EVERY rank of a communicator whose ranks all
+ * share one host (shared-memory transport) runs in one pass straight out of the peers' buffers, with no staging
+ * copy: all-reduce, reduce-scatter, all-gather and broadcast of at least ZCCL_SHM_REG_MIN_BYTES bytes (the whole
+ * vector; default 32 KiB), in place or not. Host buffers qualify when allocated by zccl_mem_alloc; CUDA device
+ * buffers when allocated by cudaMalloc/cuMemAlloc (shared with the peers through CUDA IPC, their kernels reading the
+ * buffers in place; several ranks may use one GPU; docs/gpu.md "CUDA IPC"). Every rank's buffers must be of the same
+ * kind. If any rank's buffer does not qualify the call takes the normal path, with the same results; so registering
+ * is only ever an optimisation.
  * Every rank's registered buffers may be read and written by its peers while a collective that uses them runs, and
  * only then: the call returns when no peer touches them any more.
  */
@@ -667,11 +670,17 @@ zccl_result_t zccl_mem_alloc(void **ptr, size_t bytes);
  *  only then. */
 zccl_result_t zccl_mem_free(void *ptr);
 /**
- * Registers [buf, buf + bytes) with comm, locally (no communication; ranks may register in any order). A collective
- * on comm uses the direct path for a buffer lying entirely inside a registered range that is also inside one
- * zccl_mem_alloc block; a range elsewhere (malloc'd memory) is accepted and recorded but never enables it.
- * Overlapping registrations are allowed. *handle identifies the registration for zccl_comm_deregister.
- * Errors: ZCCL_INVALID_ARGUMENT (comm, buf or handle NULL, bytes 0); ZCCL_SYSTEM_ERROR (out of memory).
+ * Registers [buf, buf + bytes) with comm, locally (no communication; ranks may register in any order). buf is host
+ * or CUDA device memory. A collective on comm uses the direct path for a buffer lying entirely inside a registered
+ * range that is also inside one zccl_mem_alloc block (host) or one cudaMalloc/cuMemAlloc allocation (device: its
+ * CUDA IPC handle is taken here, once per allocation, shared by the registrations inside it); a range elsewhere
+ * (malloc'd memory, device memory that cannot be exported such as cuMemCreate's) is accepted and recorded but never
+ * enables it. Overlapping registrations are allowed. *handle identifies the registration for zccl_comm_deregister.
+ * Device memory: the peers keep their mappings of this rank's allocation open until comm is destroyed (on every
+ * rank), and CUDA leaves freeing an allocation that another process still has open undefined, so free registered
+ * device memory only after that.
+ * Errors: ZCCL_INVALID_ARGUMENT (comm, buf or handle NULL, bytes 0); ZCCL_SYSTEM_ERROR (out of memory, or the CUDA
+ * pointer query failed).
  */
 zccl_result_t zccl_comm_register(zccl_comm_t comm, void *buf, size_t bytes, void **handle);
 /** Ends a registration. Destroying the communicator ends all of its registrations. Errors: ZCCL_INVALID_ARGUMENT

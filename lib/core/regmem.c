@@ -10,19 +10,33 @@
  * At a collective, the ranks agree on the path through their shm segment headers: each rank writes a descriptor
  * (the call's sequence number, and for its send and receive buffers the region id and offset, or 0 when they are
  * not inside a registered zccl_mem_alloc region) and reads every peer's. All ranks then see the same descriptors
- * and decide alike: if every rank's buffers are registered, the call runs here in one pass over the data —
+ * and decide alike: if every rank's buffers are registered (and of one memory type), each rank maps the peers'
+ * buffers it needs and says in its header whether that worked; if every rank did, the call runs here in one pass
+ * over the data —
  *
- *   all-reduce      rank i reduces block i of every rank's send buffer, in rank order, through a cache-sized
- *                   buffer, and writes the result into block i of every rank's receive buffer;
+ *   all-reduce      rank i reduces block i of every rank's send buffer, in rank order, through a bounce buffer
+ *                   (cache-sized on the host), and writes the result into block i of every rank's receive buffer;
  *   reduce-scatter  rank i reduces block i of every rank's send buffer into its own receive buffer;
  *   all-gather      rank i copies every rank's send buffer into its own receive buffer;
+ *   broadcast       every rank copies the root's send buffer into its own receive buffer;
  *
  * then an exit barrier (a rank may reuse its buffers when its call returns, so every peer must be done with
- * them). Otherwise the call takes the normal schedule. The descriptor of call k is not overwritten before every
- * peer read it: these three collectives cannot finish on any rank before every rank has contributed, and a rank
- * contributes only after reading the descriptors.
+ * them). Otherwise the call takes the normal schedule.
  *
- * In place is safe in all three: the blocks a rank writes are ones no other rank reads in the same call.
+ * In place is safe in all four: the blocks a rank writes are ones no other rank reads in the same call.
+ *
+ * Device memory (docs/gpu.md "CUDA IPC"): zccl_comm_register of a device pointer finds the allocation holding it
+ * (the memory table's ipc_range, cuMemGetAddressRange) and exports it once per allocation (ipc_export,
+ * cuIpcGetMemHandle), a cache keyed by the allocation's base that every registration inside it shares; the handle
+ * travels in the descriptor, and a peer opens it once per communicator (ipc_open, cuIpcOpenMemHandle) and closes it
+ * when the communicator is destroyed. The one-pass loops below are the same for every memory type: they run the
+ * call's memory table (copy, reduce) through a bounce buffer of that type, so on device memory the CUDA kernels
+ * read the peers' buffers in place, with no host staging.
+ *
+ * The descriptors are read as a sequence lock: a rank that gives a call up for the normal schedule may finish it
+ * and publish its next call's descriptor (a broadcast root's sends need nobody's reply) while a slower peer still
+ * reads; the owner clears seq while it rewrites the fields, and a reader that sees any other number than the
+ * call's before or after its read takes the normal schedule too (the owner, having moved on, did).
  */
 
 #include <errno.h>
@@ -34,14 +48,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "kernels.h"
+#include "mem.h"
 #include "regmem.h"
 
 ZCCL_SETTING(zccl__set_shm_reg_min_bytes) = {
     .name = "ZCCL_SHM_REG_MIN_BYTES", .deflt = "32K",
-    .help = "all-reduce / reduce-scatter / all-gather of at least this many bytes (the whole vector) on one host look "
-            "for buffers registered on every rank (zccl_comm_register) and then reduce straight from the peers' "
-            "buffers; 0 disables the check",
+    .help = "all-reduce / reduce-scatter / all-gather / broadcast of at least this many bytes (the whole vector) on "
+            "one host look for buffers registered on every rank (zccl_comm_register; host or CUDA IPC) and then run "
+            "straight from the peers' buffers; 0 disables the check",
     .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 
 typedef struct region {
@@ -51,11 +65,25 @@ typedef struct region {
     uint64_t id;
 } region_t;
 
+/* A non-host allocation that registrations of this process lie in, exported once (the registration cache):
+ * shared by every registration inside it, dropped with the last of them. Ids share the regions' number space. */
+typedef struct dalloc {
+    struct dalloc *next;
+    zccl_mem_type_t type;
+    uint8_t *base;
+    size_t bytes;
+    uint64_t id;
+    bool shareable; /* the export worked */
+    zccl_mem_ipc_handle_t handle;
+    int refs;
+} dalloc_t;
+
 typedef struct reg {
     struct reg *next;
     struct zccl_comm *comm;
     const uint8_t *buf;
     size_t bytes;
+    dalloc_t *da; /* non-host memory: its allocation */
 } reg_t;
 
 typedef struct pmap {
@@ -63,12 +91,15 @@ typedef struct pmap {
     struct zccl_comm *comm;
     int peer;
     uint64_t id;
+    zccl_mem_type_t type;
+    bool opened; /* host: munmap at the end; other types: ipc_close (false: this process's own allocation) */
     uint8_t *base;
     size_t bytes;
 } pmap_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static region_t *regions;
+static dalloc_t *dallocs;
 static reg_t *regs;
 static pmap_t *pmaps;
 static uint64_t next_id = 1;
@@ -137,12 +168,75 @@ zccl_result_t zccl__mem_free(void *ptr) {
     return ZCCL_SUCCESS;
 }
 
+/* The cache entry of the allocation holding buf when buf is memory a table can share (CUDA IPC), taking a
+ * reference; NULL for host memory. An allocation that cannot be shared gets an entry too (shareable false), so
+ * the registration is kept and simply never enables the direct path, as malloc'd host memory. */
+static zccl_result_t dalloc_get(struct zccl_comm *comm, const void *buf, dalloc_t **out) {
+    *out = NULL;
+    zccl_mem_type_t t = ZCCL_MEM_HOST;
+    int dev = -1;
+    ZCCL_CHECK(zccl__mem_query(buf, &t, &dev));
+    if (t == ZCCL_MEM_HOST) return ZCCL_SUCCESS;
+    const zccl_mem_ops_t *m = zccl__mem_ops(t);
+    void *base = NULL;
+    size_t bytes = 0;
+    bool shareable = false;
+    char prev[1024]; /* a successful registration leaves the last error as it found it */
+    snprintf(prev, sizeof prev, "%s", zccl__last_error());
+    zccl_mem_ipc_handle_t h;
+    memset(&h, 0, sizeof h);
+    if (m->ipc_range && m->ipc_range(buf, &base, &bytes) == ZCCL_SUCCESS) {
+        pthread_mutex_lock(&mu);
+        for (dalloc_t *a = dallocs; a; a = a->next)
+            if (a->type == t && a->base == base && a->bytes == bytes) {
+                a->refs++;
+                *out = a;
+                break;
+            }
+        pthread_mutex_unlock(&mu);
+        if (*out) return ZCCL_SUCCESS;
+        shareable = m->ipc_export(base, &h) == ZCCL_SUCCESS;
+    } else {
+        base = (void *)buf;
+    }
+    if (!shareable) {
+        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: zccl_comm_register(%p): %s memory that cannot be shared with the other "
+                  "processes (%s); collectives on it take the staged path", comm->rank, buf, m->name,
+                  zccl__last_error());
+        zccl__set_last_error(prev);
+    }
+    dalloc_t *a = calloc(1, sizeof *a);
+    if (!a) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_comm_register: out of memory for the allocation record");
+    *a = (dalloc_t){.type = t, .base = base, .bytes = bytes, .shareable = shareable, .handle = h, .refs = 1};
+    pthread_mutex_lock(&mu);
+    a->id = next_id++;
+    a->next = dallocs;
+    dallocs = a;
+    pthread_mutex_unlock(&mu);
+    *out = a;
+    return ZCCL_SUCCESS;
+}
+
+/* Drops a reference to a cache entry. The exporter has nothing to release (CUDA IPC exports are not counted);
+ * peers close their mappings when their communicator is destroyed. Caller holds mu. */
+static void dalloc_put(dalloc_t *a) {
+    if (!a || --a->refs > 0) return;
+    for (dalloc_t **pp = &dallocs; *pp; pp = &(*pp)->next)
+        if (*pp == a) { *pp = a->next; break; }
+    free(a);
+}
+
 zccl_result_t zccl__comm_register(struct zccl_comm *comm, void *buf, size_t bytes, void **handle) {
     reg_t *g = calloc(1, sizeof *g);
     if (!g) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_comm_register: out of memory for the registration record");
     g->comm = comm;
     g->buf = buf;
     g->bytes = bytes;
+    const zccl_result_t res = dalloc_get(comm, buf, &g->da);
+    if (res != ZCCL_SUCCESS) {
+        free(g);
+        return res;
+    }
     pthread_mutex_lock(&mu);
     g->next = regs;
     regs = g;
@@ -156,7 +250,10 @@ zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle) {
     reg_t **pp = &regs;
     while (*pp && (*pp != handle || (*pp)->comm != comm)) pp = &(*pp)->next;
     reg_t *g = *pp;
-    if (g) *pp = g->next;
+    if (g) {
+        *pp = g->next;
+        dalloc_put(g->da);
+    }
     pthread_mutex_unlock(&mu);
     if (!g)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_deregister: argument 'handle' = %p is not a registration "
@@ -165,27 +262,52 @@ zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle) {
     return ZCCL_SUCCESS;
 }
 
+static uint64_t direct_calls[ZCCL_MEM_TYPES]; /* calls this process ran on the direct path, per memory type */
+
 void zccl__reg_comm_gone(struct zccl_comm *comm) {
+    const uint64_t dh = __atomic_load_n(&direct_calls[ZCCL_MEM_HOST], __ATOMIC_RELAXED),
+                   dd = __atomic_load_n(&direct_calls[ZCCL_MEM_CUDA], __ATOMIC_RELAXED);
+    if (dh || dd) /* tools/gpu-check reads this line: the device calls took CUDA IPC */
+        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: direct path (one pass over the peers' registered buffers): %llu calls on "
+                  "host memory, %llu on device memory over CUDA IPC in this process", comm->rank,
+                  (unsigned long long)dh, (unsigned long long)dd);
     pthread_mutex_lock(&mu);
     for (reg_t **pp = &regs; *pp;) {
         reg_t *g = *pp;
-        if (g->comm == comm) { *pp = g->next; free(g); } else pp = &g->next;
+        if (g->comm == comm) { *pp = g->next; dalloc_put(g->da); free(g); } else pp = &g->next;
     }
     for (pmap_t **pp = &pmaps; *pp;) {
         pmap_t *m = *pp;
-        if (m->comm == comm) { *pp = m->next; munmap(m->base, m->bytes); free(m); } else pp = &m->next;
+        if (m->comm != comm) { pp = &m->next; continue; }
+        *pp = m->next;
+        if (m->type == ZCCL_MEM_HOST) munmap(m->base, m->bytes);
+        else if (m->opened) zccl__mem_ops(m->type)->ipc_close(m->base);
+        free(m);
     }
     pthread_mutex_unlock(&mu);
 }
 
-/* Region id and offset of [p, p+bytes) when comm registered a range holding it and it lies in one zccl_mem_alloc
- * region; id 0 otherwise. Caller holds mu. */
-static uint64_t locate(struct zccl_comm *comm, const void *p, size_t bytes, uint64_t *off) {
+/* Region id and offset of [p, p+bytes) of memory type t when comm registered a range holding it and it lies in one
+ * zccl_mem_alloc region (host) or one shareable allocation (other types; *h gets its handle); id 0 otherwise.
+ * Caller holds mu. */
+static uint64_t locate(struct zccl_comm *comm, zccl_mem_type_t t, const void *p, size_t bytes, uint64_t *off,
+                       zccl_mem_ipc_handle_t *h) {
     const uint8_t *b = p;
     bool registered = false;
+    if (!p) return 0;
     for (const reg_t *g = regs; g && !registered; g = g->next)
         registered = g->comm == comm && b >= g->buf && bytes <= g->bytes && (size_t)(b - g->buf) <= g->bytes - bytes;
     if (!registered) return 0;
+    if (t != ZCCL_MEM_HOST) {
+        for (const dalloc_t *a = dallocs; a; a = a->next)
+            if (a->type == t && a->shareable && b >= a->base && bytes <= a->bytes &&
+                (size_t)(b - a->base) <= a->bytes - bytes) {
+                *off = (uint64_t)(b - a->base);
+                *h = a->handle;
+                return a->id;
+            }
+        return 0;
+    }
     for (const region_t *r = regions; r; r = r->next)
         if (b >= r->base && bytes <= r->bytes && (size_t)(b - r->base) <= r->bytes - bytes) {
             *off = (uint64_t)(b - r->base);
@@ -194,11 +316,46 @@ static uint64_t locate(struct zccl_comm *comm, const void *p, size_t bytes, uint
     return 0;
 }
 
-/* The peer's region `id`, mapped once per communicator. Caller holds mu. */
-static zccl_result_t peer_region(struct zccl_comm *comm, int peer, uint64_t id, uint64_t off, size_t bytes,
-                                 uint8_t **out) {
+/* A peer's shareable allocation `id` of memory type t (handle h), opened once per communicator: the peer's own
+ * pointer when it is this process (ranks as threads; CUDA refuses to open a process's own handle). Caller holds mu. */
+static zccl_result_t peer_alloc(struct zccl_comm *comm, int peer, zccl_mem_type_t t, uint64_t id,
+                                const zccl_mem_ipc_handle_t *h, pmap_t **out) {
+    void *base = NULL;
+    size_t bytes = 0;
+    bool opened = false;
+    if (comm->tc.peers[peer].pid == (int32_t)getpid()) {
+        const dalloc_t *a = dallocs;
+        while (a && a->id != id) a = a->next;
+        if (!a)
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d: rank %d (this process) described allocation #%llu, "
+                               "which is not registered", comm->rank, peer, (unsigned long long)id);
+        base = a->base;
+        bytes = a->bytes;
+    } else {
+        const zccl_result_t res = zccl__mem_ops(t)->ipc_open(h, &base, &bytes);
+        if (res != ZCCL_SUCCESS)
+            return zccl__error(res, "rank %d: opening rank %d's registered %s buffer: %s", comm->rank, peer,
+                               zccl__mem_ops(t)->name, zccl__last_error());
+        opened = true;
+    }
+    pmap_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        if (opened) zccl__mem_ops(t)->ipc_close(base);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for a peer mapping", comm->rank);
+    }
+    *m = (pmap_t){.next = pmaps, .comm = comm, .peer = peer, .id = id, .type = t, .opened = opened, .base = base,
+                  .bytes = bytes};
+    pmaps = m;
+    *out = m;
+    return ZCCL_SUCCESS;
+}
+
+/* The peer's region or allocation `id`, mapped once per communicator. Caller holds mu. */
+static zccl_result_t peer_region(struct zccl_comm *comm, int peer, zccl_mem_type_t t, uint64_t id,
+                                 const zccl_mem_ipc_handle_t *h, uint64_t off, size_t bytes, uint8_t **out) {
     pmap_t *m = pmaps;
     while (m && !(m->comm == comm && m->peer == peer && m->id == id)) m = m->next;
+    if (!m && t != ZCCL_MEM_HOST) ZCCL_CHECK(peer_alloc(comm, peer, t, id, h, &m));
     if (!m) {
         char name[64];
         region_name(name, sizeof name, id, comm->tc.peers[peer].pid);
@@ -223,7 +380,8 @@ static zccl_result_t peer_region(struct zccl_comm *comm, int peer, uint64_t id, 
             munmap(p, (size_t)st.st_size);
             return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for a peer mapping", comm->rank);
         }
-        *m = (pmap_t){.next = pmaps, .comm = comm, .peer = peer, .id = id, .base = p, .bytes = (size_t)st.st_size};
+        *m = (pmap_t){.next = pmaps, .comm = comm, .peer = peer, .id = id, .type = ZCCL_MEM_HOST, .opened = true,
+                      .base = p, .bytes = (size_t)st.st_size};
         pmaps = m;
     }
     if (off > m->bytes || bytes > m->bytes - off)
@@ -236,9 +394,12 @@ static zccl_result_t peer_region(struct zccl_comm *comm, int peer, uint64_t id, 
 /* ---- the descriptors in the shm segment headers ---- */
 
 typedef struct {
-    _Alignas(64) uint64_t seq; /* the call these fields describe; stored last (release) */
+    _Alignas(64) uint64_t seq; /* the call these fields describe; 0 while they are rewritten, stored last (release) */
     uint64_t send_id, send_off, recv_id, recv_off;
+    uint32_t mem;              /* the call's memory type on this rank (zccl_mem_type_t) */
     _Alignas(64) uint64_t done; /* the last call whose direct path this rank finished */
+    uint64_t ready;             /* 2 * seq + 1 once this rank mapped every peer buffer of call seq, 2 * seq if not */
+    _Alignas(64) zccl_mem_ipc_handle_t send_h, recv_h; /* non-host memory: the allocations' handles */
 } desc_t;
 _Static_assert(sizeof(desc_t) <= ZCCL_SHM_REG_AREA_BYTES, "descriptor must fit the shm header's area");
 
@@ -300,108 +461,201 @@ static void ring_all(struct zccl_comm *comm) {
 }
 
 /* Reduces, in rank order, `count` elements at element src_off of every rank's src[r] into element dst_off of every
- * dst[d] (ndst of them), through the cache-sized bounce buffer, so a destination may alias a source. */
-static void reduce_blocks(struct zccl_comm *comm, uint8_t *const *src, size_t src_off, uint8_t *const *dst, int ndst,
-                          size_t dst_off, size_t count, zccl_datatype_t dt, zccl_redop_t op) {
+ * dst[d] (ndst of them), through the bounce buffer tmp of `step` elements, so a destination may alias a source. The
+ * call's memory table m does the work: CPU kernels on host memory, CUDA kernels reading the peers' device memory. */
+static zccl_result_t reduce_blocks(struct zccl_comm *comm, const zccl_mem_ops_t *m, uint8_t *tmp, size_t step,
+                                   uint8_t *const *src, size_t src_off, uint8_t *const *dst, int ndst, size_t dst_off,
+                                   size_t count, zccl_datatype_t dt, zccl_redop_t op) {
     const int n = comm->nranks;
     const size_t es = zccl_type_size(dt);
     const zccl_redop_t kop = op == ZCCL_AVG ? ZCCL_SUM : op;
-    const size_t step = ZCCL_MIN((size_t)32768, comm->tc.chunk_bytes) / es;
-    uint8_t *tmp = comm->tc.chunk_tmp;
     for (size_t k = 0; k < count; k += step) {
         const size_t c = ZCCL_MIN(step, count - k), at = (src_off + k) * es, to = (dst_off + k) * es;
         for (int r = 1; r < n; r++)
-            zccl_kernel_reduce(tmp, r == 1 ? src[0] + at : tmp, src[r] + at, c, dt, kop,
-                               (r == n - 1 && op == ZCCL_AVG) ? (uint32_t)n : 1);
-        for (int d = 0; d < ndst; d++) memcpy(dst[d] + to, tmp, c * es);
+            ZCCL_CHECK(m->reduce(tmp, r == 1 ? src[0] + at : tmp, src[r] + at, c, dt, kop,
+                                 (r == n - 1 && op == ZCCL_AVG) ? (uint32_t)n : 1));
+        for (int d = 0; d < ndst; d++) ZCCL_CHECK(m->copy(dst[d] + to, tmp, c * es));
     }
+    return ZCCL_SUCCESS;
+}
+
+/* What one rank's descriptor said about the call, read consistently (see the file comment). */
+typedef struct {
+    uint64_t send_id, send_off, recv_id, recv_off;
+    uint32_t mem;
+    zccl_mem_ipc_handle_t send_h, recv_h;
+} snap_t;
+
+/* Rank r's descriptor of call seq into *out; false when r has moved past it (it took the normal schedule). */
+static bool read_desc(struct zccl_comm *comm, int r, uint64_t seq, snap_t *out) {
+    const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
+    if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != seq) return false;
+    *out = (snap_t){.send_id = d->send_id, .send_off = d->send_off, .recv_id = d->recv_id, .recv_off = d->recv_off,
+                    .mem = d->mem, .send_h = d->send_h, .recv_h = d->recv_h};
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&d->seq, __ATOMIC_RELAXED) == seq;
+}
+
+uint64_t zccl__reg_direct_calls(int mem_type) {
+    return (unsigned)mem_type < ZCCL_MEM_TYPES ? __atomic_load_n(&direct_calls[mem_type], __ATOMIC_RELAXED) : 0;
+}
+
+/* Elements per step of the one-pass reductions through the bounce buffer. */
+static size_t direct_step(const zccl_mem_ops_t *m, size_t es) {
+    const size_t step = m->direct_step_bytes / es;
+    return step ? step : 1;
+}
+
+/* Runs the one-pass algorithm of o on the buffers srcv/dstv (every rank's, already mapped here). */
+static zccl_result_t run_direct(struct zccl_comm *comm, const zccl_op_t *o, uint8_t *const *srcv,
+                                uint8_t *const *dstv, void *tmp) {
+    const int n = comm->nranks, i = comm->rank;
+    const size_t es = zccl_type_size(o->dt);
+    const zccl_mem_ops_t *m = zccl__mem_ops(o->mem);
+    if (o->coll == ZCCL_COLL_ALLGATHER) {
+        for (int r = 0; r < n; r++) {
+            uint8_t *to = (uint8_t *)o->recvbuf + (size_t)r * o->count * es;
+            if (to != srcv[r]) ZCCL_CHECK(m->copy(to, srcv[r], o->count * es));
+        }
+        return ZCCL_SUCCESS;
+    }
+    if (o->coll == ZCCL_COLL_BROADCAST) {
+        if (o->recvbuf != srcv[o->root]) ZCCL_CHECK(m->copy(o->recvbuf, srcv[o->root], o->count * es));
+        return ZCCL_SUCCESS;
+    }
+    const size_t step = direct_step(m, es);
+    if (o->coll == ZCCL_COLL_ALLREDUCE) {
+        const size_t per = (o->count + (size_t)n - 1) / (size_t)n;
+        const size_t off = ZCCL_MIN((size_t)i * per, o->count), len = ZCCL_MIN(per, o->count - off);
+        return reduce_blocks(comm, m, tmp, step, srcv, off, dstv, n, off, len, o->dt, o->op);
+    }
+    uint8_t *mine = o->recvbuf; /* reduce-scatter */
+    return reduce_blocks(comm, m, tmp, step, srcv, (size_t)i * o->count, &mine, 1, 0, o->count, o->dt, o->op);
 }
 
 zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started) {
     *done = *started = false;
     const int n = comm->nranks;
     if (n < 2 || o->vcounts || o->barrier || o->count == 0) return ZCCL_SUCCESS;
-    if (o->coll != ZCCL_COLL_ALLREDUCE && o->coll != ZCCL_COLL_REDUCE_SCATTER && o->coll != ZCCL_COLL_ALLGATHER)
+    const bool bcast = o->coll == ZCCL_COLL_BROADCAST;
+    if (o->coll != ZCCL_COLL_ALLREDUCE && o->coll != ZCCL_COLL_REDUCE_SCATTER && o->coll != ZCCL_COLL_ALLGATHER &&
+        !bcast)
         return ZCCL_SUCCESS;
+    if ((unsigned)o->mem >= ZCCL_MEM_TYPES) return ZCCL_SUCCESS;
     const int64_t min_bytes = comm->reg_min_bytes; /* read at init (lib/api/comm_init.c) */
     const size_t es = zccl_type_size(o->dt);
-    const size_t mult = o->coll == ZCCL_COLL_ALLREDUCE ? 1 : (size_t)n;
+    const size_t mult = o->coll == ZCCL_COLL_REDUCE_SCATTER || o->coll == ZCCL_COLL_ALLGATHER ? (size_t)n : 1;
     const size_t total = o->count * es * mult; /* the whole vector, the same on every rank */
     if (min_bytes == 0 || total < (size_t)min_bytes) return ZCCL_SUCCESS;
     for (int r = 0; r < n; r++) /* the same on every rank: the transport table agrees */
         if (!zccl__shm_reg_area(&comm->tc, r)) return ZCCL_SUCCESS;
 
-    /* Publish this rank's descriptor. */
-    const size_t sbytes = o->coll == ZCCL_COLL_ALLGATHER ? o->count * es : total;
+    /* Which buffers the peers need: every rank's send buffer (the root's for broadcast); every rank's receive
+     * buffer for all-reduce (peers write their blocks into it); a broadcast's receive buffers stay local, but each
+     * rank must have registered its own so that unregistered programs decide without waiting (below). */
+    const bool need_send = !bcast || o->root == comm->rank;
+    const bool need_recv = o->coll == ZCCL_COLL_ALLREDUCE || bcast;
+    const size_t sbytes = o->coll == ZCCL_COLL_ALLGATHER || bcast ? o->count * es : total;
     const size_t rbytes = o->coll == ZCCL_COLL_REDUCE_SCATTER ? o->count * es : total;
+    const zccl_mem_ops_t *mops = zccl__mem_ops(o->mem);
     desc_t *me = zccl__shm_reg_area(&comm->tc, comm->rank);
+    zccl_mem_ipc_handle_t sh, rh;
+    memset(&sh, 0, sizeof sh);
+    memset(&rh, 0, sizeof rh);
     pthread_mutex_lock(&mu);
     uint64_t soff = 0, roff = 0;
-    const uint64_t sid = locate(comm, o->sendbuf, sbytes, &soff);
-    const uint64_t rid = locate(comm, o->recvbuf, rbytes, &roff);
+    uint64_t sid = need_send ? locate(comm, o->mem, o->sendbuf, sbytes, &soff, &sh) : 0;
+    uint64_t rid = need_recv ? locate(comm, o->mem, o->recvbuf, rbytes, &roff, &rh) : 0;
     pthread_mutex_unlock(&mu);
+    /* A rank whose own buffers are not registered knows the answer already (every rank will read its descriptor and
+     * fall back): it does not wait for the others' descriptors, so unregistered programs pay one cache-line write. */
+    const bool mine_ok = (!need_send || sid != 0) && (!need_recv || rid != 0);
+    /* Peers read this rank's buffers as soon as they see its descriptor: the work the caller queued on the device
+     * that writes them must be done first (CUDA: the call's cuCtxSynchronize, run here instead of in the engine). */
+    zccl_result_t begin = ZCCL_SUCCESS;
+    if (mine_ok && mops->call_begin && (begin = mops->call_begin()) != ZCCL_SUCCESS) sid = rid = 0;
+    __atomic_store_n(&me->seq, 0, __ATOMIC_RELAXED); /* rewriting (read_desc) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
     me->send_id = sid;
     me->send_off = soff;
     me->recv_id = rid;
     me->recv_off = roff;
+    me->mem = (uint32_t)o->mem;
+    if (o->mem != ZCCL_MEM_HOST) {
+        me->send_h = sh;
+        me->recv_h = rh;
+    }
     __atomic_store_n(&me->seq, comm->seq, __ATOMIC_RELEASE);
     *started = true;
     ring_all(comm);
-    /* A rank whose own buffers are not registered knows the answer already (every rank will read its descriptor and
-     * fall back): it does not wait for the others' descriptors, so unregistered programs pay one cache-line write. */
-    const bool need_recv = o->coll == ZCCL_COLL_ALLREDUCE;
-    if (sid == 0 || (need_recv && rid == 0)) return ZCCL_SUCCESS;
+    if (begin != ZCCL_SUCCESS) return begin; /* the peers fall back and meet this rank's failure there */
+    if (!mine_ok) return ZCCL_SUCCESS;
     ZCCL_CHECK(wait_all(comm, offsetof(desc_t, seq), comm->seq, "buffer descriptors"));
 
     /* The decision, from descriptors every rank reads alike. */
-    for (int r = 0; r < n; r++) {
-        const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
-        if (d->send_id == 0 || (need_recv && d->recv_id == 0)) return ZCCL_SUCCESS; /* the normal path */
-    }
-    uint8_t *src[64], *dst[64], **srcv = src, **dstv = dst;
-    if (n > 64) {
-        srcv = malloc((size_t)n * sizeof *srcv);
-        dstv = malloc((size_t)n * sizeof *dstv);
-        if (!srcv || !dstv) {
-            free(srcv == src ? NULL : srcv);
-            free(dstv == dst ? NULL : dstv);
-            return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d buffer pointers", comm->rank, n);
-        }
-    }
+    snap_t one[8], *snaps = n <= 8 ? one : malloc((size_t)n * sizeof *snaps);
+    uint8_t *src[64], *dst[64], **srcv = n <= 64 ? src : malloc((size_t)n * sizeof *srcv);
+    uint8_t **dstv = n <= 64 ? dst : malloc((size_t)n * sizeof *dstv);
     zccl_result_t res = ZCCL_SUCCESS;
-    pthread_mutex_lock(&mu);
-    for (int r = 0; r < n && res == ZCCL_SUCCESS; r++) {
-        const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
-        if (r == comm->rank) {
-            srcv[r] = (uint8_t *)o->sendbuf;
-            dstv[r] = o->recvbuf;
-            continue;
-        }
-        res = peer_region(comm, r, d->send_id, d->send_off, sbytes, &srcv[r]);
-        if (res == ZCCL_SUCCESS && need_recv) res = peer_region(comm, r, d->recv_id, d->recv_off, rbytes, &dstv[r]);
+    bool direct = true;
+    void *tmp = NULL; /* the bounce buffer of the reductions */
+    if (!snaps || !srcv || !dstv) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d buffer descriptors", comm->rank, n);
+        direct = false;
     }
-    pthread_mutex_unlock(&mu);
-    if (res == ZCCL_SUCCESS) {
-        const int i = comm->rank;
-        if (o->coll == ZCCL_COLL_ALLREDUCE) {
-            const size_t per = (o->count + (size_t)n - 1) / (size_t)n;
-            const size_t off = ZCCL_MIN((size_t)i * per, o->count), len = ZCCL_MIN(per, o->count - off);
-            reduce_blocks(comm, srcv, off, dstv, n, off, len, o->dt, o->op);
-        } else if (o->coll == ZCCL_COLL_REDUCE_SCATTER) {
-            uint8_t *mine = o->recvbuf;
-            reduce_blocks(comm, srcv, (size_t)i * o->count, &mine, 1, 0, o->count, o->dt, o->op);
-        } else {
-            for (int r = 0; r < n; r++) {
-                uint8_t *to = (uint8_t *)o->recvbuf + (size_t)r * o->count * es;
-                if (to != srcv[r]) memcpy(to, srcv[r], o->count * es);
+    for (int r = 0; r < n && direct; r++) {
+        snap_t *d = &snaps[r];
+        direct = read_desc(comm, r, comm->seq, d) && d->mem == (uint32_t)o->mem &&
+                 ((bcast && r != o->root) || d->send_id != 0) && (!need_recv || d->recv_id != 0);
+    }
+    if (direct) {
+        zccl_result_t mres = ZCCL_SUCCESS;
+        pthread_mutex_lock(&mu);
+        for (int r = 0; r < n && mres == ZCCL_SUCCESS; r++) {
+            const snap_t *d = &snaps[r];
+            srcv[r] = dstv[r] = NULL;
+            if (r == comm->rank) {
+                srcv[r] = (uint8_t *)o->sendbuf;
+                dstv[r] = o->recvbuf;
+                continue;
+            }
+            if (!bcast || r == o->root)
+                mres = peer_region(comm, r, o->mem, d->send_id, &d->send_h, d->send_off, sbytes, &srcv[r]);
+            if (mres == ZCCL_SUCCESS && need_recv && !bcast)
+                mres = peer_region(comm, r, o->mem, d->recv_id, &d->recv_h, d->recv_off, rbytes, &dstv[r]);
+        }
+        pthread_mutex_unlock(&mu);
+        if (mres == ZCCL_SUCCESS && (o->coll == ZCCL_COLL_ALLREDUCE || o->coll == ZCCL_COLL_REDUCE_SCATTER))
+            mres = zccl__mem_stage_direct(&comm->mem_stage, o->mem, direct_step(mops, es) * es, &tmp);
+        /* Mapping (and the bounce buffer) can fail where registering worked (GPUs without peer access, a name removed): every rank says
+         * whether it mapped all it needs, and the call takes the normal schedule on every rank unless all did. */
+        if (mres != ZCCL_SUCCESS) /* the WARN of the failure names it; the call itself will succeed */
+            ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu takes the normal path: %s", comm->rank, comm->op_name,
+                      (unsigned long long)comm->seq, zccl__last_error());
+        __atomic_store_n(&me->ready, 2 * comm->seq + (mres == ZCCL_SUCCESS), __ATOMIC_RELEASE);
+        ring_all(comm);
+        res = wait_all(comm, offsetof(desc_t, ready), 2 * comm->seq, "buffer mappings");
+        for (int r = 0; r < n && res == ZCCL_SUCCESS && direct; r++) {
+            const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
+            direct = __atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) == 2 * comm->seq + 1; /* larger: r moved on */
+        }
+    }
+    if (direct && res == ZCCL_SUCCESS) {
+        res = run_direct(comm, o, srcv, dstv, tmp);
+        if (res == ZCCL_SUCCESS) {
+            /* Exit barrier: peers read our send buffer and write our receive buffer until they are done. */
+            __atomic_store_n(&me->done, comm->seq, __ATOMIC_RELEASE);
+            ring_all(comm);
+            res = wait_all(comm, offsetof(desc_t, done), comm->seq, "completion");
+            if (res == ZCCL_SUCCESS) {
+                *done = true;
+                __atomic_fetch_add(&direct_calls[o->mem], 1, __ATOMIC_RELAXED);
+                ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: one pass over the peers' registered %s buffers", comm->op_name,
+                           (unsigned long long)comm->seq, mops->name);
             }
         }
-        /* Exit barrier: peers read our send buffer and write our receive buffer until they are done. */
-        __atomic_store_n(&me->done, comm->seq, __ATOMIC_RELEASE);
-        ring_all(comm);
-        res = wait_all(comm, offsetof(desc_t, done), comm->seq, "completion");
-        if (res == ZCCL_SUCCESS) *done = true;
     }
+    if (snaps != one) free(snaps);
     if (srcv != src) free(srcv);
     if (dstv != dst) free(dstv);
     return res;

@@ -17,12 +17,16 @@ zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle);
 void zccl__reg_comm_gone(struct zccl_comm *comm);
 
 /**
- * Runs all-reduce, reduce-scatter or all-gather o (sequence number comm->seq) straight out of the peers' buffers
- * when every rank's buffers are registered, all ranks share this host through shm, and the call is at least
- * ZCCL_SHM_REG_MIN_BYTES: *done is then true. Every rank reaches the same decision from the same descriptors.
+ * Runs all-reduce, reduce-scatter, all-gather or broadcast o (sequence number comm->seq) straight out of the peers'
+ * buffers when every rank's buffers are registered (host: inside zccl_mem_alloc memory; device: a cuMemAlloc
+ * allocation, shared by CUDA IPC), of one memory type on every rank, all ranks share this host through shm, and the
+ * call is at least ZCCL_SHM_REG_MIN_BYTES: *done is then true. The loops run the call's memory table (lib/mem). Every rank reaches the same decision from the same descriptors.
  * *started is true once the ranks may depend on this rank (a failure then breaks the communicator).
  */
 zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started);
+
+/** How many calls on memory type mem_type (zccl_mem_type_t) this process ran on the direct path (tests, tools). */
+uint64_t zccl__reg_direct_calls(int mem_type);
 
 extern const zccl_cfg_desc_t zccl__set_shm_reg_min_bytes;
 #define ZCCL_CFG_SHM_REG_MIN_BYTES (&zccl__set_shm_reg_min_bytes)

@@ -62,6 +62,10 @@ static void drv_load(void) {
     OPT(cuStreamWaitEvent, "cuStreamWaitEvent");
     OPT(cuStreamWaitValue32, "cuStreamWaitValue32_v2");
     OPT(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    OPT(cuMemGetAddressRange, "cuMemGetAddressRange_v2");
+    OPT(cuIpcGetMemHandle, "cuIpcGetMemHandle");
+    OPT(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
+    OPT(cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
 #undef REQ
 #undef OPT
     if (miss) { dlclose(h); return; }

@@ -33,7 +33,11 @@ enum {
     ZCU_EVENT_DISABLE_TIMING = 2,
     ZCU_STREAM_WAIT_VALUE_GEQ = 0,
     ZCU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    ZCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
 };
+
+/* CUipcMemHandle: 64 opaque bytes, passed by value to cuIpcOpenMemHandle. */
+typedef struct { char reserved[64]; } ZCUipcMemHandle;
 
 /* The driver entry points, by their exported names (cuda.h maps e.g. cuMemAlloc to cuMemAlloc_v2). */
 typedef struct zccl_cuda_drv {
@@ -65,6 +69,11 @@ typedef struct zccl_cuda_drv {
     CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned flags);
     CUresult (*cuStreamWaitValue32)(CUstream, CUdeviceptr addr, uint32_t value, unsigned flags); /* _v2 */
     CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *host, unsigned flags);            /* _v2 */
+    /* Optional: CUDA IPC between the processes of a host (docs/gpu.md "CUDA IPC"). */
+    CUresult (*cuMemGetAddressRange)(CUdeviceptr *base, size_t *bytes, CUdeviceptr p);          /* _v2 */
+    CUresult (*cuIpcGetMemHandle)(ZCUipcMemHandle *, CUdeviceptr);
+    CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, ZCUipcMemHandle, unsigned flags);              /* _v2 */
+    CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
 } zccl_cuda_drv_t;
 
 /** The loaded driver (tries once, thread-safe; cuInit(0) included), or NULL with *why set to the reason. */

@@ -25,6 +25,10 @@ typedef enum {
     ZCCL_MEM_TYPES = 2
 } zccl_mem_type_t;
 
+/** An opaque handle through which another process of the host maps an allocation (CUDA: CUipcMemHandle). */
+#define ZCCL_MEM_IPC_HANDLE_BYTES 64
+typedef struct { uint8_t bytes[ZCCL_MEM_IPC_HANDLE_BYTES]; } zccl_mem_ipc_handle_t;
+
 /** One memory type's operations. Every pointer argument is memory of that type unless said otherwise. */
 typedef struct zccl_mem_ops {
     const char *name; /* "host", "cuda" */
@@ -44,6 +48,23 @@ typedef struct zccl_mem_ops {
     /** Optional (NULL: none): page-locked host memory the device can reach, for staging; and its release. */
     zccl_result_t (*alloc_host)(void **p, size_t bytes);
     void (*free_host)(void *p);
+    /** Bytes the one-pass path of registered buffers (lib/core/regmem.c) reduces per step through its bounce
+     *  buffer: host 32 KiB (stays in the cache), CUDA 8 MiB (few kernel launches). */
+    size_t direct_step_bytes;
+    /*
+     * Optional (NULL: this table does not share memory between processes; host memory is shared through
+     * zccl_mem_alloc's named regions in regmem.c instead). Sharing an allocation with the other processes of the
+     * host, CUDA IPC (mem_cuda.c, docs/gpu.md "CUDA IPC"):
+     *  ipc_range   the allocation holding p: its first byte *base and its size *bytes;
+     *  ipc_export  a handle for the allocation starting at base; fails (ZCCL_INVALID_USAGE, naming why) when the
+     *              allocation cannot be shared (e.g. not from cuMemAlloc/cudaMalloc);
+     *  ipc_open    maps a handle exported by another process: *base and *bytes of the mapping in this process;
+     *  ipc_close   unmaps what ipc_open returned.
+     */
+    zccl_result_t (*ipc_range)(const void *p, void **base, size_t *bytes);
+    zccl_result_t (*ipc_export)(void *base, zccl_mem_ipc_handle_t *out);
+    zccl_result_t (*ipc_open)(const zccl_mem_ipc_handle_t *h, void **base, size_t *bytes);
+    void (*ipc_close)(void *base);
 } zccl_mem_ops_t;
 
 extern const zccl_mem_ops_t zccl__mem_host; /* mem_host.c: wraps kernels/ */
@@ -89,10 +110,15 @@ typedef struct zccl_mem_stage {
     uint8_t **spill;          /* blocks allocated when host ran out mid-phase, freed at the next phase */
     size_t nspill;
     zccl_result_t error;      /* sticky first failure of this call */
+    void *direct;             /* the one-pass path's bounce buffer (regmem.c), memory type direct_type */
+    size_t direct_bytes;
+    zccl_mem_type_t direct_type;
 } zccl_mem_stage_t;
 
 /** The schedule's scratch buffer of bytes in memory type t. */
 zccl_result_t zccl__mem_stage_scratch(zccl_mem_stage_t *st, zccl_mem_type_t t, size_t bytes, void **out);
+/** The one-pass path's bounce buffer of bytes in memory type t (regmem.c reduces through it). */
+zccl_result_t zccl__mem_stage_direct(zccl_mem_stage_t *st, zccl_mem_type_t t, size_t bytes, void **out);
 /** Begins a phase: host bytes handed out in the last one are free again. */
 void zccl__mem_stage_phase(zccl_mem_stage_t *st);
 /** Host bytes for one transfer of this phase (valid until the next zccl__mem_stage_phase). */

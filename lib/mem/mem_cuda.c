@@ -191,6 +191,71 @@ static zccl_result_t cuda_call_begin(void) {
     return ZCCL_SUCCESS;
 }
 
+/* CUDA IPC (docs/gpu.md "CUDA IPC"): the legacy cuIpc* handles of cuMemAlloc/cudaMalloc allocations, which every
+ * caching allocator hands out; memory from cuMemCreate (virtual memory management) cannot be exported this way and
+ * falls back to the staged path. */
+_Static_assert(sizeof(ZCUipcMemHandle) == sizeof(zccl_mem_ipc_handle_t), "CUipcMemHandle is 64 bytes");
+
+static zccl_result_t ipc_driver(const zccl_cuda_drv_t **out) {
+    ZCCL_CHECK(ready(out, false));
+    const zccl_cuda_drv_t *d = *out;
+    if (!d->cuMemGetAddressRange || !d->cuIpcGetMemHandle || !d->cuIpcOpenMemHandle || !d->cuIpcCloseMemHandle)
+        return zccl__error(ZCCL_INVALID_USAGE, "the CUDA driver library lacks the IPC entry points "
+                           "(cuMemGetAddressRange_v2, cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle)");
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t cuda_ipc_range(const void *p, void **base, size_t *bytes) {
+    const zccl_cuda_drv_t *d;
+    ZCCL_CHECK(ipc_driver(&d));
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    CUresult r = d->cuMemGetAddressRange(&b, &n, (CUdeviceptr)(uintptr_t)p);
+    if (r != ZCU_SUCCESS)
+        return zccl__error(ZCCL_INVALID_USAGE, "cuMemGetAddressRange(%p) failed: %s", p, zccl__cuda_errstr(r));
+    *base = (void *)(uintptr_t)b;
+    *bytes = n;
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t cuda_ipc_export(void *base, zccl_mem_ipc_handle_t *out) {
+    const zccl_cuda_drv_t *d;
+    ZCCL_CHECK(ipc_driver(&d));
+    ZCUipcMemHandle h;
+    CUresult r = d->cuIpcGetMemHandle(&h, (CUdeviceptr)(uintptr_t)base);
+    if (r != ZCU_SUCCESS)
+        return zccl__error(ZCCL_INVALID_USAGE, "cuIpcGetMemHandle of the allocation at %p failed: %s (not from "
+                           "cuMemAlloc/cudaMalloc?)", base, zccl__cuda_errstr(r));
+    memcpy(out->bytes, &h, sizeof h);
+    return ZCCL_SUCCESS;
+}
+
+static zccl_result_t cuda_ipc_open(const zccl_mem_ipc_handle_t *h, void **base, size_t *bytes) {
+    const zccl_cuda_drv_t *d;
+    ZCCL_CHECK(ipc_driver(&d));
+    ZCUipcMemHandle ch;
+    memcpy(&ch, h->bytes, sizeof ch);
+    CUdeviceptr p = 0;
+    /* Lazy peer access: a peer's buffer on another GPU becomes reachable by this context's kernels. Several ranks on
+     * one GPU need nothing more (same device). */
+    CUresult r = d->cuIpcOpenMemHandle(&p, ch, ZCU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (r != ZCU_SUCCESS)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "cuIpcOpenMemHandle failed: %s", zccl__cuda_errstr(r));
+    CUdeviceptr b = 0;
+    size_t n = 0;
+    r = d->cuMemGetAddressRange(&b, &n, p);
+    *base = (void *)(uintptr_t)p;
+    /* The mapping's size bounds the peer's offsets; should a driver not answer for an IPC mapping, the exporter's
+     * offsets (checked against its own allocation when it registered) are trusted. */
+    *bytes = r == ZCU_SUCCESS ? n - (size_t)(p - b) : SIZE_MAX;
+    return ZCCL_SUCCESS;
+}
+
+static void cuda_ipc_close(void *base) {
+    const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
+    if (base && d && d->cuIpcCloseMemHandle) d->cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)base);
+}
+
 const zccl_mem_ops_t zccl__mem_cuda = {
     .name = "cuda",
     .copy = cuda_copy,
@@ -201,4 +266,9 @@ const zccl_mem_ops_t zccl__mem_cuda = {
     .alloc_host = cuda_alloc_host,
     .free_host = cuda_free_host,
     .call_begin = cuda_call_begin,
+    .direct_step_bytes = (size_t)8 << 20,
+    .ipc_range = cuda_ipc_range,
+    .ipc_export = cuda_ipc_export,
+    .ipc_open = cuda_ipc_open,
+    .ipc_close = cuda_ipc_close,
 };

@@ -42,4 +42,5 @@ const zccl_mem_ops_t zccl__mem_host = {
     .free = host_free,
     .alloc_host = host_alloc,
     .free_host = host_free,
+    .direct_step_bytes = 32768,
 };

@@ -22,6 +22,20 @@ zccl_result_t zccl__mem_stage_scratch(zccl_mem_stage_t *st, zccl_mem_type_t t, s
     return ZCCL_SUCCESS;
 }
 
+zccl_result_t zccl__mem_stage_direct(zccl_mem_stage_t *st, zccl_mem_type_t t, size_t bytes, void **out) {
+    if (!st->direct || st->direct_type != t || st->direct_bytes < bytes) {
+        if (st->direct) zccl__mem_ops(st->direct_type)->free(st->direct);
+        st->direct = NULL;
+        st->direct_bytes = 0;
+        const size_t sz = (bytes + 4095) & ~(size_t)4095;
+        ZCCL_CHECK(zccl__mem_ops(t)->alloc(&st->direct, sz));
+        st->direct_type = t;
+        st->direct_bytes = sz;
+    }
+    *out = st->direct;
+    return ZCCL_SUCCESS;
+}
+
 void zccl__mem_stage_phase(zccl_mem_stage_t *st) {
     for (size_t i = 0; i < st->nspill; i++) free(st->spill[i]);
     free(st->spill);
@@ -87,6 +101,7 @@ void zccl__mem_stage_free(zccl_mem_stage_t *st) {
     zccl__mem_stage_phase(st);
     if (st->scratch) zccl__mem_ops(st->scratch_type)->free(st->scratch);
     if (st->bounce) zccl__mem_cuda.free(st->bounce);
+    if (st->direct) zccl__mem_ops(st->direct_type)->free(st->direct);
     zccl__mem_host.free(st->host);
     *st = (zccl_mem_stage_t){0};
 }

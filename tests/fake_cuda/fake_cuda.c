@@ -5,6 +5,7 @@
  * every result. Kernel launches are recorded; the float32 and int32 reductions (SUM, AVG as SUM with a divisor) run
  * for real, any other kernel launch fails (CUDA_ERROR_NOT_SUPPORTED) so a test sees which kernel zccl chose.
  * fake_cuda_fail_next(n) makes the n-th following driver call fail, to exercise zccl's error paths.
+ * CUDA IPC across processes is emulated in the block at the end of the file (cuMemAlloc memory is a memfd mapping).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -61,6 +62,11 @@ static const range_t *find(uintptr_t p) {
     return NULL;
 }
 
+/* The CUDA IPC emulation's hooks (defined in the block at the end of the file). */
+static void *fake_ipc_alloc(size_t n);
+static int fake_ipc_free(uintptr_t p);
+static void fake_ipc_note(const uintptr_t *p, int n, int copy);
+
 FAKE_API CUresult cuInit(unsigned flags) { (void)flags; stats.inits++; return 0; }
 FAKE_API CUresult cuGetErrorString(CUresult r, const char **s) {
     *s = r == 999 ? "CUDA_ERROR_UNKNOWN (fake)" : r == 801 ? "CUDA_ERROR_NOT_SUPPORTED (fake)" : "fake error";
@@ -86,7 +92,7 @@ FAKE_API CUresult cuCtxSetCurrent(void *c) { cur_ctx = c; return 0; }
 FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
     CUresult f = maybe_fail();
     if (f) return f;
-    void *m = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    void *m = fake_ipc_alloc(n); /* a shared memfd mapping, so other processes can open it (IPC block) */
     if (!m) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
     fake_cuda_mark(m, n, 0);
     stats.allocs++;
@@ -98,7 +104,7 @@ FAKE_API CUresult cuMemFree_v2(unsigned long long p) {
     for (int i = 0; i < nranges; i++)
         if (ranges[i].lo == p) { ranges[i] = ranges[--nranges]; break; }
     pthread_mutex_unlock(&mu);
-    free((void *)(uintptr_t)p);
+    if (!fake_ipc_free(p)) free((void *)(uintptr_t)p);
     return 0;
 }
 FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void *stream) {
@@ -107,6 +113,7 @@ FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, 
     if (f) return f;
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     stats.copies++;
+    fake_ipc_note((const uintptr_t[]){(uintptr_t)dst, (uintptr_t)src}, 2, 1);
     return 0;
 }
 FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = (void *)0x2; return 0; }
@@ -166,6 +173,7 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     const uint32_t div = *(const uint32_t *)params[4];
     stats.last_count = n;
     stats.last_divisor = div;
+    fake_ipc_note((const uintptr_t[]){(uintptr_t)dst, (uintptr_t)a, (uintptr_t)b}, 3, 0);
     if (op != 0) return 801;
     if (dt == 7) { /* float32 SUM (AVG: divisor) */
         for (size_t i = 0; i < n; i++) {
@@ -183,3 +191,162 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     }
     return 801;
 }
+
+/* ==== CUDA IPC emulation (issue 15: lib/core/regmem.c's direct path on device memory) =========================
+ * cuMemAlloc memory is a memfd mapped MAP_SHARED; cuIpcGetMemHandle writes (pid, fd, size) into the 64-byte handle
+ * and cuIpcOpenMemHandle in another process opens /proc/<pid>/fd/<fd> and maps it, marked as device memory, so the
+ * two processes see the same bytes as CUDA IPC would give them. Like CUDA: the handle is of an allocation's base,
+ * memory not from cuMemAlloc (fake_cuda_mark'ed host memory) cannot be exported, a process cannot open its own
+ * handle, and cuIpcCloseMemHandle takes what cuIpcOpenMemHandle returned. fake_cuda_ipc_stats counts the calls,
+ * the mappings open now, the copies and kernel operands that touched an opened peer mapping, and the copies with a
+ * host-memory side (the staged path's). */
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct { uintptr_t base; size_t size, map; int fd; int opened; } ipc_alloc_t;
+static ipc_alloc_t ipc_allocs[512];
+static int nipc;
+typedef struct {
+    long gets, opens, closes, mapped_now;
+    long peer_ops;      /* copies and kernel launches with an operand in an opened peer mapping */
+    long host_copies;   /* copies with one side in host memory (staging) */
+} fake_cuda_ipc_stats_t;
+static fake_cuda_ipc_stats_t ipc_stats;
+static int ipc_fail_opens; /* >0: that many next cuIpcOpenMemHandle calls fail (a GPU pair without peer access) */
+FAKE_API void fake_cuda_ipc_fail_opens(int n) { ipc_fail_opens = n; }
+typedef struct { char magic[8]; int32_t pid; int32_t fd; uint64_t size; char pad[40]; } fake_handle_t;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+_Static_assert(sizeof(fake_handle_t) == 64, "the handle is 64 bytes");
+
+FAKE_API void fake_cuda_ipc_stats(fake_cuda_ipc_stats_t *out) {
+    pthread_mutex_lock(&mu);
+    *out = ipc_stats;
+    pthread_mutex_unlock(&mu);
+}
+
+static void *fake_ipc_alloc(size_t n) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), map = (n + page - 1) / page * page;
+    int fd = memfd_create("fake-cuda-dev", 0);
+    if (fd < 0) return NULL;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)(map ? map : page)) == 0)
+        p = mmap(NULL, map ? map : page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    pthread_mutex_lock(&mu);
+    const int room = nipc < 512;
+    if (p != MAP_FAILED && room) ipc_allocs[nipc++] = (ipc_alloc_t){(uintptr_t)p, n, map ? map : page, fd, 0};
+    pthread_mutex_unlock(&mu);
+    if (p == MAP_FAILED || !room) {
+        if (p != MAP_FAILED) munmap(p, map ? map : page);
+        close(fd);
+        return NULL;
+    }
+    return p;
+}
+
+static int fake_ipc_free(uintptr_t p) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nipc; i++)
+        if (ipc_allocs[i].base == p && !ipc_allocs[i].opened) {
+            ipc_alloc_t a = ipc_allocs[i];
+            ipc_allocs[i] = ipc_allocs[--nipc];
+            pthread_mutex_unlock(&mu);
+            munmap((void *)a.base, a.map);
+            close(a.fd);
+            return 1;
+        }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+static void fake_ipc_note(const uintptr_t *p, int n, int copy) {
+    pthread_mutex_lock(&mu);
+    int peer = 0, host = 0;
+    for (int k = 0; k < n; k++) {
+        if (!find(p[k])) host = 1;
+        for (int i = 0; i < nipc; i++)
+            if (ipc_allocs[i].opened && p[k] >= ipc_allocs[i].base && p[k] < ipc_allocs[i].base + ipc_allocs[i].map)
+                peer = 1;
+    }
+    ipc_stats.peer_ops += peer;
+    if (copy) ipc_stats.host_copies += host;
+    pthread_mutex_unlock(&mu);
+}
+
+FAKE_API CUresult cuMemGetAddressRange_v2(unsigned long long *base, size_t *size, unsigned long long p) {
+    pthread_mutex_lock(&mu);
+    const range_t *r = find((uintptr_t)p);
+    if (r) {
+        if (base) *base = r->lo;
+        if (size) *size = r->hi - r->lo;
+    }
+    pthread_mutex_unlock(&mu);
+    return r ? 0 : 1; /* CUDA_ERROR_INVALID_VALUE */
+}
+
+FAKE_API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, unsigned long long p) {
+    CUresult f = maybe_fail();
+    if (f) return f;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nipc; i++)
+        if (ipc_allocs[i].base == p && !ipc_allocs[i].opened) {
+            fake_handle_t fh;
+            memset(&fh, 0, sizeof fh);
+            memcpy(fh.magic, "FAKEIPC", 8);
+            fh.pid = (int32_t)getpid();
+            fh.fd = ipc_allocs[i].fd;
+            fh.size = ipc_allocs[i].size;
+            memcpy(h, &fh, sizeof fh);
+            ipc_stats.gets++;
+            pthread_mutex_unlock(&mu);
+            return 0;
+        }
+    pthread_mutex_unlock(&mu);
+    return 1; /* CUDA_ERROR_INVALID_VALUE: not the base of a cuMemAlloc allocation */
+}
+
+FAKE_API CUresult cuIpcOpenMemHandle_v2(unsigned long long *out, CUipcMemHandle h, unsigned flags) {
+    (void)flags;
+    CUresult f = maybe_fail();
+    if (f) return f;
+    fake_handle_t fh;
+    memcpy(&fh, &h, sizeof fh);
+    if (memcmp(fh.magic, "FAKEIPC", 8) != 0) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    if (ipc_fail_opens > 0) { ipc_fail_opens--; return 217; /* CUDA_ERROR_PEER_ACCESS_UNSUPPORTED */ }
+    if (fh.pid == (int32_t)getpid()) return 201;      /* CUDA_ERROR_INVALID_CONTEXT: a process's own handle */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)fh.pid, (int)fh.fd);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return 400;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), map = fh.size ? (fh.size + page - 1) / page * page : page;
+    void *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) { close(fd); return 2; }
+    pthread_mutex_lock(&mu);
+    if (nipc >= 512) { pthread_mutex_unlock(&mu); munmap(p, map); close(fd); return 2; }
+    ipc_allocs[nipc++] = (ipc_alloc_t){(uintptr_t)p, fh.size, map, fd, 1};
+    ipc_stats.opens++;
+    ipc_stats.mapped_now++;
+    pthread_mutex_unlock(&mu);
+    fake_cuda_mark(p, fh.size, 0);
+    *out = (uintptr_t)p;
+    return 0;
+}
+
+FAKE_API CUresult cuIpcCloseMemHandle(unsigned long long p) {
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nipc; i++)
+        if (ipc_allocs[i].base == p && ipc_allocs[i].opened) {
+            ipc_alloc_t a = ipc_allocs[i];
+            ipc_allocs[i] = ipc_allocs[--nipc];
+            ipc_stats.closes++;
+            ipc_stats.mapped_now--;
+            pthread_mutex_unlock(&mu);
+            fake_cuda_unmark((void *)a.base);
+            munmap((void *)a.base, a.map);
+            close(a.fd);
+            return 0;
+        }
+    pthread_mutex_unlock(&mu);
+    return 1; /* CUDA_ERROR_INVALID_VALUE: not an opened IPC mapping */
+}
+/* ==== end of the CUDA IPC emulation ==== */

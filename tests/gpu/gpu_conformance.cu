@@ -12,7 +12,12 @@
  *  4. the check buffer must equal, bit for bit, the same collective run by zccl on host buffers with the same
  *     input (the CPU path, which the CPU suite checks against references; float32 SUM is also checked against
  *     double arithmetic here). Any difference prints FAIL and the program exits 1.
- * --bw BYTES: after the checks, a 2-rank all-reduce bandwidth of BYTES per rank against a device-to-device copy.
+ * --register: the send and receive buffers of the device runs are two allocations made once and registered with
+ *   zccl_comm_register, so that all-reduce, reduce-scatter, all-gather and broadcast run zccl's one-pass path over
+ *   CUDA IPC (docs/gpu.md "CUDA IPC"; tools/gpu-check sets ZCCL_SHM_REG_MIN_BYTES=1 and reads zccl's INFO line that
+ *   counts the calls that took it). The other collectives, PreMulSum and the host references take the normal path.
+ * --bw BYTES: after the checks, a 2-rank all-reduce bandwidth of BYTES per rank against a device-to-device copy,
+ *   twice: on unregistered buffers (staged through host memory) and on registered ones (the CUDA IPC path).
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -37,6 +42,9 @@ static int g_rank, g_n;
 static long g_checks, g_fail;
 static zccl_comm_t g_comm;
 static cudaStream_t g_s;
+static bool g_register;               /* --register */
+static uint8_t *g_dsend, *g_drecv;    /* the registered device buffers (--register) */
+static size_t g_dbytes;
 
 __global__ void spin_then_copy(uint8_t *dst, const uint8_t *src, size_t n, long long spin) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -177,8 +185,13 @@ static void check_one(int c, int dt, int opi, bool in_place, size_t count) {
     const size_t dbytes = (nin > nout ? nin : nout) * es + 64;
     uint8_t *src, *dsend, *drecv, *dcheck;
     CK(cudaMalloc(&src, dbytes));
-    CK(cudaMalloc(&dsend, dbytes));
-    CK(cudaMalloc(&drecv, dbytes));
+    if (g_register && dbytes <= g_dbytes) {
+        dsend = g_dsend;
+        drecv = g_drecv;
+    } else {
+        CK(cudaMalloc(&dsend, dbytes));
+        CK(cudaMalloc(&drecv, dbytes));
+    }
     CK(cudaMalloc(&dcheck, dbytes));
     CK(cudaMemcpy(src, hin.data(), nin * es, cudaMemcpyHostToDevice));
     CK(cudaMemsetAsync(dsend, 0xff, dbytes, g_s)); /* poison: stale data shows */
@@ -234,8 +247,10 @@ static void check_one(int c, int dt, int opi, bool in_place, size_t count) {
     }
     if (opi == 5) zccl_redop_destroy(op, g_comm);
     CK(cudaFree(src));
-    CK(cudaFree(dsend));
-    CK(cudaFree(drecv));
+    if (dsend != g_dsend) {
+        CK(cudaFree(dsend));
+        CK(cudaFree(drecv));
+    }
     CK(cudaFree(dcheck));
 }
 
@@ -245,11 +260,17 @@ static double now(void) {
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-static int bandwidth(size_t bytes) {
+static int bandwidth(size_t bytes, bool reg) {
     const size_t count = bytes / 4;
     float *a, *b;
+    void *ha = NULL, *hb = NULL;
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
+    if (reg && (zccl_comm_register(g_comm, a, bytes, &ha) != ZCCL_SUCCESS ||
+                zccl_comm_register(g_comm, b, bytes, &hb) != ZCCL_SUCCESS)) {
+        printf("rank %d: FAIL registering the bandwidth buffers: %s\n", g_rank, zccl_get_last_error(g_comm));
+        return 1;
+    }
     CK(cudaMemset(a, 0, bytes));
     const int iters = 5;
     CK(cudaDeviceSynchronize());
@@ -271,9 +292,11 @@ static int bandwidth(size_t bytes) {
     const double ar_s = (now() - t0) / iters;
     const double busbw = 2.0 * (g_n - 1) / g_n * bytes / ar_s / 1e9;
     if (g_rank == 0)
-        printf("BANDWIDTH ranks %d bytes %zu: all-reduce %.3f ms, bus bandwidth %.2f GB/s; device-to-device copy "
-               "%.3f ms, %.2f GB/s; ratio %.3f\n", g_n, bytes, ar_s * 1e3, busbw, copy_s * 1e3, bytes / copy_s / 1e9,
-               busbw / (bytes / copy_s / 1e9));
+        printf("BANDWIDTH %s ranks %d bytes %zu: all-reduce %.3f ms, bus bandwidth %.2f GB/s; device-to-device "
+               "copy %.3f ms, %.2f GB/s; ratio %.3f\n", reg ? "registered (CUDA IPC one-pass)" : "unregistered (staged)",
+               g_n, bytes, ar_s * 1e3, busbw, copy_s * 1e3, bytes / copy_s / 1e9, busbw / (bytes / copy_s / 1e9));
+    if (ha) zccl_comm_deregister(g_comm, ha);
+    if (hb) zccl_comm_deregister(g_comm, hb);
     CK(cudaFree(a));
     CK(cudaFree(b));
     return 0;
@@ -284,8 +307,9 @@ int main(int argc, char **argv) {
     size_t bw = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--register")) g_register = true;
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = strtoull(argv[++i], NULL, 0);
-        else { fprintf(stderr, "usage: %s [--quick] [--bw BYTES]\n", argv[0]); return 2; }
+        else { fprintf(stderr, "usage: %s [--quick] [--register] [--bw BYTES]\n", argv[0]); return 2; }
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -303,6 +327,18 @@ int main(int argc, char **argv) {
     const double t0 = now();
     std::vector<size_t> counts = {1, 4099};
     if (!quick) counts.push_back(262147);
+    void *hs = NULL, *hr = NULL;
+    if (g_register) { /* the largest device run: 262147 elements of 8 bytes per rank, times the ranks */
+        g_dbytes = (size_t)262147 * 8 * (size_t)g_n + 64;
+        CK(cudaMalloc(&g_dsend, g_dbytes));
+        CK(cudaMalloc(&g_drecv, g_dbytes));
+        if (zccl_comm_register(g_comm, g_dsend, g_dbytes, &hs) != ZCCL_SUCCESS ||
+            zccl_comm_register(g_comm, g_drecv, g_dbytes, &hr) != ZCCL_SUCCESS) {
+            fprintf(stderr, "rank %d: FAIL zccl_comm_register of device memory: %s\n", g_rank,
+                    zccl_get_last_error(g_comm));
+            return 1;
+        }
+    }
     for (size_t count : counts) {
         for (int c = 0; c < C_COUNT; c++) {
             for (int dt = 0; dt < ZCCL_NUM_TYPES; dt++) {
@@ -315,7 +351,15 @@ int main(int argc, char **argv) {
         }
     }
     int rc = g_fail ? 1 : 0;
-    if (bw && !rc) rc = bandwidth(bw);
+    if (g_register) {
+        zccl_comm_deregister(g_comm, hs);
+        zccl_comm_deregister(g_comm, hr);
+        CK(cudaFree(g_dsend));
+        CK(cudaFree(g_drecv));
+        g_dsend = g_drecv = NULL;
+    }
+    if (bw && !rc) rc = bandwidth(bw, false);
+    if (bw && !rc) rc = bandwidth(bw, true);
     printf("rank %d of %d: %ld checks, %ld failed, %.1f s%s\n", g_rank, g_n, g_checks, g_fail, now() - t0,
            rc ? "  FAIL" : "  PASS");
     zccl_comm_destroy(g_comm);
