@@ -266,6 +266,10 @@ static zccl_result_t op_run(const zccl_op_t *o) {
              * naming both instead of mixing data (engine.c); the registered path's descriptors carry it too. */
             make_desc(comm, &b, seq, &comm->desc_mine);
             res = zccl__reg_try_run(comm, &b, &direct, &in_engine);
+            if (res == ZCCL_SUCCESS && !direct) { /* unregistered buffers, all ranks on this host: one copy, one pass */
+                res = zccl__stg_try_run(comm, &b, &direct);
+                if (direct) in_engine = true;
+            }
         }
         if (res == ZCCL_SUCCESS && !direct) res = zccl__sched_get(&comm->sched_cache, &a, &s);
     }

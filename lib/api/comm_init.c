@@ -174,6 +174,13 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
         comm->timeout_ms = saved;
         if (res != ZCCL_SUCCESS) goto fail;
     }
+    {   /* the staged one-pass path's regions (lib/core/regmem.c): collective, bounded by the init deadline */
+        int64_t saved = comm->timeout_ms;
+        comm->timeout_ms = init_ms;
+        res = zccl__stg_setup(comm);
+        comm->timeout_ms = saved;
+        if (res != ZCCL_SUCCESS) goto fail;
+    }
     if (nranks > 1) { /* One small all-reduce on the path the tuner now chooses: the user's first collective then finds
                        * its code, its schedule's allocations and its peers' cache lines warm (a first 8-byte
                        * all-reduce took 4-17 us against 0.1-0.3 us for the next ones), and the ranks leave init

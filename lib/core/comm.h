@@ -27,6 +27,13 @@ struct zccl_comm {
     int *ring;                       /* ring order: ring[i] = rank at position i (same on every rank) */
     zccl_sched_cache_t sched_cache;  /* schedules of recent calls (op_run, under exec_mutex) */
     int64_t reg_min_bytes;           /* ZCCL_SHM_REG_MIN_BYTES, read at init (lib/core/regmem.c) */
+    struct {                         /* the staged one-pass path (lib/core/regmem.c) */
+        bool ok;                     /* set up on every rank */
+        uint64_t seq;                /* staged calls so far */
+        size_t cap, min;             /* bytes: ZCCL_SHM_STAGED_MAX_BYTES, ZCCL_SHM_STAGED_MIN_BYTES */
+        void *mine;                  /* this rank's staging region (zccl_mem_alloc) */
+        uint8_t **base;              /* every rank's region as mapped here (nranks entries) */
+    } stg;
 
     /* Listening socket and the service thread that admits authenticated incoming connections. */
     int listen_fd;

@@ -48,6 +48,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "kernels.h"
 #include "mem.h"
 #include "regmem.h"
 
@@ -264,7 +265,10 @@ zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle) {
 
 static uint64_t direct_calls[ZCCL_MEM_TYPES]; /* calls this process ran on the direct path, per memory type */
 
+void zccl__stg_free(struct zccl_comm *comm);
+
 void zccl__reg_comm_gone(struct zccl_comm *comm) {
+    zccl__stg_free(comm);
     const uint64_t dh = __atomic_load_n(&direct_calls[ZCCL_MEM_HOST], __ATOMIC_RELAXED),
                    dd = __atomic_load_n(&direct_calls[ZCCL_MEM_CUDA], __ATOMIC_RELAXED);
     if (dh || dd) /* tools/gpu-check reads this line: the device calls took CUDA IPC */
@@ -403,23 +407,28 @@ typedef struct {
 } desc_t;
 _Static_assert(sizeof(desc_t) <= ZCCL_SHM_REG_AREA_BYTES, "descriptor must fit the shm header's area");
 
-/* Whether every rank's word at `field` of its descriptor area has reached `want`. */
-static bool all_reached(struct zccl_comm *comm, size_t field, uint64_t want) {
-    for (int r = 0; r < comm->nranks; r++) {
-        const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
-        if (__atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) < want) return false;
-    }
+/* Where rank r's words live: its descriptor area in the shm segment header, or the header of its staging region
+ * (the staged path below). */
+typedef const uint8_t *(*area_fn)(struct zccl_comm *comm, int r);
+static const uint8_t *reg_area(struct zccl_comm *comm, int r) { return zccl__shm_reg_area(&comm->tc, r); }
+
+/* Whether every rank's word at `field` of its area has reached `want`. */
+static bool all_reached_in(struct zccl_comm *comm, area_fn area, size_t field, uint64_t want) {
+    for (int r = 0; r < comm->nranks; r++)
+        if (__atomic_load_n((const uint64_t *)(area(comm, r) + field), __ATOMIC_ACQUIRE) < want) return false;
     return true;
 }
 
-static bool reached(struct zccl_comm *comm, int r, size_t field, uint64_t want) {
-    const uint8_t *a = zccl__shm_reg_area(&comm->tc, r);
-    return __atomic_load_n((const uint64_t *)(a + field), __ATOMIC_ACQUIRE) >= want;
+static bool reached_in(struct zccl_comm *comm, area_fn area, int r, size_t field, uint64_t want) {
+    return __atomic_load_n((const uint64_t *)(area(comm, r) + field), __ATOMIC_ACQUIRE) >= want;
 }
 
-/* Waits until every local peer's word at `field` reaches `want`; sleeps on the doorbell as the engine does, and
- * every 50 ms checks that the peers it still waits for are alive, and the ZCCL_TIMEOUT_MS deadline. */
-static zccl_result_t wait_all(struct zccl_comm *comm, size_t field, uint64_t want, const char *what) {
+/* Waits until every local peer's word at `field` of its area reaches `want`; sleeps on the doorbell as the engine
+ * does, and every 50 ms checks that the peers it still waits for are alive, and the ZCCL_TIMEOUT_MS deadline. */
+static zccl_result_t wait_all_in(struct zccl_comm *comm, area_fn area, size_t field, uint64_t want,
+                                 const char *what) {
+#define all_reached(c, f, w) all_reached_in(c, area, f, w)
+#define reached(c, r, f, w) reached_in(c, area, r, f, w)
     uint64_t idle_since = zccl__now_ns(), last_check = idle_since;
     for (unsigned spin = 0;; spin++) {
         if (all_reached(comm, field, want)) return ZCCL_SUCCESS;
@@ -453,6 +462,12 @@ static zccl_result_t wait_all(struct zccl_comm *comm, size_t field, uint64_t wan
                                comm->rank, (long long)comm->timeout_ms, what, comm->op_name,
                                (unsigned long long)comm->seq);
     }
+#undef all_reached
+#undef reached
+}
+
+static zccl_result_t wait_all(struct zccl_comm *comm, size_t field, uint64_t want, const char *what) {
+    return wait_all_in(comm, reg_area, field, want, what);
 }
 
 static void ring_all(struct zccl_comm *comm) {
@@ -660,3 +675,220 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     if (dstv != dst) free(dstv);
     return res;
 }
+
+/* ---- the staged one-pass path for unregistered host buffers ----------------------------------------------------
+ *
+ * When every rank of the communicator is on this host, init gives each rank a staging region of its own
+ * (zccl_mem_alloc, so the peers map it; 4 KiB of header, then a send area and a receive area of
+ * ZCCL_SHM_STAGED_MAX_BYTES each) and maps every peer's. An all-reduce, reduce-scatter or all-gather on ordinary
+ * host buffers whose whole vector is within [ZCCL_SHM_STAGED_MIN_BYTES, ZCCL_SHM_STAGED_MAX_BYTES] then runs with
+ * one copy into the staging area and one pass out of the peers' areas, and one or two barriers instead of a
+ * schedule's steps:
+ *
+ *   all-reduce      copy in the blocks the peers reduce (every block but this rank's own), barrier; reduce block i
+ *                   from the own input and the peers' send areas (in the order i, i+1, ... mod n) into the own
+ *                   output, a cache-sized piece at a time, each piece then copied into the own receive area; barrier; copy every other block j from rank j's receive area into the output.
+ *   reduce-scatter  copy in every block but the own, barrier; reduce block i into the output.
+ *   all-gather      copy in the input, barrier; copy every rank's block into the output.
+ *
+ * Per rank and byte of vector on 2 ranks that is 2 reads and 2 writes for an all-reduce (the ring through slots:
+ * 2.5 and 2), and it stays near that as ranks are added (the ring grows towards 5 and 4), with two barriers
+ * whatever the rank count (the ring: 2(n-1) steps, each waiting for a peer that may not have a core).
+ *
+ * Reuse: a rank rewrites its areas only in its next staged call, after it saw every peer's `fin` of this one (the
+ * peers are done reading). The user's buffers are never touched by a peer, so a call returns without an exit
+ * barrier. The call's descriptor (count, datatype, op, root, sequence) travels in the header and every rank compares
+ * all of them after the first barrier: calls that differ fail on every rank, naming both. Decisions use only values
+ * every rank shares (the settings must match; the vector's size), so all ranks take this path or none.
+ */
+
+static uint64_t staged_calls; /* calls this process ran on the staged path (tests, the destroy-time INFO line) */
+
+typedef struct {
+    _Alignas(64) uint64_t in;  /* staged call k: this rank's send area holds its input */
+    _Alignas(64) uint64_t red; /* all-reduce: this rank's reduced block is in its receive area */
+    _Alignas(64) uint64_t fin; /* this rank read everything it needed from the peers' areas */
+    _Alignas(64) zccl_call_desc_t desc; /* the call, for the mismatch check */
+} stg_hdr_t;
+#define STG_HDR_BYTES 4096u
+_Static_assert(sizeof(stg_hdr_t) <= STG_HDR_BYTES, "staging header");
+
+ZCCL_SETTING(zccl__set_shm_staged_max_bytes) = {
+    .name = "ZCCL_SHM_STAGED_MAX_BYTES", .deflt = "4M",
+    .help = "largest all-reduce / reduce-scatter / all-gather (whole vector, bytes) that runs through the staging "
+            "areas when every rank is on one host (lib/core/regmem.c, the staged one-pass path); each rank maps 2x "
+            "this in /dev/shm at init; 0 disables the path",
+    .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = (int64_t)1 << 32, .must_match = true};
+ZCCL_SETTING(zccl__set_shm_staged_min_bytes) = {
+    .name = "ZCCL_SHM_STAGED_MIN_BYTES", .deflt = "32K",
+    .help = "smallest vector (bytes) that takes the staged one-pass path (smaller ones take the tuned schedule)",
+    .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
+
+static const uint8_t *stg_area(struct zccl_comm *comm, int r) { return comm->stg.base[r]; }
+#define STG_HDR(comm, r) ((stg_hdr_t *)(comm)->stg.base[r])
+#define STG_SEND(comm, r) ((comm)->stg.base[r] + STG_HDR_BYTES)
+#define STG_RECV(comm, r) ((comm)->stg.base[r] + STG_HDR_BYTES + (comm)->stg.cap)
+
+zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
+    const int n = comm->nranks;
+    int64_t cap = 0, lo = 0;
+    ZCCL_CHECK(zccl__cfg_int(&zccl__set_shm_staged_max_bytes, &cap));
+    ZCCL_CHECK(zccl__cfg_int(&zccl__set_shm_staged_min_bytes, &lo));
+    if (n < 2 || cap <= 0) return ZCCL_SUCCESS;
+    for (int r = 0; r < n; r++) /* every rank sees the same answer: the transport table agrees */
+        if (!zccl__shm_reg_area(&comm->tc, r)) return ZCCL_SUCCESS;
+    const size_t region = STG_HDR_BYTES + 2 * (size_t)cap;
+    comm->stg.base = calloc((size_t)n, sizeof *comm->stg.base);
+    uint64_t *ids = calloc((size_t)n, sizeof *ids);
+    if (!comm->stg.base || !ids) {
+        free(ids);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d staging pointers", comm->rank, n);
+    }
+    /* Each rank allocates; a rank that cannot publishes id 0 and every rank then leaves the path off. */
+    char why[512] = "";
+    void *mine = NULL;
+    uint64_t myid = 0;
+    if (zccl__mem_alloc(&mine, region) == ZCCL_SUCCESS) {
+        pthread_mutex_lock(&mu);
+        for (const region_t *g = regions; g; g = g->next)
+            if (g->base == mine) myid = g->id;
+        pthread_mutex_unlock(&mu);
+    } else {
+        snprintf(why, sizeof why, "%s", zccl__last_error());
+    }
+    zccl_result_t res = zccl_allgather(&myid, ids, 1, ZCCL_UINT64, comm, NULL);
+    uint64_t ok = myid != 0, all_ok = 0;
+    for (int r = 0; r < n && res == ZCCL_SUCCESS && ok; r++) {
+        if (ids[r] == 0) ok = 0;
+        else if (r == comm->rank) comm->stg.base[r] = mine;
+        else {
+            pthread_mutex_lock(&mu);
+            const zccl_result_t m = peer_region(comm, r, ZCCL_MEM_HOST, ids[r], NULL, 0, region, &comm->stg.base[r]);
+            pthread_mutex_unlock(&mu);
+            if (m != ZCCL_SUCCESS) {
+                snprintf(why, sizeof why, "%s", zccl__last_error());
+                ok = 0;
+            }
+        }
+    }
+    free(ids);
+    if (res == ZCCL_SUCCESS) res = zccl_allreduce(&ok, &all_ok, 1, ZCCL_UINT64, ZCCL_MIN, comm, NULL);
+    if (res != ZCCL_SUCCESS || !all_ok) {
+        if (mine) zccl__mem_free(mine);
+        free(comm->stg.base);
+        comm->stg.base = NULL;
+        if (res == ZCCL_SUCCESS)
+            ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: staged one-pass path off: %s", comm->rank,
+                      why[0] ? why : "a peer could not set up its staging area");
+        return res;
+    }
+    comm->stg.mine = mine;
+    comm->stg.cap = (size_t)cap;
+    comm->stg.min = (size_t)lo;
+    comm->stg.ok = true;
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: staged one-pass path for vectors of %lld..%lld bytes (2 x %lld bytes of "
+              "staging per rank)", comm->rank, (long long)lo, (long long)cap, (long long)cap);
+    return ZCCL_SUCCESS;
+}
+
+void zccl__stg_free(struct zccl_comm *comm) {
+    /* The peers' mappings are unmapped with the communicator's other peer maps (zccl__reg_comm_gone). */
+    if (comm->stg.mine) zccl__mem_free(comm->stg.mine);
+    free(comm->stg.base);
+    memset(&comm->stg, 0, sizeof comm->stg);
+}
+
+static zccl_result_t stg_check_desc(struct zccl_comm *comm) {
+    const zccl_call_desc_t *mine = &STG_HDR(comm, comm->rank)->desc;
+    for (int r = 0; r < comm->nranks; r++) {
+        const zccl_call_desc_t *theirs = &STG_HDR(comm, r)->desc;
+        if (r == comm->rank || memcmp(theirs, mine, sizeof *mine) == 0) continue;
+        char dm[160], dt[160];
+        zccl__desc_describe(mine, dm, sizeof dm);
+        zccl__desc_describe(theirs, dt, sizeof dt);
+        return zccl__error(ZCCL_INVALID_USAGE, "ranks called different collectives: rank %d called %s, rank %d called "
+                           "%s; every rank must make the same calls in the same order with the same count, datatype, "
+                           "op and root", comm->rank, dm, r, dt);
+    }
+    return ZCCL_SUCCESS;
+}
+
+zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done) {
+    *done = false;
+    const int n = comm->nranks, i = comm->rank;
+    if (!comm->stg.ok || o->mem != ZCCL_MEM_HOST || o->vcounts || o->barrier || o->count == 0) return ZCCL_SUCCESS;
+    if (o->coll != ZCCL_COLL_ALLREDUCE && o->coll != ZCCL_COLL_REDUCE_SCATTER && o->coll != ZCCL_COLL_ALLGATHER)
+        return ZCCL_SUCCESS;
+    const size_t es = zccl_type_size(o->dt);
+    const bool ar = o->coll == ZCCL_COLL_ALLREDUCE;
+    const size_t total = o->count * es * (ar ? 1 : (size_t)n);
+    if (total < comm->stg.min || total > comm->stg.cap) return ZCCL_SUCCESS;
+
+    const uint64_t k = ++comm->stg.seq, prev = k - 1;
+    stg_hdr_t *me = STG_HDR(comm, i);
+    /* My areas are free once every peer finished reading them in the previous staged call. */
+    if (prev) ZCCL_CHECK(wait_all_in(comm, stg_area, offsetof(stg_hdr_t, fin), prev, "staging reads"));
+    const uint8_t *in = o->sendbuf;
+    uint8_t *out = o->recvbuf, *send = STG_SEND(comm, i);
+    /* Blocks: all-reduce splits count into n blocks of `per` (the last ones shorter or empty); reduce-scatter's input
+     * holds n blocks of count; all-gather's output n blocks of count. */
+    const size_t per = ar ? (o->count + (size_t)n - 1) / (size_t)n : o->count;
+#define BLK_OFF(b) ZCCL_MIN((size_t)(b) * per, ar ? o->count : (size_t)n * o->count)
+#define BLK_LEN(b) (ZCCL_MIN(per, (ar ? o->count : (size_t)n * o->count) - BLK_OFF(b)))
+    if (o->coll == ZCCL_COLL_ALLGATHER) {
+        memcpy(send, in, o->count * es);
+    } else {
+        for (int b = 0; b < n; b++)
+            if (b != i && BLK_LEN(b)) memcpy(send + BLK_OFF(b) * es, in + BLK_OFF(b) * es, BLK_LEN(b) * es);
+    }
+    me->desc = comm->desc_mine;
+    __atomic_store_n(&me->in, k, __ATOMIC_RELEASE);
+    ring_all(comm);
+    *done = true; /* from here on the peers may depend on this rank: its failures are the call's */
+    ZCCL_CHECK(wait_all_in(comm, stg_area, offsetof(stg_hdr_t, in), k, "staged inputs"));
+    ZCCL_CHECK(stg_check_desc(comm));
+
+    if (o->coll == ZCCL_COLL_ALLGATHER) {
+        for (int r = 0; r < n; r++) {
+            uint8_t *to = out + (size_t)r * o->count * es;
+            const uint8_t *from = r == i ? in : STG_SEND(comm, r);
+            if (to != from) memmove(to, from, o->count * es);
+        }
+    } else {
+        uint8_t *src[64], **srcv = n <= 64 ? src : malloc((size_t)n * sizeof *srcv);
+        if (!srcv) return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d pointers", i, n);
+        for (int r = 0; r < n; r++) srcv[r] = r == i ? (uint8_t *)in : STG_SEND(comm, r);
+        /* Block i, a cache-sized piece at a time: reduced straight into the output (which may alias only the own
+         * input, at the same offsets), then, for an all-reduce, copied into the receive area while it is hot. */
+        const size_t off = BLK_OFF(i), len = BLK_LEN(i), step = ZCCL_MAX((size_t)1, (size_t)32768 / es);
+        uint8_t *dst = out + (ar ? off * es : 0), *area = STG_RECV(comm, i) + off * es;
+        const zccl_redop_t kop = o->op == ZCCL_AVG ? ZCCL_SUM : o->op;
+        for (size_t c0 = 0; c0 < len; c0 += step) {
+            const size_t c = ZCCL_MIN(step, len - c0), at = (off + c0) * es, to = c0 * es;
+            /* The own input first (the output may be it, in place), then the peers' in rank order. */
+            for (int j = 1; j < n; j++) {
+                const int r = (i + j) % n;
+                zccl_kernel_reduce(dst + to, j == 1 ? srcv[i] + at : dst + to, srcv[r] + at, c, o->dt, kop,
+                                   (j == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
+            }
+            if (ar) memcpy(area + to, dst + to, c * es);
+        }
+        if (srcv != src) free(srcv);
+        if (ar) {
+            __atomic_store_n(&me->red, k, __ATOMIC_RELEASE);
+            ring_all(comm);
+            ZCCL_CHECK(wait_all_in(comm, stg_area, offsetof(stg_hdr_t, red), k, "staged results"));
+            for (int b = 0; b < n; b++)
+                if (b != i && BLK_LEN(b)) memcpy(out + BLK_OFF(b) * es, STG_RECV(comm, b) + BLK_OFF(b) * es, BLK_LEN(b) * es);
+        }
+    }
+#undef BLK_OFF
+#undef BLK_LEN
+    __atomic_store_n(&me->fin, k, __ATOMIC_RELEASE);
+    ring_all(comm);
+    __atomic_fetch_add(&staged_calls, 1, __ATOMIC_RELAXED);
+    ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: staged one-pass path", comm->op_name, (unsigned long long)comm->seq);
+    return ZCCL_SUCCESS;
+}
+
+uint64_t zccl__stg_calls(void) { return __atomic_load_n(&staged_calls, __ATOMIC_RELAXED); }

@@ -25,6 +25,18 @@ void zccl__reg_comm_gone(struct zccl_comm *comm);
  */
 zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started);
 
+/**
+ * The staged one-pass path (regmem.c, "the staged one-pass path"): zccl__stg_setup, at init on every rank (it calls
+ * collectives), gives each rank a staging region the peers map when every rank is on this host and
+ * ZCCL_SHM_STAGED_MAX_BYTES > 0; a failure anywhere leaves the path off on every rank (not an error).
+ * zccl__stg_try_run runs o on that path when it qualifies (host memory, all-reduce / reduce-scatter / all-gather,
+ * even counts, whole vector within the staged bounds: the same answer on every rank); *done says it did, after which
+ * its result is the call's. zccl__stg_calls counts the process's staged calls.
+ */
+zccl_result_t zccl__stg_setup(struct zccl_comm *comm);
+zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done);
+uint64_t zccl__stg_calls(void);
+
 /** How many calls on memory type mem_type (zccl_mem_type_t) this process ran on the direct path (tests, tools). */
 uint64_t zccl__reg_direct_calls(int mem_type);
 
