@@ -1,6 +1,7 @@
 /*
  * mem_stage.c — staging for calls on device memory (mem.h: zccl_mem_stage_t). The transports move host bytes only
- * (CUDA IPC and GPUDirect are not used yet), so a device call's sends are copied out to host memory before their
+ * (GPUDirect is not used yet; CUDA IPC only for registered buffers, regmem.c), so a device call's sends are copied out to
+ * host memory (page-locked when the driver allows: cuMemAllocHost) before their
  * phase and its receives land in host memory and enter the device buffer when they complete.
  */
 #include <stdlib.h>
@@ -44,13 +45,24 @@ void zccl__mem_stage_phase(zccl_mem_stage_t *st) {
     st->host_used = 0;
 }
 
+/* The staging block's allocator: only device calls stage, so the CUDA table's pinned host memory when it has one. */
+static zccl_result_t stage_host_alloc(void **p, size_t bytes) {
+    return zccl__mem_cuda.alloc_host ? zccl__mem_cuda.alloc_host(p, bytes) : zccl__mem_host.alloc(p, bytes);
+}
+static void stage_host_free(void *p) {
+    if (zccl__mem_cuda.free_host) zccl__mem_cuda.free_host(p);
+    else zccl__mem_host.free(p);
+}
+
 zccl_result_t zccl__mem_stage_host(zccl_mem_stage_t *st, size_t bytes, uint8_t **out) {
     bytes = (bytes + 63) & ~(size_t)63; /* each transfer's bytes on their own cache lines */
     if (st->host_used == 0 && st->host_bytes < st->host_want) { /* a phase start: one block as large as ever asked */
-        zccl__mem_host.free(st->host);
+        /* Page-locked when the driver gives it (cuMemAllocHost; pageable otherwise): the device copies into and
+         * out of it run at the bus's speed instead of through the driver's own bounce buffers. */
+        stage_host_free(st->host);
         st->host = NULL;
         st->host_bytes = 0;
-        ZCCL_CHECK(zccl__mem_host.alloc((void **)&st->host, st->host_want));
+        ZCCL_CHECK(stage_host_alloc((void **)&st->host, st->host_want));
         st->host_bytes = st->host_want;
     }
     if (st->host_used + bytes <= st->host_bytes) {
@@ -102,6 +114,6 @@ void zccl__mem_stage_free(zccl_mem_stage_t *st) {
     if (st->scratch) zccl__mem_ops(st->scratch_type)->free(st->scratch);
     if (st->bounce) zccl__mem_cuda.free(st->bounce);
     if (st->direct) zccl__mem_ops(st->direct_type)->free(st->direct);
-    zccl__mem_host.free(st->host);
+    stage_host_free(st->host);
     *st = (zccl_mem_stage_t){0};
 }
