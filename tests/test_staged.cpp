@@ -3,9 +3,12 @@
  * ordinary host buffers whose vector lies within [ZCCL_SHM_STAGED_MIN_BYTES, ZCCL_SHM_STAGED_MAX_BYTES], every rank
  * on one host. Each result is checked element by element against a reference the test computes from the inputs'
  * formula (integer-valued data, so every order of summation is exact); every call must have taken the path
- * (zccl__stg_calls), and none must when the path is off. Calls that differ between ranks fail on every rank.
+ * (zccl__stg_calls), and none must when the path is off; by default it is on exactly when the host has more ranks
+ * than cores. Calls that differ between ranks fail on every rank.
  */
 #include <gtest/gtest.h>
+
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
@@ -134,6 +137,12 @@ int off_body(zccl_comm_t comm, int rank, int n) {
     return 0;
 }
 
+int auto_on_body(zccl_comm_t comm, int rank, int n) {
+    if (one<float>(comm, rank, n, "allreduce", ZCCL_FLOAT32, ZCCL_SUM, 100003, false, true)) return 1;
+    if (one<float>(comm, rank, n, "reduce_scatter", ZCCL_FLOAT32, ZCCL_SUM, 30001, true, true)) return 1;
+    return 0;
+}
+
 /* Rank 0 all-reduces 10000 floats, the others 12000: both inside the bounds, so every rank is on the staged path
  * and must fail naming the difference; none may return success. */
 int mismatch_body(zccl_comm_t comm, int rank, int) {
@@ -154,21 +163,35 @@ class Staged : public ::testing::TestWithParam<int> {};
 TEST_P(Staged, MatrixMatchesReference) {
     Options o;
     o.deadline_s = 180;
-    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED", std::string("1")}};
     run_ranks(GetParam(), matrix_body, o);
 }
 
 TEST_P(Staged, OffWhenDisabled) {
     Options o;
     o.deadline_s = 120;
-    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED_MAX_BYTES", std::string("0")}};
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED", std::string("1")},
+             {"ZCCL_SHM_STAGED_MAX_BYTES", std::string("0")}};
     run_ranks(GetParam(), off_body, o);
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED", std::string("0")}};
+    run_ranks(GetParam(), off_body, o);
+}
+
+/* The default (-1): on exactly when the host has more ranks than this process's cores. */
+TEST_P(Staged, AutomaticFollowsRanksPerCore) {
+    cpu_set_t set;
+    ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    const bool on = GetParam() > CPU_COUNT(&set);
+    Options o;
+    o.deadline_s = 120;
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    run_ranks(GetParam(), on ? auto_on_body : off_body, o);
 }
 
 TEST_P(Staged, DifferentCountsFailOnEveryRank) {
     Options o;
     o.deadline_s = 120;
-    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED", std::string("1")}};
     run_ranks(GetParam(), mismatch_body, o);
 }
 

@@ -713,6 +713,12 @@ typedef struct {
 #define STG_HDR_BYTES 4096u
 _Static_assert(sizeof(stg_hdr_t) <= STG_HDR_BYTES, "staging header");
 
+ZCCL_SETTING(zccl__set_shm_staged) = {
+    .name = "ZCCL_SHM_STAGED", .deflt = "-1",
+    .help = "the staged one-pass path for unregistered host buffers when every rank is on one host: 1 on, 0 off, "
+            "-1 on when the host has more ranks than cores on some rank (where it waits for its peers twice instead "
+            "of at every ring step), else off (where the single copy of ZCCL_SHM_CMA is faster)",
+    .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1, .must_match = true};
 ZCCL_SETTING(zccl__set_shm_staged_max_bytes) = {
     .name = "ZCCL_SHM_STAGED_MAX_BYTES", .deflt = "4M",
     .help = "largest all-reduce / reduce-scatter / all-gather (whole vector, bytes) that runs through the staging "
@@ -731,17 +737,27 @@ static const uint8_t *stg_area(struct zccl_comm *comm, int r) { return comm->stg
 
 zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
     const int n = comm->nranks;
-    int64_t cap = 0, lo = 0;
+    int64_t cap = 0, lo = 0, mode = -1;
+    ZCCL_CHECK(zccl__cfg_int(&zccl__set_shm_staged, &mode));
     ZCCL_CHECK(zccl__cfg_int(&zccl__set_shm_staged_max_bytes, &cap));
     ZCCL_CHECK(zccl__cfg_int(&zccl__set_shm_staged_min_bytes, &lo));
-    if (n < 2 || cap <= 0) return ZCCL_SUCCESS;
+    if (n < 2 || cap <= 0 || mode == 0) return ZCCL_SUCCESS; /* settings that must match: the same on every rank */
     for (int r = 0; r < n; r++) /* every rank sees the same answer: the transport table agrees */
         if (!zccl__shm_reg_area(&comm->tc, r)) return ZCCL_SUCCESS;
+    /* Automatic: wanted where a rank sees more ranks than cores (its affinity mask); the all-reduce turns the ranks'
+     * votes into one answer, on when any rank wants it. */
+    cpu_set_t set;
+    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t want = mode == 1 || n > cpus, any_want = 0;
+    ZCCL_CHECK(zccl_allreduce(&want, &any_want, 1, ZCCL_UINT64, ZCCL_MAX, comm, NULL));
+    if (!any_want) return ZCCL_SUCCESS;
     const size_t region = STG_HDR_BYTES + 2 * (size_t)cap;
     comm->stg.base = calloc((size_t)n, sizeof *comm->stg.base);
     uint64_t *ids = calloc((size_t)n, sizeof *ids);
     if (!comm->stg.base || !ids) {
         free(ids);
+        free(comm->stg.base);
+        comm->stg.base = NULL;
         return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d staging pointers", comm->rank, n);
     }
     /* Each rank allocates; a rank that cannot publishes id 0 and every rank then leaves the path off. */
@@ -787,7 +803,8 @@ zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
     comm->stg.min = (size_t)lo;
     comm->stg.ok = true;
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: staged one-pass path for vectors of %lld..%lld bytes (2 x %lld bytes of "
-              "staging per rank)", comm->rank, (long long)lo, (long long)cap, (long long)cap);
+              "staging per rank; %s)", comm->rank, (long long)lo, (long long)cap, (long long)cap,
+              mode == 1 ? "ZCCL_SHM_STAGED=1" : "more ranks than cores");
     return ZCCL_SUCCESS;
 }
 
