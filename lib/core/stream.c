@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "stream.h"
@@ -23,10 +24,27 @@ struct zccl_stream {
     zccl_result_t err;
     char errmsg[1024];
     struct zccl_stream *next_live;
+    zccl_cuda_order_t *order; /* bound to a caller's CUDA stream (zccl_stream_create_cuda), else NULL */
 };
 
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct zccl_stream *live; /* every stream, for zccl_comm_destroy's check */
+
+/* A device-memory call on a stream bound to a CUDA stream: waits until the work the caller queued on that stream
+ * before the call has run, then runs it. If that work failed or the communicator was aborted meanwhile, the call is
+ * not run: it takes its sequence number and tells the peers why, as a call refused at issue does, and fails here. */
+static zccl_result_t run_ordered(zccl_cuda_order_t *order, zccl_op_t *op) {
+    zccl_result_t res = zccl__cuda_order_begin(order, &op->cuda, &op->comm->tc.aborted);
+    if (res == ZCCL_SUCCESS) return zccl__op_run(op);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zccl__last_error());
+    free(op->reason);
+    op->reason = strdup(msg);
+    op->refused = true;
+    if (!__atomic_load_n(&op->comm->tc.aborted, __ATOMIC_ACQUIRE)) zccl__op_run(op);
+    zccl__set_last_error(msg);
+    return res;
+}
 
 static void *stream_main(void *arg) {
     struct zccl_stream *s = arg;
@@ -46,7 +64,11 @@ static void *stream_main(void *arg) {
         zccl_result_t res;
         if (!op.comm) res = zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
         else if (broken != ZCCL_SUCCESS && had_err) res = broken;
+        else if (op.cuda.value) res = run_ordered(s->order, &op);
         else res = zccl__op_run(&op);
+        /* The caller's CUDA stream waits for this ticket: let it go, whatever happened (the error is the stream's
+         * and the communicator's to report). */
+        if (op.cuda.value) zccl__cuda_order_end(s->order, &op.cuda);
         zccl__op_release(&op);
         pthread_mutex_lock(&s->mu);
         if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {
@@ -71,13 +93,30 @@ static void *stream_main(void *arg) {
     return NULL;
 }
 
+static zccl_result_t stream_new(zccl_stream_t *stream, zccl_cuda_order_t *order);
+
 ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
     if (!stream) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create: argument 'stream' is NULL");
+    return stream_new(stream, NULL);
+}
+
+ZCCL_API zccl_result_t zccl_stream_create_cuda(void *cuda_stream, zccl_stream_t *stream) {
+    if (!stream) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: argument 'stream' is NULL");
+    *stream = NULL;
+    zccl_cuda_order_t *order = NULL;
+    ZCCL_CHECK(zccl__cuda_order_create(cuda_stream, &order));
+    zccl_result_t res = stream_new(stream, order);
+    if (res != ZCCL_SUCCESS) zccl__cuda_order_destroy(order);
+    return res;
+}
+
+static zccl_result_t stream_new(zccl_stream_t *stream, zccl_cuda_order_t *order) {
     struct zccl_stream *s = calloc(1, sizeof *s);
     if (!s) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream");
     s->cap = 64;
     s->q = malloc(s->cap * sizeof *s->q);
     if (!s->q) { free(s); return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream queue"); }
+    s->order = order;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_idle, NULL);
@@ -114,12 +153,39 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
         zccl__op_release(&o);
         return res;
     }
-    pthread_mutex_lock(&s->mu);
+    zccl_op_t ordered;
+    if (s->order && op->mem == ZCCL_MEM_CUDA && !op->group) {
+        /* Stream order with the caller's CUDA stream: the inputs are ready when the event fires, the caller's later
+         * work waits on the completion word. The buffers must be on the stream's device. */
+        ordered = *op;
+        const void *p = op->sendbuf ? op->sendbuf : op->recvbuf;
+        zccl_mem_type_t t;
+        int dev = -1;
+        zccl_result_t res = zccl__mem_query(p, &t, &dev);
+        if (res == ZCCL_SUCCESS && dev != zccl__cuda_order_device(s->order))
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "a call on a stream bound to a CUDA stream: its buffers are on "
+                              "CUDA device %d but the CUDA stream is on device %d", dev,
+                              zccl__cuda_order_device(s->order));
+        if (res == ZCCL_SUCCESS) {
+            pthread_mutex_lock(&s->mu); /* tickets in queue order */
+            res = zccl__cuda_order_issue(s->order, &ordered.cuda);
+            if (res != ZCCL_SUCCESS) pthread_mutex_unlock(&s->mu);
+        }
+        if (res != ZCCL_SUCCESS) {
+            zccl_op_t o = *op;
+            zccl__op_release(&o);
+            return res;
+        }
+        op = &ordered;
+    } else {
+        pthread_mutex_lock(&s->mu);
+    }
     if (s->tail - s->head == s->cap) { /* grow, keeping order */
         zccl_op_t *nq = malloc(2 * s->cap * sizeof *nq);
         if (!nq) {
             pthread_mutex_unlock(&s->mu);
             zccl_op_t o = *op;
+            if (o.cuda.value) zccl__cuda_order_end(s->order, &o.cuda); /* never queued: let the CUDA stream go */
             zccl__op_release(&o);
             return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory growing a stream queue past %zu operations", s->cap);
         }
@@ -180,6 +246,7 @@ ZCCL_API zccl_result_t zccl_stream_destroy(zccl_stream_t s) {
     pthread_cond_destroy(&s->cv_work);
     pthread_cond_destroy(&s->cv_idle);
     pthread_cond_destroy(&s->cv_done);
+    zccl__cuda_order_destroy(s->order);
     free(s->q);
     free(s);
     return res;

@@ -62,6 +62,8 @@ static void drv_load(void) {
     OPT(cuStreamWaitEvent, "cuStreamWaitEvent");
     OPT(cuStreamWaitValue32, "cuStreamWaitValue32_v2");
     OPT(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    OPT(cuStreamGetCtx, "cuStreamGetCtx");
+    OPT(cuCtxGetDevice, "cuCtxGetDevice");
 #undef REQ
 #undef OPT
     if (miss) { dlclose(h); return; }
