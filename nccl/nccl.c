@@ -7,9 +7,11 @@
  * same ABI); the static assertions below pin every shared value to zccl's.
  *
  * What differs from NCCL, by design of this CPU-only layer:
- *  - buffers are host memory; a pointer that the CUDA driver (if a program already loaded it) reports as device
- *    memory is refused with ncclInvalidUsage. The cudaStream_t argument is accepted and not used: every call
- *    has completed when it returns (a group: when ncclGroupEnd returns).
+ *  - host buffers: the cudaStream_t argument is not used; every call has completed when it returns (a group: when
+ *    ncclGroupEnd returns). Device buffers (zccl_pointer_device): the call runs on the zccl stream bound to
+ *    (communicator, cudaStream_t) by zccl_stream_create_cuda, made on first use and destroyed with the
+ *    communicator, so it returns at once and is ordered with the CUDA stream; zccl stages its data through host
+ *    memory. A group's device collectives run one by one in recording order; grouped device send/recv is refused.
  *  - ncclGroupStart/End: the calls of a group are recorded here and handed to zccl's own group
  *    (zccl_group_start/end) at the outermost ncclGroupEnd, one thread per communicator when a group spans several
  *    (one thread driving several ranks, as after ncclCommInitAll). Communicator creation, split and shrink inside a
