@@ -95,7 +95,13 @@ zccl_result_t zccl__cuda_order_create(void *user_stream, zccl_cuda_order_t **out
     CUcontext ctx = NULL;
     int dev = -1;
     ZCCL_CHECK(stream_device(d, (CUstream)user_stream, &ctx, &dev));
-    ZCCL_CHECK(zccl__mem_cuda_prepare(dev)); /* internal stream and kernels now, before any wait is queued */
+    /* zccl's internal stream and kernels now, in the stream's context, before any wait is queued on the stream */
+    CUcontext saved = NULL;
+    d->cuCtxGetCurrent(&saved);
+    d->cuCtxSetCurrent(ctx);
+    const zccl_result_t pr = zccl__mem_cuda_prepare(dev);
+    if (saved) d->cuCtxSetCurrent(saved);
+    if (pr != ZCCL_SUCCESS) return pr;
     zccl_cuda_order_t *o = calloc(1, sizeof *o);
     if (!o) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a CUDA stream's order state");
     o->user = (CUstream)user_stream;
@@ -147,22 +153,33 @@ static void give_event(const zccl_cuda_drv_t *d, zccl_cuda_order_t *o, CUevent e
     if (!kept) d->cuEventDestroy(e);
 }
 
+/* Event and wait in the stream's context, whatever the calling thread has current (it is restored). */
+static zccl_result_t issue_in_ctx(const zccl_cuda_drv_t *d, zccl_cuda_order_t *o, uint32_t v, CUevent *e) {
+    ZCCL_CHECK(take_event(d, o, e));
+    CUresult r = d->cuEventRecord(*e, o->user);
+    if (r != ZCU_SUCCESS) {
+        give_event(d, o, *e);
+        return drv_err("cuEventRecord on the caller's stream", r);
+    }
+    r = d->cuStreamWaitValue32(o->user, o->flag_dev, v, ZCU_STREAM_WAIT_VALUE_GEQ);
+    if (r != ZCU_SUCCESS) {
+        give_event(d, o, *e);
+        return drv_err("cuStreamWaitValue32 on the caller's stream", r);
+    }
+    return ZCCL_SUCCESS;
+}
+
 zccl_result_t zccl__cuda_order_issue(zccl_cuda_order_t *o, zccl_cuda_ticket_t *t) {
     const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
     if (!d || !o) return zccl__error(ZCCL_INTERNAL_ERROR, "stream order state missing");
+    CUcontext cur = NULL;
+    d->cuCtxGetCurrent(&cur);
+    if (cur != o->ctx) d->cuCtxSetCurrent(o->ctx);
     CUevent e = NULL;
-    ZCCL_CHECK(take_event(d, o, &e));
-    CUresult r = d->cuEventRecord(e, o->user);
-    if (r != ZCU_SUCCESS) {
-        give_event(d, o, e);
-        return drv_err("cuEventRecord on the caller's stream", r);
-    }
     const uint32_t v = o->issued + 1;
-    r = d->cuStreamWaitValue32(o->user, o->flag_dev, v, ZCU_STREAM_WAIT_VALUE_GEQ);
-    if (r != ZCU_SUCCESS) {
-        give_event(d, o, e);
-        return drv_err("cuStreamWaitValue32 on the caller's stream", r);
-    }
+    const zccl_result_t res = issue_in_ctx(d, o, v, &e);
+    if (cur != o->ctx) d->cuCtxSetCurrent(cur);
+    if (res != ZCCL_SUCCESS) return res;
     o->issued = v;
     __atomic_add_fetch(&pending, 1, __ATOMIC_ACQ_REL);
     t->value = v;
