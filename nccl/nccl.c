@@ -1194,14 +1194,16 @@ PALIAS(ncclReduce);
 
 EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                                   ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_ALLGATHER, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream, -1};
+    struct op o = {OP_ALLGATHER, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
+                   stream, -1};
     return submit(&o);
 }
 PALIAS(ncclAllGather);
 
 EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_REDUCESCATTER, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0, stream, -1};
+    struct op o = {OP_REDUCESCATTER, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0,
+                   stream, -1};
     return submit(&o);
 }
 PALIAS(ncclReduceScatter);

@@ -59,7 +59,8 @@ static zccl_result_t stream_device(const zccl_cuda_drv_t *d, CUstream s, CUconte
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: 'cuda_stream' (%p) is not a CUDA stream "
                            "of a live context (cuStreamGetCtx: %s)%s", (void *)s,
                            r != ZCU_SUCCESS ? zccl__cuda_errstr(r) : "no context",
-                           s ? "" : "; the default stream needs a current context on the calling thread (cudaSetDevice)");
+                           s ? "" : "; the default stream needs a current context on the calling thread "
+                           "(cudaSetDevice)");
     d->cuCtxGetCurrent(&saved);
     CUdevice dev = -1;
     if ((r = d->cuCtxSetCurrent(sc)) == ZCU_SUCCESS) r = d->cuCtxGetDevice(&dev);
@@ -68,9 +69,9 @@ static zccl_result_t stream_device(const zccl_cuda_drv_t *d, CUstream s, CUconte
     if (r != ZCU_SUCCESS) return drv_err("finding the device of the caller's stream (cuCtxGetDevice)", r);
     if (primary != sc)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: 'cuda_stream' (%p) belongs to CUDA context "
-                           "%p, which is not the primary context of device %d (%p); zccl runs its copies and kernels in "
-                           "the primary context, as the CUDA runtime does: create the stream with the runtime API or "
-                           "in the primary context (cuDevicePrimaryCtxRetain)", (void *)s, (void *)sc, (int)dev,
+                           "%p, which is not the primary context of device %d (%p); zccl runs its copies and kernels "
+                           "in the primary context, as the CUDA runtime does: create the stream with the runtime API "
+                           "or in the primary context (cuDevicePrimaryCtxRetain)", (void *)s, (void *)sc, (int)dev,
                            (void *)primary);
     *ctx = sc;
     *device = (int)dev;

@@ -236,8 +236,8 @@ zccl_result_t zccl__mem_cuda_prepare(int device) {
     const zccl_cuda_drv_t *d;
     ZCCL_CHECK(ready(&d, true));
     if (stream_dev != device)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: the stream is on CUDA device %d, but zccl's "
-                           "CUDA memory layer already works on device %d in this process (one device per process)",
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: the stream is on CUDA device %d, but "
+                           "zccl's CUDA memory layer already works on device %d in this process (one device per process)",
                            device, stream_dev);
     return ZCCL_SUCCESS;
 }

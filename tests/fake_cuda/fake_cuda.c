@@ -89,7 +89,10 @@ FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
 FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr; (void)dev; *v = 4; return 0; }
 static void *fake_ctx = (void *)0x1;
 static __thread void *cur_ctx;
-FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { *c = dev == 0 ? fake_ctx : (void *)(uintptr_t)(0x100 + dev); return 0; }
+FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { /* device d > 0: context 0x100 + d */
+    *c = dev == 0 ? fake_ctx : (void *)(uintptr_t)(0x100 + dev);
+    return 0;
+}
 FAKE_API CUresult cuCtxGetCurrent(void **c) { *c = cur_ctx; return 0; }
 FAKE_API CUresult cuCtxSetCurrent(void *c) { cur_ctx = c; return 0; }
 FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {

@@ -24,8 +24,16 @@
 
 static int g_rank = -1, g_fail;
 #define FAILF(...) do { printf("rank %d: FAIL ", g_rank); printf(__VA_ARGS__); printf("\n"); g_fail++; } while (0)
-#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { FAILF("%s: %s", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define NC(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) { FAILF("%s: %d %s", #call, (int)r_, ncclGetLastError(NULL)); exit(1); } } while (0)
+#define CK(call)                                                                                                 \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) { FAILF("%s: %s", #call, cudaGetErrorString(e_)); exit(1); }                    \
+    } while (0)
+#define NC(call)                                                                                                 \
+    do {                                                                                                       \
+        ncclResult_t r_ = (call);                                                                              \
+        if (r_ != ncclSuccess) { FAILF("%s: %d %s", #call, (int)r_, ncclGetLastError(NULL)); exit(1); }        \
+    } while (0)
 
 __global__ void spin_then_fill(float *dst, size_t n, int rank, long long spin) {
     if (threadIdx.x == 0) {
@@ -48,7 +56,10 @@ static double now(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 2) { fprintf(stderr, "usage: %s ID_FILE (ranks from RANK / WORLD_SIZE, e.g. zcclrun)\n", argv[0]); return 2; }
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s ID_FILE (ranks from RANK / WORLD_SIZE, e.g. zcclrun)\n", argv[0]);
+        return 2;
+    }
     const char *r = getenv("RANK"), *w = getenv("WORLD_SIZE");
     g_rank = r ? atoi(r) : 0;
     const int n = w ? atoi(w) : 1;
@@ -87,7 +98,8 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&dc, count * 4));
         cudaPointerAttributes pa;
         CK(cudaPointerGetAttributes(&pa, ds));
-        if (pa.type != cudaMemoryTypeDevice) FAILF("ncclMemAlloc gave memory of type %d, not device memory", (int)pa.type);
+        if (pa.type != cudaMemoryTypeDevice)
+            FAILF("ncclMemAlloc gave memory of type %d, not device memory", (int)pa.type);
         CK(cudaMemsetAsync(dr, 0xff, count * 4, s));
         CK(cudaMemsetAsync(dc, 0xee, count * 4, s));
         spin_then_fill<<<1, 256, 0, s>>>(ds, count, g_rank, 2000000); /* ~1 ms, then the input */
@@ -120,7 +132,10 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(got.data(), dr, count * 4, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < count; i++) {
             const float want = (float)(n * (n + 1) / 2) + (float)n * (float)(i % 5);
-            if (got[i] != want) { FAILF("grouped calls count %zu [%zu] = %g, expected %g", count, i, got[i], want); break; }
+            if (got[i] != want) {
+                FAILF("grouped calls count %zu [%zu] = %g, expected %g", count, i, got[i], want);
+                break;
+            }
         }
         NC(ncclMemFree(ds));
         NC(ncclMemFree(dr));
