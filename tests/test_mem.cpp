@@ -675,8 +675,25 @@ TEST_P(MemFakeCudaStream, OrderedWithTheCallersStream) {
                         ZCCL_INVALID_ARGUMENT, "buffers of device 1 accepted on a stream of device 0");
         CHILD_CHECK(strstr(zccl_get_last_error(NULL), "buffers are on CUDA device 1 but the CUDA stream is on device 0"),
                     "message: %s", zccl_get_last_error(NULL));
-        f.unmark(other.data());
-        zccl_stream_query(zs); /* the refused call took its sequence number on the peers: settle */
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "after a call every rank refused: %s",
+                    zccl_get_last_error(NULL));
+        /* refused on rank 0 only: the peers fail the call too, naming rank 0's reason, instead of waiting for it */
+        if (nranks > 1) {
+            std::vector<float> v(16, 1.f);
+            f.mark(v.data(), sizeof(float) * 16, rank == 0 ? 1 : 0);
+            const zccl_result_t r = zccl_allreduce(v.data(), v.data(), 16, ZCCL_FLOAT32, ZCCL_SUM, comm, zs);
+            if (rank == 0) {
+                CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "rank 0's buffers of device 1 accepted");
+                CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "rank 0: %s", zccl_get_last_error(NULL));
+            } else {
+                CHILD_CHECK(r == ZCCL_SUCCESS, "issue: %s", zccl_get_last_error(NULL));
+                CHILD_CHECK(fo.sync(S) == 0, "S blocked behind a call its peer refused");
+                CHILD_CHECK(zccl_stream_synchronize(zs) != ZCCL_SUCCESS, "a call rank 0 refused succeeded here");
+                CHILD_CHECK(strstr(zccl_get_last_error(NULL), "buffers are on CUDA device 1"),
+                            "the peer's reason is not named: %s", zccl_get_last_error(NULL));
+            }
+            f.unmark(v.data());
+        }
 
         /* a kernel of the caller that fails before the call: the call fails naming it, S goes on */
         std::vector<float> e(count, 1.f);

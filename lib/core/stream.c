@@ -172,8 +172,19 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
             if (res != ZCCL_SUCCESS) pthread_mutex_unlock(&s->mu);
         }
         if (res != ZCCL_SUCCESS) {
+            /* Refused here: as a call refused at its entry point, it still takes its sequence number on this
+             * stream and tells the peers why (collectives.c, run_refused), so that they fail it instead of waiting. */
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", zccl__last_error());
             zccl_op_t o = *op;
             zccl__op_release(&o);
+            if (o.comm && o.comm->nranks > 1 && !o.group) {
+                zccl_op_t r = {.coll = o.coll, .barrier = o.barrier, .count = o.count, .dt = o.dt, .op = o.op,
+                               .root = o.root, .comm = o.comm, .refused = true, .reason = strdup(msg),
+                               .mem = ZCCL_MEM_HOST};
+                zccl__op_issue(&r, s);
+                zccl__set_last_error(msg);
+            }
             return res;
         }
         op = &ordered;
