@@ -342,7 +342,8 @@ zccl_result_t zccl_stream_destroy(zccl_stream_t stream);
  * background come from zccl_stream_synchronize/query and, where the ranks lost step, zccl_comm_get_async_error;
  * a failure of the work queued before the call (cuEventQuery reports it) fails the call with
  * ZCCL_UNHANDLED_CUDA_ERROR without moving data (its peers fail it too, naming why).
- * Calls on device memory of another device than cuda_stream's fail with ZCCL_INVALID_ARGUMENT when issued.
+ * Calls on device memory of another device than cuda_stream's fail with ZCCL_INVALID_ARGUMENT when issued (the call
+ * still takes its place in the sequence, so the peers fail it too, naming why).
  * Errors: ZCCL_INVALID_ARGUMENT (stream NULL; cuda_stream no live stream; a stream of a context that is not its
  * device's primary context; a stream of a device other than the one zccl's CUDA layer already uses in this
  * process); ZCCL_INVALID_USAGE (no CUDA driver could be loaded, a driver without events, cuStreamGetCtx or
