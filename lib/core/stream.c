@@ -146,6 +146,23 @@ void zccl__op_release(zccl_op_t *op) {
     op->group = NULL;
 }
 
+/* A device call refused when queued on a CUDA-bound stream (res, with the thread's last error): as a call refused at
+ * its entry point, it still takes its sequence number on the stream and tells the peers why (collectives.c,
+ * run_refused), so that they fail it instead of pairing it with this rank's next call. Releases op. */
+static zccl_result_t refuse_here(const zccl_op_t *op, zccl_stream_t s, zccl_result_t res) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zccl__last_error());
+    zccl_op_t o = *op;
+    zccl__op_release(&o);
+    if (o.comm && o.comm->nranks > 1) {
+        zccl_op_t r = {.coll = o.coll, .barrier = o.barrier, .count = o.count, .dt = o.dt, .op = o.op, .root = o.root,
+                       .comm = o.comm, .refused = true, .reason = strdup(msg), .mem = ZCCL_MEM_HOST};
+        zccl__op_issue(&r, s);
+        zccl__set_last_error(msg);
+    }
+    return res;
+}
+
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
     if (!s) {
         zccl_result_t res = zccl__op_run(op);
@@ -153,50 +170,28 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
         zccl__op_release(&o);
         return res;
     }
-    zccl_op_t ordered;
-    if (s->order && op->mem == ZCCL_MEM_CUDA && !op->group) {
-        /* Stream order with the caller's CUDA stream: the inputs are ready when the event fires, the caller's later
-         * work waits on the completion word. The buffers must be on the stream's device. */
-        ordered = *op;
+    /* Stream order with the caller's CUDA stream (a device call on a stream of zccl_stream_create_cuda): the inputs
+     * are ready when the call's event fires, the caller's later work waits on the completion word. The buffers must
+     * be on the stream's device. */
+    const bool order = s->order && op->mem == ZCCL_MEM_CUDA && !op->group;
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (order) {
         const void *p = op->sendbuf ? op->sendbuf : op->recvbuf;
         zccl_mem_type_t t;
         int dev = -1;
-        zccl_result_t res = zccl__mem_query(p, &t, &dev);
+        res = zccl__mem_query(p, &t, &dev);
         if (res == ZCCL_SUCCESS && dev != zccl__cuda_order_device(s->order))
             res = zccl__error(ZCCL_INVALID_ARGUMENT, "a call on a stream bound to a CUDA stream: its buffers are on "
                               "CUDA device %d but the CUDA stream is on device %d", dev,
                               zccl__cuda_order_device(s->order));
-        if (res == ZCCL_SUCCESS) {
-            pthread_mutex_lock(&s->mu); /* tickets in queue order */
-            res = zccl__cuda_order_issue(s->order, &ordered.cuda);
-            if (res != ZCCL_SUCCESS) pthread_mutex_unlock(&s->mu);
-        }
-        if (res != ZCCL_SUCCESS) {
-            /* Refused here: as a call refused at its entry point, it still takes its sequence number on this
-             * stream and tells the peers why (collectives.c, run_refused), so that they fail it instead of waiting. */
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", zccl__last_error());
-            zccl_op_t o = *op;
-            zccl__op_release(&o);
-            if (o.comm && o.comm->nranks > 1 && !o.group) {
-                zccl_op_t r = {.coll = o.coll, .barrier = o.barrier, .count = o.count, .dt = o.dt, .op = o.op,
-                               .root = o.root, .comm = o.comm, .refused = true, .reason = strdup(msg),
-                               .mem = ZCCL_MEM_HOST};
-                zccl__op_issue(&r, s);
-                zccl__set_last_error(msg);
-            }
-            return res;
-        }
-        op = &ordered;
-    } else {
-        pthread_mutex_lock(&s->mu);
+        if (res != ZCCL_SUCCESS) return refuse_here(op, s, res);
     }
+    pthread_mutex_lock(&s->mu);
     if (s->tail - s->head == s->cap) { /* grow, keeping order */
         zccl_op_t *nq = malloc(2 * s->cap * sizeof *nq);
         if (!nq) {
             pthread_mutex_unlock(&s->mu);
             zccl_op_t o = *op;
-            if (o.cuda.value) zccl__cuda_order_end(s->order, &o.cuda); /* never queued: let the CUDA stream go */
             zccl__op_release(&o);
             return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory growing a stream queue past %zu operations", s->cap);
         }
@@ -206,6 +201,15 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
         s->tail -= s->head;
         s->head = 0;
         s->cap *= 2;
+    }
+    zccl_op_t ordered;
+    if (order) { /* under the lock: tickets in queue order */
+        ordered = *op;
+        if ((res = zccl__cuda_order_issue(s->order, &ordered.cuda)) != ZCCL_SUCCESS) {
+            pthread_mutex_unlock(&s->mu);
+            return refuse_here(op, s, res);
+        }
+        op = &ordered;
     }
     s->q[s->tail % s->cap] = *op;
     s->tail++;
