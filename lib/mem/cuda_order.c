@@ -27,6 +27,8 @@
 
 #define ZCU_ERROR_NOT_READY 600
 
+static void reap(const zccl_cuda_drv_t *d);
+
 struct zccl_cuda_order {
     CUstream user;           /* the caller's stream */
     CUcontext ctx;           /* its context: the primary context of `device` */
@@ -95,6 +97,7 @@ zccl_result_t zccl__cuda_order_create(void *user_stream, zccl_cuda_order_t **out
                            "need a CUDA 12 driver or newer");
     CUcontext ctx = NULL;
     int dev = -1;
+    reap(d);
     ZCCL_CHECK(stream_device(d, (CUstream)user_stream, &ctx, &dev));
     /* zccl's internal stream and kernels now, in the stream's context, before any wait is queued on the stream */
     CUcontext saved = NULL;
@@ -224,12 +227,54 @@ void zccl__cuda_order_end(zccl_cuda_order_t *o, zccl_cuda_ticket_t *t) {
 
 uint32_t zccl__cuda_order_done(const zccl_cuda_order_t *o) { return __atomic_load_n(o->flag, __ATOMIC_ACQUIRE); }
 
+/* Completion words of destroyed orders whose stream may not have passed its last wait yet: each is freed once an
+ * event recorded on the stream at destroy time has fired (the stream read the word for the last time before). */
+typedef struct grave { void *flag; CUevent passed; struct grave *next; } grave_t;
+static grave_t *graves;
+static pthread_mutex_t graves_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void reap(const zccl_cuda_drv_t *d) {
+    pthread_mutex_lock(&graves_mu);
+    for (grave_t **g = &graves; *g;) {
+        if (d->cuEventQuery((*g)->passed) == ZCU_ERROR_NOT_READY) { g = &(*g)->next; continue; }
+        grave_t *f = *g;
+        *g = f->next;
+        d->cuEventDestroy(f->passed);
+        d->cuMemFreeHost(f->flag);
+        free(f);
+    }
+    pthread_mutex_unlock(&graves_mu);
+}
+
 void zccl__cuda_order_destroy(zccl_cuda_order_t *o) {
     if (!o) return;
     const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
     if (d) {
         for (size_t i = 0; i < o->npool; i++) d->cuEventDestroy(o->pool[i]);
-        d->cuMemFreeHost((void *)o->flag);
+        /* The caller's stream may still have to pass waits on the word (its GPU-side queue runs behind zccl): keep
+         * the word until an event recorded there now has fired. */
+        CUevent passed = NULL;
+        grave_t *g = malloc(sizeof *g);
+        CUcontext cur = NULL;
+        d->cuCtxGetCurrent(&cur);
+        if (cur != o->ctx) d->cuCtxSetCurrent(o->ctx);
+        const bool later = g && o->issued && d->cuEventCreate(&passed, ZCU_EVENT_DISABLE_TIMING) == ZCU_SUCCESS &&
+                           d->cuEventRecord(passed, o->user) == ZCU_SUCCESS;
+        if (cur != o->ctx) d->cuCtxSetCurrent(cur);
+        if (later) {
+            *g = (grave_t){(void *)o->flag, passed, NULL};
+            pthread_mutex_lock(&graves_mu);
+            g->next = graves;
+            graves = g;
+            pthread_mutex_unlock(&graves_mu);
+        } else {
+            if (passed) d->cuEventDestroy(passed);
+            free(g);
+            /* No call was ever queued on the stream: free the word. Else, with no event to tell when the stream
+             * has passed its waits, 64 bytes of pinned memory are left rather than freed under the GPU's reads. */
+            if (!o->issued) d->cuMemFreeHost((void *)o->flag);
+        }
+        reap(d);
     }
     free(o->pool);
     pthread_mutex_destroy(&o->mu);

@@ -22,6 +22,7 @@ static void fk_enqueue_wait(void *s, unsigned long long addr, uint32_t v);
 static int fk_event_not_ready(void *e);
 static CUresult fk_stream_sync(void *s);
 static void fk_check_device_wide_wait(void);
+static void fk_event_destroy(void *e);
 
 typedef struct { uintptr_t lo, hi; int dev; } range_t;
 static range_t ranges[256];
@@ -143,7 +144,7 @@ FAKE_API CUresult cuEventQuery(void *e) {
     if (stats.event_pending > 0) { stats.event_pending--; return 600; /* CUDA_ERROR_NOT_READY */ }
     return fk_event_not_ready(e);
 }
-FAKE_API CUresult cuEventDestroy_v2(void *e) { free(e); return 0; }
+FAKE_API CUresult cuEventDestroy_v2(void *e) { fk_event_destroy(e); return 0; }
 FAKE_API CUresult cuStreamWaitValue32_v2(void *s, unsigned long long addr, uint32_t v, unsigned flags) {
     (void)flags;
     stats.waits++;
@@ -302,6 +303,18 @@ static int fk_event_not_ready(void *e) {
     return r;
 }
 
+/* An event: [0] records queued and not executed, [1] a failed kernel ran before its last record, [2] destroyed
+ * (freed once its queued records have run, as the driver allows destroying an event with pending work). */
+static void fk_event_destroy(void *e) {
+    if (!e) return;
+    long *ev = e;
+    pthread_mutex_lock(&fk_mu);
+    const int later = ev[0] > 0;
+    if (later) ev[2] = 1;
+    pthread_mutex_unlock(&fk_mu);
+    if (!later) free(e);
+}
+
 /* Runs what can run at the head of every stream; fk_mu held. */
 static void fk_step(void) {
     for (fk_stream_t *s = fk_streams; s; s = s->next) {
@@ -312,6 +325,7 @@ static void fk_step(void) {
             if (it->kind == FK_RECORD) {
                 it->event[0]--;
                 if (s->failed) it->event[1] = 1;
+                if (it->event[0] == 0 && it->event[2]) free(it->event); /* destroyed while a record was queued */
             }
             if (it->kind == FK_FAIL) s->failed = 1;
             if (it->kind == FK_COPY) memmove(it->dst, it->src, it->n);
