@@ -6,7 +6,9 @@
  * name. Differences from NCCL are stated where they occur.
  *
  * Units. Every `count` argument is a number of ELEMENTS of the given datatype, never bytes. Buffers are host
- * memory (CUDA device memory is not accepted by this build).
+ * memory or, where libzccl was built with its CUDA kernels and a CUDA driver is present, CUDA device memory (both
+ * buffers of a call of one kind; docs/gpu.md): a call on device memory with a NULL stream has completed on the GPU
+ * when it returns; on a stream of zccl_stream_create_cuda it is ordered with that CUDA stream.
  *
  * Errors. Every function returns a zccl_result_t. On failure a message naming the cause (which argument, which
  * peer rank, which limit) is kept per thread and returned by zccl_get_last_error(); with ZCCL_DEBUG=WARN or higher
@@ -325,6 +327,55 @@ zccl_result_t zccl_stream_query(zccl_stream_t stream);
 
 /** Waits for the stream's queued operations, then frees it. NULL is accepted. Returns as zccl_stream_synchronize. */
 zccl_result_t zccl_stream_destroy(zccl_stream_t stream);
+
+/**
+ * Creates a stream bound to a caller's CUDA stream (NCCL's cudaStream_t argument; docs/gpu.md, "Stream order").
+ * cuda_stream: a CUstream / cudaStream_t of the primary context of its device (what the CUDA runtime creates), or
+ * NULL for the legacy default stream of the calling thread's current context. Not owned: it must outlive the zccl
+ * stream. A call on CUDA device memory of that device issued on the returned stream returns at once, without waiting
+ * for the GPU: it runs on the stream's thread once the work queued on cuda_stream before the call has run (an event
+ * recorded at issue), and the work queued on cuda_stream after the call waits for it (cuda_stream waits on a
+ * completion word that zccl writes when the call is done, failed or not), as an NCCL call on that stream. The
+ * buffers follow the CUDA stream's order: the caller may free or overwrite them once its later work on cuda_stream
+ * has run (cudaStreamSynchronize), or zccl_stream_synchronize has returned. Calls on host memory on this stream are
+ * queued as on zccl_stream_create's streams and not ordered with cuda_stream. Errors of a call that ran in the
+ * background come from zccl_stream_synchronize/query and, where the ranks lost step, zccl_comm_get_async_error;
+ * a failure of the work queued before the call (cuEventQuery reports it) fails the call with
+ * ZCCL_UNHANDLED_CUDA_ERROR without moving data (its peers fail it too, naming why).
+ * Calls on device memory of another device than cuda_stream's fail with ZCCL_INVALID_ARGUMENT when issued (the call
+ * still takes its place in the sequence, so the peers fail it too, naming why).
+ * Errors: ZCCL_INVALID_ARGUMENT (stream NULL; cuda_stream no live stream; a stream of a context that is not its
+ * device's primary context; a stream of a device other than the one zccl's CUDA layer already uses in this
+ * process); ZCCL_INVALID_USAGE (no CUDA driver could be loaded, a driver without events, cuStreamGetCtx or
+ * cuStreamWaitValue32_v2 (older than CUDA 12), or a libzccl built without its CUDA kernels); ZCCL_SYSTEM_ERROR
+ * (pinned memory, events or the thread could not be created).
+ */
+zccl_result_t zccl_stream_create_cuda(void *cuda_stream, zccl_stream_t *stream);
+
+/**
+ * What memory ptr points into: *device receives the CUDA device ordinal for CUDA device memory, -1 for host memory
+ * (any pointer when no CUDA driver is loaded or libzccl has no CUDA kernels, NULL, pinned or registered host memory).
+ * Errors: ZCCL_INVALID_ARGUMENT (device NULL); ZCCL_SYSTEM_ERROR (the driver's pointer query failed).
+ */
+zccl_result_t zccl_pointer_device(const void *ptr, int *device);
+
+/**
+ * Allocates `bytes` bytes (0 gives 1) of CUDA device memory through zccl's memory layer (cuMemAlloc in the calling
+ * thread's current context, else the primary context of device 0 or of the device of the last device call), for
+ * buffers of calls on device memory (ncclMemAlloc, zccl-bench -G 1). Free it with zccl_mem_free_cuda.
+ * Errors: ZCCL_INVALID_ARGUMENT (ptr NULL); ZCCL_INVALID_USAGE (no CUDA driver, or no CUDA kernels in this build);
+ * ZCCL_SYSTEM_ERROR (the allocation failed; the message gives the driver's reason).
+ */
+zccl_result_t zccl_mem_alloc_cuda(void **ptr, size_t bytes);
+/** Frees memory from zccl_mem_alloc_cuda. ptr NULL: nothing. Errors: ZCCL_INVALID_ARGUMENT (ptr is not CUDA
+ *  device memory). */
+zccl_result_t zccl_mem_free_cuda(void *ptr);
+/**
+ * Copies `bytes` bytes from src to dst (not overlapping), each host or CUDA device memory; the copy has completed
+ * when the call returns. Errors: ZCCL_INVALID_ARGUMENT (dst or src NULL with bytes > 0); ZCCL_SYSTEM_ERROR (the
+ * driver's copy failed).
+ */
+zccl_result_t zccl_mem_copy(void *dst, const void *src, size_t bytes);
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Collectives                                                                                                  */

@@ -7,9 +7,11 @@
  * same ABI); the static assertions below pin every shared value to zccl's.
  *
  * What differs from NCCL, by design of this CPU-only layer:
- *  - buffers are host memory; a pointer that the CUDA driver (if a program already loaded it) reports as device
- *    memory is refused with ncclInvalidUsage. The cudaStream_t argument is accepted and not used: every call
- *    has completed when it returns (a group: when ncclGroupEnd returns).
+ *  - host buffers: the cudaStream_t argument is not used; every call has completed when it returns (a group: when
+ *    ncclGroupEnd returns). Device buffers (zccl_pointer_device): the call runs on the zccl stream bound to
+ *    (communicator, cudaStream_t) by zccl_stream_create_cuda, made on first use and destroyed with the
+ *    communicator, so it returns at once and is ordered with the CUDA stream; zccl stages its data through host
+ *    memory. A group's device collectives run one by one in recording order; grouped device send/recv is refused.
  *  - ncclGroupStart/End: the calls of a group are recorded here and handed to zccl's own group
  *    (zccl_group_start/end) at the outermost ncclGroupEnd, one thread per communicator when a group spans several
  *    (one thread driving several ranks, as after ncclCommInitAll). Communicator creation, split and shrink inside a
@@ -111,42 +113,21 @@ static ncclResult_t from_zccl(zccl_result_t r, const char *fname) {
     }
 }
 
-/* ---- device pointers: asked of the CUDA driver only if the program has loaded it ----------------------------- */
-typedef int (*cu_ptr_attr_fn)(void *data, int attribute, unsigned long long ptr);
-static cu_ptr_attr_fn cu_ptr_attr;
-static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static int is_device_pointer(const void *p) {
-    if (!p) return 0;
-    cu_ptr_attr_fn fn = __atomic_load_n(&cu_ptr_attr, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        /* RTLD_NOLOAD: never loads (or initialises) CUDA; a program that has not loaded it has no device memory. */
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        if (!h) return 0;
-        pthread_mutex_lock(&cu_lock);
-        fn = __atomic_load_n(&cu_ptr_attr, __ATOMIC_ACQUIRE);
-        int keep = 0;
-        if (!fn && (fn = (cu_ptr_attr_fn)dlsym(h, "cuPointerGetAttribute")) != NULL) {
-            __atomic_store_n(&cu_ptr_attr, fn, __ATOMIC_RELEASE);
-            keep = 1; /* this reference keeps the driver loaded for the function pointer */
-        }
-        pthread_mutex_unlock(&cu_lock);
-        if (!keep) dlclose(h);
-        if (!fn) return 0;
-    }
-    unsigned int memtype = 0, managed = 0;
-    enum { ATTR_MEMORY_TYPE = 2, ATTR_IS_MANAGED = 8, MEMTYPE_DEVICE = 2 };
-    if (fn(&memtype, ATTR_MEMORY_TYPE, (unsigned long long)(uintptr_t)p) != 0) return 0; /* unknown to CUDA */
-    if (memtype != MEMTYPE_DEVICE) return 0;
-    if (fn(&managed, ATTR_IS_MANAGED, (unsigned long long)(uintptr_t)p) == 0 && managed) return 0;
-    return 1;
+/* ---- device pointers: asked of zccl's memory layer (the CUDA driver, where one is installed) -------------------- */
+/* The CUDA device of p's memory, -1 for host memory (and for every pointer where no CUDA driver is present). */
+static int buf_device(const void *p) {
+    int d = -1;
+    if (!p || zccl_pointer_device(p, &d) != ZCCL_SUCCESS) return -1;
+    return d;
 }
+
+static int is_device_pointer(const void *p) { return buf_device(p) >= 0; }
 
 static ncclResult_t check_host(const char *fname, const char *arg, const void *p) {
     if (is_device_pointer(p))
         return fail(ncclInvalidUsage,
-                    "%s: '%s' (%p) is CUDA device memory; zccl's NCCL layer moves host memory only (GPU buffers "
-                    "are not supported yet): pass host memory (malloc, cudaMallocHost or ncclMemAlloc)",
+                    "%s: '%s' (%p) is CUDA device memory, which this function does not take in zccl's NCCL layer: "
+                    "pass host memory",
                     fname, arg, p);
     return ncclSuccess;
 }
@@ -166,8 +147,18 @@ struct ncclComm {
     int blocking;             /* NCCL config blocking (1 unless the config said 0) */
     ncclResult_t create_err;  /* creation in a group that failed (its message in create_msg) */
     char create_msg[1024];
-    pthread_mutex_t lock;     /* registrations */
+    pthread_mutex_t lock;     /* registrations, CUDA streams */
     struct reg *regs;
+    struct cstream *cstreams; /* one zccl stream per CUDA stream used with device buffers (zccl_stream_create_cuda) */
+    ncclResult_t stream_err;  /* first error reported by one of them (ncclCommGetAsyncError) */
+    char stream_msg[1024];
+};
+
+/* A CUDA stream that device-buffer calls of this communicator used, and the zccl stream bound to it. */
+struct cstream {
+    cudaStream_t cuda;
+    zccl_stream_t z;
+    struct cstream *next;
 };
 
 static ncclResult_t check_comm(const char *fname, ncclComm_t comm) {
@@ -190,7 +181,27 @@ static struct ncclComm *comm_new(int blocking) {
     return c;
 }
 
+/* Waits for and destroys the communicator's zccl streams (before its zccl communicator goes); their first error is
+ * kept in stream_err. */
+static void cstreams_destroy(struct ncclComm *c) {
+    pthread_mutex_lock(&c->lock);
+    struct cstream *s = c->cstreams;
+    c->cstreams = NULL;
+    pthread_mutex_unlock(&c->lock);
+    while (s) {
+        struct cstream *n = s->next;
+        zccl_result_t r = zccl_stream_destroy(s->z);
+        if (r != ZCCL_SUCCESS && c->stream_err == ncclSuccess) {
+            c->stream_err = (ncclResult_t)r;
+            snprintf(c->stream_msg, sizeof c->stream_msg, "%s", zccl_get_last_error(NULL));
+        }
+        free(s);
+        s = n;
+    }
+}
+
 static void comm_free(struct ncclComm *c) {
+    cstreams_destroy(c);
     pthread_mutex_lock(&c->lock);
     struct reg *r = c->regs;
     c->regs = NULL;
@@ -269,6 +280,8 @@ struct op {
     ncclDataType_t datatype;
     ncclRedOp_t redop;
     int root; /* root, or peer for send/recv */
+    cudaStream_t stream;
+    int dev; /* the CUDA device of the buffers, -1 for host memory */
 };
 
 /* A creation (init, split, shrink) started inside a group: runs on its own thread until ncclGroupEnd joins it. */
@@ -313,27 +326,75 @@ static void grp_track(void) {
     pthread_setspecific(grp_key, &grp_key); /* any non-NULL value: the destructor runs at thread exit */
 }
 
+/* The zccl stream bound to (comm, CUDA stream), created on first use. */
+static ncclResult_t cuda_stream_of(const struct op *o, zccl_stream_t *out) {
+    struct ncclComm *c = o->comm;
+    pthread_mutex_lock(&c->lock);
+    struct cstream *s = c->cstreams;
+    while (s && s->cuda != o->stream) s = s->next;
+    ncclResult_t r = ncclSuccess;
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        zccl_result_t zr = s ? zccl_stream_create_cuda((void *)o->stream, &s->z) : ZCCL_SYSTEM_ERROR;
+        if (zr != ZCCL_SUCCESS) {
+            r = s ? from_zccl(zr, o->fname) : fail(ncclSystemError, "%s: out of memory", o->fname);
+            free(s);
+            s = NULL;
+        } else {
+            s->cuda = o->stream;
+            s->next = c->cstreams;
+            c->cstreams = s;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (s) *out = s->z;
+    return r;
+}
+
+/* Before a host-buffer call: the communicator's device-buffer calls queued on its zccl streams run first (the
+ * ranks must see the calls of a communicator in one order). An error they reported is returned here. */
+static ncclResult_t drain_cuda_streams(const struct op *o) {
+    struct ncclComm *c = o->comm;
+    pthread_mutex_lock(&c->lock);
+    ncclResult_t r = ncclSuccess;
+    for (struct cstream *s = c->cstreams; s && r == ncclSuccess; s = s->next) {
+        zccl_result_t zr = zccl_stream_synchronize(s->z);
+        if (zr != ZCCL_SUCCESS) {
+            if (c->stream_err == ncclSuccess) {
+                c->stream_err = (ncclResult_t)zr;
+                snprintf(c->stream_msg, sizeof c->stream_msg, "%s", zccl_get_last_error(NULL));
+            }
+            r = from_zccl(zr, o->fname);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return r;
+}
+
 static ncclResult_t run_op(const struct op *o) {
     zccl_comm_t z = o->comm->z;
+    zccl_stream_t zs = NULL; /* host buffers: the call has completed when it returns, as before */
+    ncclResult_t sr = o->dev >= 0 ? cuda_stream_of(o, &zs) : (o->comm->cstreams ? drain_cuda_streams(o) : ncclSuccess);
+    if (sr != ncclSuccess) return sr;
     zccl_datatype_t dt = (zccl_datatype_t)o->datatype;
     zccl_redop_t op = (zccl_redop_t)o->redop;
     zccl_result_t r;
     switch (o->kind) {
-    case OP_ALLREDUCE: r = zccl_allreduce(o->sendbuf, o->recvbuf, o->count, dt, op, z, NULL); break;
-    case OP_BROADCAST: r = zccl_broadcast(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, NULL); break;
-    case OP_REDUCE: r = zccl_reduce(o->sendbuf, o->recvbuf, o->count, dt, op, o->root, z, NULL); break;
-    case OP_ALLGATHER: r = zccl_allgather(o->sendbuf, o->recvbuf, o->count, dt, z, NULL); break;
-    case OP_REDUCESCATTER: r = zccl_reduce_scatter(o->sendbuf, o->recvbuf, o->count, dt, op, z, NULL); break;
-    case OP_SEND: r = zccl_send(o->sendbuf, o->count, dt, o->root, z, NULL); break;
-    case OP_RECV: r = zccl_recv(o->recvbuf, o->count, dt, o->root, z, NULL); break;
+    case OP_ALLREDUCE: r = zccl_allreduce(o->sendbuf, o->recvbuf, o->count, dt, op, z, zs); break;
+    case OP_BROADCAST: r = zccl_broadcast(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, zs); break;
+    case OP_REDUCE: r = zccl_reduce(o->sendbuf, o->recvbuf, o->count, dt, op, o->root, z, zs); break;
+    case OP_ALLGATHER: r = zccl_allgather(o->sendbuf, o->recvbuf, o->count, dt, z, zs); break;
+    case OP_REDUCESCATTER: r = zccl_reduce_scatter(o->sendbuf, o->recvbuf, o->count, dt, op, z, zs); break;
+    case OP_SEND: r = zccl_send(o->sendbuf, o->count, dt, o->root, z, zs); break;
+    case OP_RECV: r = zccl_recv(o->recvbuf, o->count, dt, o->root, z, zs); break;
     case OP_ALLTOALL:
-        r = zccl_alltoall(o->sendbuf, o->recvbuf, o->count, dt, z, NULL);
+        r = zccl_alltoall(o->sendbuf, o->recvbuf, o->count, dt, z, zs);
         break;
     case OP_GATHER:
-        r = zccl_gather(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, NULL);
+        r = zccl_gather(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, zs);
         break;
     case OP_SCATTER:
-        r = zccl_scatter(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, NULL);
+        r = zccl_scatter(o->sendbuf, o->recvbuf, o->count, dt, o->root, z, zs);
         break;
     default: return fail(ncclInternalError, "%s: unknown operation kind %d", o->fname, (int)o->kind);
     }
@@ -347,12 +408,14 @@ static ncclResult_t check_op(const struct op *o) {
     if ((int)o->datatype < 0 || (int)o->datatype >= (int)ncclNumTypes)
         return fail(ncclInvalidArgument, "%s: 'datatype' %d is not an ncclDataType_t (0..%d)", o->fname,
                     (int)o->datatype, (int)ncclNumTypes - 1);
-    if ((r = check_host(o->fname, "sendbuff", o->sendbuf)) != ncclSuccess) return r;
-    if ((r = check_host(o->fname, "recvbuff", o->recvbuf)) != ncclSuccess) return r;
     return ncclSuccess;
 }
 
-static ncclResult_t submit(const struct op *o) {
+static ncclResult_t submit(const struct op *in) {
+    struct op copy = *in, *o = &copy;
+    /* device buffers run on the zccl stream bound to (comm, stream); zccl refuses a host/device mix, naming it */
+    const int ds = buf_device(o->sendbuf), dr = buf_device(o->recvbuf);
+    o->dev = ds >= 0 ? ds : dr;
     ncclResult_t r = check_op(o);
     if (r != ncclSuccess) return r;
     if (grp.depth == 0) return run_op(o);
@@ -381,6 +444,38 @@ struct part {
 static void run_part(struct part *p) {
     p->result = ncclSuccess;
     p->msg[0] = 0;
+    /* Device-buffer collectives of a group run one by one, in recording order, on their CUDA streams (each rank
+     * records the same order, so this is the group's meaning for collectives); zccl's groups take host memory. */
+    size_t ndev = 0;
+    for (size_t i = 0; i < p->nops; i++) {
+        const struct op *o = p->ops[i];
+        if (o->dev < 0) continue;
+        ndev++;
+        if (o->kind == OP_SEND || o->kind == OP_RECV) {
+            p->result = fail(ncclInvalidUsage, "ncclGroupEnd: grouped call %zu (%s) is a send/recv on CUDA device "
+                             "memory, which zccl's NCCL layer does not group yet; call it outside a group", i + 1,
+                             o->fname);
+            snprintf(p->msg, sizeof p->msg, "%s", last_err);
+            return;
+        }
+    }
+    if (ndev && ndev != p->nops) {
+        p->result = fail(ncclInvalidUsage, "ncclGroupEnd: a group mixes calls on CUDA device memory and on host memory "
+                         "on one communicator; zccl's NCCL layer runs them in separate groups");
+        snprintf(p->msg, sizeof p->msg, "%s", last_err);
+        return;
+    }
+    if (ndev) {
+        for (size_t i = 0; i < p->nops && p->result == ncclSuccess; i++) {
+            ncclResult_t r = run_op(p->ops[i]);
+            if (r != ncclSuccess) {
+                p->result = r;
+                snprintf(p->msg, sizeof p->msg, "ncclGroupEnd: grouped call %zu on this communicator: %.900s", i + 1,
+                         last_err);
+            }
+        }
+        return;
+    }
     zccl_result_t zr = zccl_group_start();
     if (zr != ZCCL_SUCCESS) {
         p->result = from_zccl(zr, "ncclGroupEnd (zccl_group_start)");
@@ -833,6 +928,7 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (r != ncclSuccess) return r;
     if (comm->create_err == ncclSuccess && !comm->z)
         return fail(ncclInvalidUsage, "ncclCommDestroy: this communicator is still being created (call ncclGroupEnd)");
+    cstreams_destroy(comm); /* their calls complete first: zccl_comm_destroy refuses a comm with queued calls */
     if (comm->z) r = from_zccl(zccl_comm_destroy(comm->z), "ncclCommDestroy");
     if (r == ncclSuccess) comm_free(comm);
     return r;
@@ -877,6 +973,22 @@ EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncEr
     zccl_result_t ae = ZCCL_SUCCESS;
     r = from_zccl(zccl_comm_get_async_error(comm->z, &ae), "ncclCommGetAsyncError");
     if (r != ncclSuccess) return r;
+    if (ae == ZCCL_SUCCESS) { /* a device-buffer call that failed in the background on one of its zccl streams */
+        pthread_mutex_lock(&comm->lock);
+        for (struct cstream *s = comm->cstreams; s && comm->stream_err == ncclSuccess; s = s->next) {
+            zccl_result_t q = zccl_stream_query(s->z);
+            if (q != ZCCL_SUCCESS && q != ZCCL_IN_PROGRESS) {
+                comm->stream_err = (ncclResult_t)q;
+                snprintf(comm->stream_msg, sizeof comm->stream_msg, "%s", zccl_get_last_error(NULL));
+            }
+        }
+        pthread_mutex_unlock(&comm->lock);
+        if (comm->stream_err != ncclSuccess) {
+            *asyncError = comm->stream_err;
+            fail(comm->stream_err, "a call on device memory failed on its CUDA stream: %s", comm->stream_msg);
+            return ncclSuccess;
+        }
+    }
     *asyncError = from_zccl(ae, "communicator error");
     return ncclSuccess;
 }
@@ -950,6 +1062,10 @@ EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
     if (!ptr) return fail(ncclInvalidArgument, "ncclMemAlloc: 'ptr' is NULL");
     *ptr = NULL;
     if (size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: 'size' is 0");
+    /* CUDA device memory, as NCCL's, where zccl has a CUDA driver and its kernels; else host memory as before */
+    zccl_result_t zr = zccl_mem_alloc_cuda(ptr, size);
+    if (zr == ZCCL_SUCCESS) return ncclSuccess;
+    if (zr != ZCCL_INVALID_USAGE) return from_zccl(zr, "ncclMemAlloc");
     int e = posix_memalign(ptr, 4096, size); /* host memory, page-aligned (NCCL_WIN_REQUIRED_ALIGNMENT) */
     if (e != 0) {
         *ptr = NULL;
@@ -960,8 +1076,7 @@ EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
 PALIAS(ncclMemAlloc);
 
 EXPORT ncclResult_t ncclMemFree(void *ptr) {
-    ncclResult_t r = check_host("ncclMemFree", "ptr", ptr);
-    if (r != ncclSuccess) return r;
+    if (is_device_pointer(ptr)) return from_zccl(zccl_mem_free_cuda(ptr), "ncclMemFree");
     free(ptr);
     return ncclSuccess;
 }
@@ -974,7 +1089,6 @@ EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t s
     if (!handle) return fail(ncclInvalidArgument, "ncclCommRegister: 'handle' is NULL");
     *handle = NULL;
     if (!buff && size > 0) return fail(ncclInvalidArgument, "ncclCommRegister: 'buff' is NULL with size %zu", size);
-    if ((r = check_host("ncclCommRegister", "buff", buff)) != ncclSuccess) return r;
     struct reg *g = malloc(sizeof *g);
     if (!g) return fail(ncclSystemError, "ncclCommRegister: out of memory");
     *g = (struct reg){SHIM_REG_MAGIC, comm, buff, size, NULL};
@@ -1052,88 +1166,79 @@ PALIAS(ncclRedOpDestroy);
 
 EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_ALLREDUCE, "ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, op, 0};
+    struct op o = {OP_ALLREDUCE, "ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, op, 0, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclAllReduce);
 
 EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                   int root, ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_BROADCAST, "ncclBroadcast", comm, sendbuff, recvbuff, count, datatype, ncclSum, root};
+    struct op o = {OP_BROADCAST, "ncclBroadcast", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclBroadcast);
 
 EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                               cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_BROADCAST, "ncclBcast", comm, buff, buff, count, datatype, ncclSum, root};
+    struct op o = {OP_BROADCAST, "ncclBcast", comm, buff, buff, count, datatype, ncclSum, root, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclBcast);
 
 EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_REDUCE, "ncclReduce", comm, sendbuff, recvbuff, count, datatype, op, root};
+    struct op o = {OP_REDUCE, "ncclReduce", comm, sendbuff, recvbuff, count, datatype, op, root, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclReduce);
 
 EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                                   ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_ALLGATHER, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
+    struct op o = {OP_ALLGATHER, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
+                   stream, -1};
     return submit(&o);
 }
 PALIAS(ncclAllGather);
 
 EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_REDUCESCATTER, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0};
+    struct op o = {OP_REDUCESCATTER, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0,
+                   stream, -1};
     return submit(&o);
 }
 PALIAS(ncclReduceScatter);
 
 EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                                  ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_ALLTOALL, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, ncclSum, 0};
+    struct op o = {OP_ALLTOALL, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, ncclSum, 0, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclAlltoAll);
 
 EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                                ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_GATHER, "ncclGather", comm, sendbuff, recvbuff, count, datatype, ncclSum, root};
+    struct op o = {OP_GATHER, "ncclGather", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclGather);
 
 EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                                 ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_SCATTER, "ncclScatter", comm, sendbuff, recvbuff, count, datatype, ncclSum, root};
+    struct op o = {OP_SCATTER, "ncclScatter", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclScatter);
 
 EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                              cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_SEND, "ncclSend", comm, sendbuff, NULL, count, datatype, ncclSum, peer};
+    struct op o = {OP_SEND, "ncclSend", comm, sendbuff, NULL, count, datatype, ncclSum, peer, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclSend);
 
 EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                              cudaStream_t stream) {
-    (void)stream;
-    struct op o = {OP_RECV, "ncclRecv", comm, NULL, recvbuff, count, datatype, ncclSum, peer};
+    struct op o = {OP_RECV, "ncclRecv", comm, NULL, recvbuff, count, datatype, ncclSum, peer, stream, -1};
     return submit(&o);
 }
 PALIAS(ncclRecv);

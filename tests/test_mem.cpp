@@ -11,10 +11,13 @@
  */
 #include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -335,39 +338,55 @@ TEST(MemLayer, FakeDriverCudaTable) {
 /* The host-side sequencing of stream-ordered calls (lib/mem/cuda_order.c) against the fake driver: what is queued on
  * the caller's stream, the tickets, waiting for the inputs, the completion word, and the errors. */
 TEST(MemLayer, FakeDriverStreamOrderSequencing) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
     const int rc = in_child(kFakeEnv, [] {
         Fake f;
         CHILD_CHECK(open_fake(&f), "fake symbols");
-        void *user = (void *)0x5150;
+        void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
+        auto user_stream = (void *(*)(void *))dlsym(h, "fake_cuda_user_stream");
+        auto hold = (int (*)(void *))dlsym(h, "fake_cuda_stream_hold");
+        auto release = (void (*)(int))dlsym(h, "fake_cuda_release");
+        CHILD_CHECK(user_stream && hold && release, "stream-order symbols of the fake driver");
+        void *user = user_stream(nullptr);
         zccl_cuda_order_t *o = nullptr;
         CHILD_CHECK(zccl__cuda_order_create(user, &o) == ZCCL_SUCCESS && o, "create: %s", zccl_get_last_error(NULL));
-        uint32_t t1 = 0, t2 = 0;
+        const int held = hold(user); /* the caller's kernels before the calls are still running */
+        zccl_cuda_ticket_t t1 = {}, t2 = {};
         FakeStats s;
-        CHILD_CHECK(zccl__cuda_order_issue(o, &t1) == ZCCL_SUCCESS && t1 == 1, "issue 1");
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t1) == ZCCL_SUCCESS && t1.value == 1 && t1.event, "issue 1");
         f.stats(&s);
         CHILD_CHECK(s.event_records == 1 && s.waits == 1 && s.last_wait_stream == user && s.last_wait_value == 1,
                     "issue queued %ld records, %ld waits, value %u", s.event_records, s.waits, s.last_wait_value);
         const unsigned long long flag_addr = s.last_wait_addr;
-        CHILD_CHECK(zccl__cuda_order_issue(o, &t2) == ZCCL_SUCCESS && t2 == 2, "issue 2");
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t2) == ZCCL_SUCCESS && t2.value == 2, "issue 2");
+        CHILD_CHECK(t2.event != t1.event, "two calls share one event: the first would wait behind its own wait");
         f.stats(&s);
         CHILD_CHECK(s.last_wait_value == 2 && s.last_wait_addr == flag_addr, "second wait %u", s.last_wait_value);
         CHILD_CHECK(zccl__cuda_order_done(o) == 0, "nothing done yet");
-        f.event_pending(3); /* the caller's kernels are still running: begin waits */
-        CHILD_CHECK(zccl__cuda_order_begin(o, t1) == ZCCL_SUCCESS, "begin 1");
-        f.stats(&s);
-        CHILD_CHECK(s.event_pending == 0, "begin returned before the inputs were ready");
-        zccl__cuda_order_end(o, t1);
+        std::atomic<int> began{0};
+        std::thread th([&] { began = zccl__cuda_order_begin(o, &t1, nullptr) == ZCCL_SUCCESS ? 1 : 2; });
+        usleep(50000);
+        CHILD_CHECK(began == 0, "begin returned before the caller's earlier work ran");
+        release(held); /* the stream reaches call 1's event; call 2's event lies behind call 1's wait */
+        th.join();
+        CHILD_CHECK(began == 1, "begin 1 failed: %s", zccl_get_last_error(NULL));
+        zccl__cuda_order_end(o, &t1);
         CHILD_CHECK(zccl__cuda_order_done(o) == 1 && *(volatile uint32_t *)(uintptr_t)flag_addr == 1,
                     "completion word not written");
-        CHILD_CHECK(zccl__cuda_order_begin(o, t2) == ZCCL_SUCCESS, "begin 2");
-        zccl__cuda_order_end(o, t2);
+        CHILD_CHECK(zccl__cuda_order_begin(o, &t2, nullptr) == ZCCL_SUCCESS, "begin 2");
+        zccl__cuda_order_end(o, &t2);
         CHILD_CHECK(zccl__cuda_order_done(o) == 2, "completion word");
+        zccl_cuda_ticket_t t3 = {};
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t3) == ZCCL_SUCCESS && t3.value == 3, "issue 3");
         f.fail_next(1); /* the event query reports a failed kernel before the call */
-        CHILD_CHECK(zccl__cuda_order_begin(o, 3) == ZCCL_SYSTEM_ERROR, "failure before the call not reported");
-        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "the work queued before it failed"), "message: %s",
+        CHILD_CHECK(zccl__cuda_order_begin(o, &t3, nullptr) == ZCCL_UNHANDLED_CUDA_ERROR,
+                    "failure before the call not reported");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "the work queued on that stream before it failed"), "message: %s",
                     zccl_get_last_error(NULL));
+        zccl__cuda_order_end(o, &t3);
+        zccl_cuda_ticket_t t4 = {};
         f.fail_next(2); /* cuStreamWaitValue32 fails */
-        CHILD_CHECK(zccl__cuda_order_issue(o, &t1) == ZCCL_SYSTEM_ERROR, "failed wait not reported");
+        CHILD_CHECK(zccl__cuda_order_issue(o, &t4) == ZCCL_SYSTEM_ERROR && t4.value == 0, "failed wait not reported");
         CHILD_CHECK(strstr(zccl_get_last_error(NULL), "cuStreamWaitValue32"), "message: %s",
                     zccl_get_last_error(NULL));
         zccl__cuda_order_destroy(o);
@@ -382,6 +401,15 @@ TEST(MemLayer, StreamOrderWithoutDriverIsAClearError) {
         CHILD_CHECK(zccl__cuda_order_create((void *)1, &o) == ZCCL_INVALID_USAGE && !o, "accepted");
         CHILD_CHECK(strstr(zccl_get_last_error(NULL), "no CUDA driver is loaded"), "message: %s",
                     zccl_get_last_error(NULL));
+        zccl_stream_t zs = (zccl_stream_t)1;
+        CHILD_CHECK(zccl_stream_create_cuda(NULL, &zs) == ZCCL_INVALID_USAGE && !zs, "public entry accepted");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "zccl_stream_create_cuda: a CUDA stream was given but no CUDA "
+                           "driver is loaded: cannot load the CUDA driver library /nonexistent/libcuda.so.1"),
+                    "message: %s", zccl_get_last_error(NULL));
+        int dev = 5;
+        CHILD_CHECK(zccl_pointer_device(&dev, &dev) == ZCCL_SUCCESS && dev == -1, "host pointer");
+        void *p = (void *)1;
+        CHILD_CHECK(zccl_mem_alloc_cuda(&p, 64) == ZCCL_INVALID_USAGE && !p, "device alloc without a driver");
         return 0;
     });
     EXPECT_EQ(rc, 0);
@@ -482,3 +510,213 @@ TEST_P(MemFakeCollectives, DeviceBuffersGiveTheRightResults) {
 
 INSTANTIATE_TEST_SUITE_P(RanksTransports, MemFakeCollectives,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values("shm", "tcp")));
+
+/* ---- zccl_stream_create_cuda: calls on device memory ordered with a caller's CUDA stream (the fake driver models
+ * the caller's streams: holds, copies, event records and waits on the completion word; tests/fake_cuda) ---- */
+
+namespace {
+struct FakeOrder {
+    void *(*user_stream)(void *ctx);
+    int (*hold)(void *s);
+    void (*release)(int id);
+    void (*copy)(void *s, void *dst, const void *src, size_t n);
+    void (*fail)(void *s);
+    long (*pending)(void *s);
+    void (*stats)(long out[4]);
+    int (*sync)(void *s); /* the driver's cuStreamSynchronize */
+};
+bool open_fake_order(FakeOrder *f) {
+    void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
+    if (!h) return false;
+    *(void **)&f->user_stream = dlsym(h, "fake_cuda_user_stream");
+    *(void **)&f->hold = dlsym(h, "fake_cuda_stream_hold");
+    *(void **)&f->release = dlsym(h, "fake_cuda_release");
+    *(void **)&f->copy = dlsym(h, "fake_cuda_stream_copy");
+    *(void **)&f->fail = dlsym(h, "fake_cuda_stream_fail");
+    *(void **)&f->pending = dlsym(h, "fake_cuda_stream_pending");
+    *(void **)&f->stats = dlsym(h, "fake_cuda_order_stats");
+    *(void **)&f->sync = dlsym(h, "cuStreamSynchronize");
+    return f->user_stream && f->hold && f->release && f->copy && f->fail && f->pending && f->stats && f->sync;
+}
+} // namespace
+
+TEST(MemLayer, CudaStreamCreateErrors) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    const int rc = in_child(kFakeEnv, [] {
+        FakeOrder fo;
+        CHILD_CHECK(open_fake_order(&fo), "fake symbols");
+        zccl_stream_t zs = nullptr;
+        CHILD_CHECK(zccl_stream_create_cuda(fo.user_stream(nullptr), NULL) == ZCCL_INVALID_ARGUMENT, "NULL out");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "argument 'stream' is NULL"), "message: %s",
+                    zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_create_cuda((void *)0x5150, &zs) == ZCCL_INVALID_ARGUMENT && !zs, "bad handle");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "'cuda_stream' (0x5150) is not a CUDA stream") &&
+                        strstr(zccl_get_last_error(NULL), "CUDA_ERROR_INVALID_HANDLE"),
+                    "message: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_create_cuda(fo.user_stream((void *)0x77), &zs) == ZCCL_INVALID_ARGUMENT && !zs,
+                    "a stream of a non-primary context accepted");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "which is not the primary context of device 0"), "message: %s",
+                    zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_create_cuda(fo.user_stream(nullptr), &zs) == ZCCL_SUCCESS && zs, "create: %s",
+                    zccl_get_last_error(NULL));
+        zccl_stream_t zs1 = nullptr;
+        CHILD_CHECK(zccl_stream_create_cuda(fo.user_stream((void *)0x101), &zs1) == ZCCL_INVALID_ARGUMENT && !zs1,
+                    "a stream of device 1 accepted while zccl works on device 0");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "stream is on CUDA device 1, but zccl's CUDA memory layer "
+                           "already works on device 0"), "message: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_destroy(zs) == ZCCL_SUCCESS, "destroy");
+        /* device memory through the public entries */
+        void *d = nullptr;
+        CHILD_CHECK(zccl_mem_alloc_cuda(&d, 4096) == ZCCL_SUCCESS && d, "alloc: %s", zccl_get_last_error(NULL));
+        int dev = -1;
+        CHILD_CHECK(zccl_pointer_device(d, &dev) == ZCCL_SUCCESS && dev == 0, "device of the allocation: %d", dev);
+        std::vector<uint8_t> a(4096), b(4096);
+        for (size_t i = 0; i < a.size(); i++) a[i] = (uint8_t)(i * 7 + 1);
+        CHILD_CHECK(zccl_mem_copy(d, a.data(), 4096) == ZCCL_SUCCESS && zccl_mem_copy(b.data(), d, 4096) ==
+                        ZCCL_SUCCESS && a == b, "copies through device memory");
+        CHILD_CHECK(zccl_mem_free_cuda(a.data()) == ZCCL_INVALID_ARGUMENT, "host memory freed as device memory");
+        CHILD_CHECK(zccl_mem_free_cuda(d) == ZCCL_SUCCESS, "free");
+        CHILD_CHECK(zccl_pointer_device(d, &dev) == ZCCL_SUCCESS && dev == -1, "freed memory still device memory");
+        return 0;
+    });
+    EXPECT_EQ(rc, 0);
+}
+
+class MemFakeCudaStream : public ::testing::TestWithParam<std::tuple<int, const char *>> {};
+
+/* A collective on device buffers issued on a stream bound to the caller's CUDA stream S: returns while the kernel
+ * that writes its input is still held on S; runs once S reaches the call; S's later kernel (a copy of the output)
+ * waits for it; two calls queued before the first began; a host-buffer call on the same stream; a kernel that fails
+ * before a call fails that call (and not the next); buffers of another device are refused at issue. */
+TEST_P(MemFakeCudaStream, OrderedWithTheCallersStream) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    const int n = std::get<0>(GetParam());
+    zt::Options o;
+    o.env = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}, {"ZCCL_TRANSPORT", std::get<1>(GetParam())}};
+    o.deadline_s = 120;
+    zt::run_ranks(n, [](zccl_comm_t comm, int rank, int nranks) -> int {
+        Fake f;
+        FakeOrder fo;
+        CHILD_CHECK(open_fake(&f) && open_fake_order(&fo), "fake symbols");
+        void *S = fo.user_stream(nullptr);
+        zccl_stream_t zs = nullptr;
+        CHILD_CHECK(zccl_stream_create_cuda(S, &zs) == ZCCL_SUCCESS, "create: %s", zccl_get_last_error(NULL));
+        const size_t count = 5000, bytes = count * sizeof(float);
+        std::vector<float> send(count, -1e9f), recv(count, -7.f), input(count), out(count, -3.f);
+        f.mark(send.data(), bytes, 0);
+        f.mark(recv.data(), bytes, 0);
+        for (size_t i = 0; i < count; i++) input[i] = (float)(rank + 1) + (float)(i % 13);
+        auto want = [&](size_t i) { return (float)(nranks * (nranks + 1) / 2) + (float)nranks * (float)(i % 13); };
+        long st0[4], st1[4];
+        fo.stats(st0);
+        /* S: [held kernel][kernel writing the input] <call> [kernel reading the output] */
+        const int held = fo.hold(S);
+        fo.copy(S, send.data(), input.data(), bytes);
+        const double t0 = zt::now_s();
+        CHILD_CHECK(zccl_allreduce(send.data(), recv.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) == ZCCL_SUCCESS,
+                    "allreduce: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zt::now_s() - t0 < 2.0, "the call did not return at once");
+        fo.copy(S, out.data(), recv.data(), bytes);
+        usleep(100000);
+        fo.stats(st1);
+        CHILD_CHECK(zccl_stream_query(zs) == ZCCL_IN_PROGRESS, "the call completed while its input was not written");
+        CHILD_CHECK(recv[0] == -7.f && out[0] == -3.f, "the output was written or read before the call ran");
+        CHILD_CHECK(st1[1] == st0[1] + 1 && st1[2] == st0[2] + 1, "issue queued %ld records and %ld waits on S",
+                    st1[1] - st0[1], st1[2] - st0[2]);
+        CHILD_CHECK(st1[3] > st0[3], "zccl's thread did not wait for the call's event");
+        CHILD_CHECK(fo.pending(S) == 5, "S holds %ld items, expected hold, copy, record, wait, copy", fo.pending(S));
+        fo.release(held);
+        CHILD_CHECK(fo.sync(S) == 0, "S never got past the call (the completion word was not written)");
+        for (size_t i = 0; i < count; i++)
+            CHILD_CHECK(out[i] == want(i), "S's kernel after the call read [%zu] = %g, want %g", i, out[i], want(i));
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "synchronize: %s", zccl_get_last_error(NULL));
+
+        /* two calls queued before the first can begin, in place; each has its own event */
+        std::vector<float> io1(count), io2(count), out1(count), out2(count);
+        f.mark(io1.data(), bytes, 0);
+        f.mark(io2.data(), bytes, 0);
+        const int held2 = fo.hold(S);
+        fo.copy(S, io1.data(), input.data(), bytes);
+        CHILD_CHECK(zccl_allreduce(io1.data(), io1.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) == ZCCL_SUCCESS,
+                    "allreduce 1: %s", zccl_get_last_error(NULL));
+        fo.copy(S, io2.data(), io1.data(), bytes); /* the second call's input is the first call's output */
+        CHILD_CHECK(zccl_allreduce(io2.data(), io2.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) == ZCCL_SUCCESS,
+                    "allreduce 2: %s", zccl_get_last_error(NULL));
+        fo.copy(S, out2.data(), io2.data(), bytes);
+        /* a larger third call: zccl's device scratch and bounce buffers grow while S waits (no cuMemFree then) */
+        std::vector<float> big(8 * count, 1.f);
+        f.mark(big.data(), 8 * bytes, 0);
+        CHILD_CHECK(zccl_allreduce(big.data(), big.data(), 8 * count, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) ==
+                        ZCCL_SUCCESS, "allreduce 3: %s", zccl_get_last_error(NULL));
+        usleep(20000);
+        fo.release(held2);
+        CHILD_CHECK(fo.sync(S) == 0, "S blocked after three queued calls");
+        for (size_t i = 0; i < 8 * count; i++) CHILD_CHECK(big[i] == (float)nranks, "big [%zu] = %g", i, big[i]);
+        f.unmark(big.data());
+        for (size_t i = 0; i < count; i++)
+            CHILD_CHECK(out2[i] == (float)nranks * want(i), "chained calls [%zu] = %g, want %g", i, out2[i],
+                        (float)nranks * want(i));
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "synchronize: %s", zccl_get_last_error(NULL));
+
+        /* host buffers on the same stream: queued as on any zccl stream, nothing queued on S */
+        std::vector<int32_t> hs(100, rank + 1), hr(100, 0);
+        fo.stats(st0);
+        CHILD_CHECK(zccl_allreduce(hs.data(), hr.data(), 100, ZCCL_INT32, ZCCL_SUM, comm, zs) == ZCCL_SUCCESS,
+                    "host allreduce: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "host synchronize: %s", zccl_get_last_error(NULL));
+        fo.stats(st1);
+        CHILD_CHECK(hr[0] == nranks * (nranks + 1) / 2 && hr[99] == hr[0], "host allreduce = %d", hr[0]);
+        CHILD_CHECK(st1[1] == st0[1] && st1[2] == st0[2], "a host call queued work on the CUDA stream");
+
+        /* buffers of another device: refused when issued, S untouched */
+        std::vector<float> other(16);
+        f.mark(other.data(), sizeof(float) * 16, 1);
+        CHILD_CHECK(zccl_allreduce(other.data(), other.data(), 16, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) ==
+                        ZCCL_INVALID_ARGUMENT, "buffers of device 1 accepted on a stream of device 0");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "buffers are on CUDA device 1 but the CUDA stream is on device 0"),
+                    "message: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "after a call every rank refused: %s",
+                    zccl_get_last_error(NULL));
+        /* refused on rank 0 only: the peers fail the call too, naming rank 0's reason, instead of waiting for it */
+        if (nranks > 1) {
+            std::vector<float> v(16, 1.f);
+            f.mark(v.data(), sizeof(float) * 16, rank == 0 ? 1 : 0);
+            const zccl_result_t r = zccl_allreduce(v.data(), v.data(), 16, ZCCL_FLOAT32, ZCCL_SUM, comm, zs);
+            if (rank == 0) {
+                CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "rank 0's buffers of device 1 accepted");
+                CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_SUCCESS, "rank 0: %s", zccl_get_last_error(NULL));
+            } else {
+                CHILD_CHECK(r == ZCCL_SUCCESS, "issue: %s", zccl_get_last_error(NULL));
+                CHILD_CHECK(fo.sync(S) == 0, "S blocked behind a call its peer refused");
+                CHILD_CHECK(zccl_stream_synchronize(zs) != ZCCL_SUCCESS, "a call rank 0 refused succeeded here");
+                CHILD_CHECK(strstr(zccl_get_last_error(NULL), "buffers are on CUDA device 1"),
+                            "the peer's reason is not named: %s", zccl_get_last_error(NULL));
+            }
+            f.unmark(v.data());
+        }
+
+        /* a kernel of the caller that fails before the call: the call fails naming it, S goes on */
+        std::vector<float> e(count, 1.f);
+        f.mark(e.data(), bytes, 0);
+        fo.fail(S);
+        CHILD_CHECK(zccl_allreduce(e.data(), e.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, zs) == ZCCL_SUCCESS,
+                    "issue after a failed kernel: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(fo.sync(S) == 0, "S blocked after a failed call (the completion word was not written)");
+        CHILD_CHECK(zccl_stream_synchronize(zs) == ZCCL_UNHANDLED_CUDA_ERROR, "the failed kernel was not reported");
+        CHILD_CHECK(strstr(zccl_get_last_error(NULL), "the work queued on that stream before it failed") &&
+                        strstr(zccl_get_last_error(NULL), "CUDA_ERROR_LAUNCH_FAILED"),
+                    "message: %s", zccl_get_last_error(NULL));
+        CHILD_CHECK(e[0] == 1.f, "the failed call moved data");
+        fo.stats(st1);
+        CHILD_CHECK(st1[0] == 0, "%ld device-wide waits while S waited for zccl (a deadlock on a GPU)", st1[0]);
+        CHILD_CHECK(zccl_stream_destroy(zs) == ZCCL_SUCCESS, "destroy");
+        for (const void *p : {(const void *)send.data(), (const void *)recv.data(), (const void *)io1.data(),
+                              (const void *)io2.data(), (const void *)e.data()})
+            f.unmark(p);
+        return 0;
+    }, o);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksTransports, MemFakeCudaStream,
+                         ::testing::Values(std::make_tuple(1, "shm"), std::make_tuple(2, "shm"),
+                                           std::make_tuple(2, "tcp"), std::make_tuple(3, "shm")));

@@ -97,6 +97,7 @@ struct cfg {
     int average;   /* -a: 0 rank 0, 1 avg, 2 min, 3 max */
     int cputime;   /* -C */
     int registered; /* -R: buffers from zccl_mem_alloc, registered with the communicator */
+    int device;    /* -D: send and receive buffers in CUDA device memory (zccl_mem_alloc_cuda) */
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
@@ -131,6 +132,9 @@ static void usage(FILE *f)
         "  -a, --average 0..3       time reported: 0 rank 0's, 1 average, 2 min, 3 max over ranks (default 3)\n"
         "  -C, --report_cputime 0|1 report the time to issue the operations instead of completing them\n"
         "  -J, --json FILE          also write the results as JSON to FILE (rank 0)\n"
+        "  -D, --device-buffers 0|1 1: send and receive buffers in CUDA device memory (zccl_mem_alloc_cuda), filled and\n"
+        "                           checked through host copies (zccl_mem_copy); calls on a zccl stream bound to the\n"
+        "                           default CUDA stream (zccl_stream_create_cuda) unless -z 1 / -y 1 (default 0)\n"
         "  -R, --registered 0|1     1: send and receive buffers from zccl_mem_alloc, registered with zccl_comm_register\n"
         "                           (one-pass collectives straight out of the peers' buffers on one host; default 0)\n"
         "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
@@ -238,6 +242,7 @@ do {                                                                            
     case 'y': NUM(0, 1, "0 or 1"); c->stream_null = (int)v; break;
     case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
     case 'R': NUM(0, 1, "0 or 1"); c->registered = (int)v; break;
+    case 'D': NUM(0, 1, "0 or 1"); c->device = (int)v; break;
     case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
     case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
     case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
@@ -295,6 +300,8 @@ static int check_cfg(const struct cfg *c)
         return bad("-i 0 without -f > 1 never reaches the maximum size%s%s", "", "");
     if (c->stepfactor > 1 && c->minbytes == 0)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
+    if (c->device && c->registered)
+        return bad("-D 1 and -R 1 exclude each other (zccl_mem_alloc buffers are host memory)%s%s", "", "");
     if (c->coll == C_SENDRECV && c->algo)
         return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
@@ -308,7 +315,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"}, {'R', "registered"},
+        {'N', "np"}, {'A', "algo"}, {'R', "registered"}, {'D', "device-buffers"},
     };
     const char *a = argv[*i];
     *opt = 0;
@@ -327,7 +334,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         snprintf(optname, len, "%.*s", (int)(n + 2), a);
     } else {
         *opt = a[1];
-        if (!strchr("tgbeifnmwpcodrzyTGCaJR", *opt)) return bad("unknown option '%s'%s", a, "");
+        if (!strchr("tgbeifnmwpcodrzyTGCaJRD", *opt)) return bad("unknown option '%s'%s", a, "");
         if (a[2]) *val = a + 2;
         snprintf(optname, len, "-%c", *opt);
     }
@@ -375,6 +382,7 @@ struct bench {
     zccl_stream_t stream; /* NULL with -z 1 / -y 1 */
     int rank, nranks;
     char *sendbuf, *recvbuf;
+    char *hsend, *hrecv;  /* -D 1: host copies of the device buffers, where checks fill and verify */
     void *reg_handle[2];  /* -R 1: registrations of sendbuf and recvbuf */
     size_t bufbytes;
     uint64_t rep;         /* check seed counter, identical on every rank */
@@ -497,6 +505,14 @@ static void placement(struct bench *b, const struct sizes *sz, size_t esize, int
     if (b->c->coll == C_REDUCE_SCATTER) *r = b->recvbuf + (size_t)b->rank * sz->param * esize;
 }
 
+/* The host copy of a position in the send or receive buffer (-D 1), else p itself. */
+static char *host_of(struct bench *b, char *p)
+{
+    if (!b->hsend) return p;
+    if (p >= b->sendbuf && p < b->sendbuf + b->bufbytes) return b->hsend + (p - b->sendbuf);
+    return b->hrecv + (p - b->recvbuf);
+}
+
 /* One checked run: fill, run, verify. Returns this rank's number of wrong elements. */
 static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype_t dt, size_t esize, int op,
                           int root, int in_place)
@@ -510,8 +526,10 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         zccl_comm_abort(b->comm);
         exit(1);
     }
-    char *s, *r;
-    placement(b, sz, esize, in_place, &s, &r);
+    char *ds, *dr; /* what the collective gets */
+    placement(b, sz, esize, in_place, &ds, &dr);
+    /* -D 1: fill and verify host copies of the device buffers at the same offsets */
+    char *s = host_of(b, ds), *r = host_of(b, dr), *recvbuf = host_of(b, b->recvbuf);
     const unsigned char sentinel = (unsigned char)(0xa5 ^ (b->rep & 0x3c));
     const size_t P = sz->param;
     int64_t wrong = 0;
@@ -529,7 +547,7 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         if (!in_place || rank != root) memset(r, sentinel, P * esize);
         break;
     case C_ALLGATHER:
-        memset(b->recvbuf, sentinel, P * (size_t)n * esize);
+        memset(recvbuf, sentinel, P * (size_t)n * esize);
         bench_fill(&ck, s, rank, 0, P);
         break;
     case C_REDUCE_SCATTER:
@@ -542,8 +560,16 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         break;
     }
 
-    ZC(b, run_coll(b, s, r, P, dt, op, root, b->stream));
+    if (b->hsend) {
+        ZC(b, zccl_mem_copy(b->sendbuf, b->hsend, b->bufbytes));
+        ZC(b, zccl_mem_copy(b->recvbuf, b->hrecv, b->bufbytes));
+    }
+    ZC(b, run_coll(b, ds, dr, P, dt, op, root, b->stream));
     complete(b);
+    if (b->hsend) {
+        ZC(b, zccl_mem_copy(b->hsend, b->sendbuf, b->bufbytes));
+        ZC(b, zccl_mem_copy(b->hrecv, b->recvbuf, b->bufbytes));
+    }
 
     switch (coll) {
     case C_ALLREDUCE: wrong += bench_verify_reduce(&ck, r, 0, P); break;
@@ -864,8 +890,13 @@ static void print_header(struct bench *b)
     if (!lr) lr = getenv("SLURM_LOCALID"); /* srun */
     int local = lr ? atoi(lr) : 0;
     memset(mine, 0, sizeof mine);
+    int cudev = -1;
+    if (b->c->device) zccl_pointer_device(b->sendbuf, &cudev);
+    char what[64];
+    if (cudev >= 0) snprintf(what, sizeof what, "CUDA device %d memory, staged by zccl", cudev);
+    else snprintf(what, sizeof what, "CPU (host memory)");
     snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
-             (int)getpid(), host, local, 0, "CPU (host memory)");
+             (int)getpid(), host, cudev >= 0 ? cudev : local, 0, what);
     char *gather = malloc((size_t)b->nranks * LINE);
     if (!gather) {
         fprintf(stderr, NAME ": rank %d: out of memory\n", b->rank);
@@ -958,13 +989,32 @@ static int run_rank(int launched_rank, void *arg)
                 fprintf(stderr, NAME ": rank %d: -R 1: %s\n", b.rank, zccl_get_last_error(b.comm));
                 bad_local = 1;
             }
+        } else if (c->device) {
+            if (zccl_mem_alloc_cuda((void **)&b.sendbuf, b.bufbytes) != ZCCL_SUCCESS ||
+                zccl_mem_alloc_cuda((void **)&b.recvbuf, b.bufbytes) != ZCCL_SUCCESS) {
+                fprintf(stderr, NAME ": rank %d: -D 1: %s\n", b.rank, zccl_get_last_error(b.comm));
+                bad_local = 1;
+            } else if (posix_memalign((void **)&b.hsend, 4096, b.bufbytes) != 0 ||
+                       posix_memalign((void **)&b.hrecv, 4096, b.bufbytes) != 0) {
+                fprintf(stderr, NAME ": rank %d: cannot allocate 2 x %zu bytes of host copies for -e %zu\n", b.rank,
+                        b.bufbytes, c->maxbytes);
+                bad_local = 1;
+            }
         } else if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
             posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
             fprintf(stderr, NAME ": rank %d: cannot allocate 2 x %zu bytes for -e %zu\n", b.rank, b.bufbytes,
                     c->maxbytes);
             bad_local = 1;
         }
-        if (!bad_local) {
+        if (!bad_local && c->device) {
+            memset(b.hsend, 0, b.bufbytes);
+            memset(b.hrecv, 0, b.bufbytes);
+            if (zccl_mem_copy(b.sendbuf, b.hsend, b.bufbytes) != ZCCL_SUCCESS ||
+                zccl_mem_copy(b.recvbuf, b.hrecv, b.bufbytes) != ZCCL_SUCCESS) {
+                fprintf(stderr, NAME ": rank %d: -D 1: %s\n", b.rank, zccl_get_last_error(b.comm));
+                bad_local = 1;
+            }
+        } else if (!bad_local) {
             memset(b.sendbuf, 0, b.bufbytes);
             memset(b.recvbuf, 0, b.bufbytes);
         }
@@ -979,7 +1029,11 @@ static int run_rank(int launched_rank, void *arg)
         zccl_comm_destroy(b.comm);
         return (int)bad_any;
     }
-    if (!c->blocking && !c->stream_null) ZC(&b, zccl_stream_create(&b.stream));
+    if (!c->blocking && !c->stream_null) {
+        /* -D 1: ordered with the default CUDA stream of this thread's context, as an NCCL call on stream 0 */
+        if (c->device) ZC(&b, zccl_stream_create_cuda(NULL, &b.stream));
+        else ZC(&b, zccl_stream_create(&b.stream));
+    }
 
     if (c->algo && strcmp(c->algo, "all")) {
         int frc = force_algo(&b, c->algo);
@@ -1047,6 +1101,13 @@ static int run_rank(int launched_rank, void *arg)
         return rc;
     }
     ZC(&b, zccl_comm_destroy(b.comm));
+    if (c->device) {
+        ZC(&b, zccl_mem_free_cuda(b.sendbuf));
+        ZC(&b, zccl_mem_free_cuda(b.recvbuf));
+        free(b.hsend);
+        free(b.hrecv);
+        return rc;
+    }
     free(b.sendbuf);
     free(b.recvbuf);
     return rc;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "stream.h"
@@ -26,6 +27,7 @@ struct zccl_stream {
     zccl_result_t err;
     char errmsg[1024];
     struct zccl_stream *next_live;
+    zccl_cuda_order_t *order; /* bound to a caller's CUDA stream (zccl_stream_create_cuda), else NULL */
 };
 
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -46,6 +48,22 @@ static bool spin_until_changed(const uint64_t *word, uint64_t seen, const bool *
         __builtin_ia32_pause();
 #endif
     }
+}
+
+/* A device-memory call on a stream bound to a CUDA stream: waits until the work the caller queued on that stream
+ * before the call has run, then runs it. If that work failed or the communicator was aborted meanwhile, the call is
+ * not run: it takes its sequence number and tells the peers why, as a call refused at issue does, and fails here. */
+static zccl_result_t run_ordered(zccl_cuda_order_t *order, zccl_op_t *op) {
+    zccl_result_t res = zccl__cuda_order_begin(order, &op->cuda, &op->comm->tc.aborted);
+    if (res == ZCCL_SUCCESS) return zccl__op_run(op);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zccl__last_error());
+    free(op->reason);
+    op->reason = strdup(msg);
+    op->refused = true;
+    if (!__atomic_load_n(&op->comm->tc.aborted, __ATOMIC_ACQUIRE)) zccl__op_run(op);
+    zccl__set_last_error(msg);
+    return res;
 }
 
 static void *stream_main(void *arg) {
@@ -73,8 +91,12 @@ static void *stream_main(void *arg) {
         zccl_result_t res;
         if (!op.comm) res = zccl__error(ZCCL_REMOTE_ERROR, "operation dropped: its communicator was aborted");
         else if (broken != ZCCL_SUCCESS && had_err) res = broken;
+        else if (op.cuda.value) res = run_ordered(s->order, &op);
         else res = zccl__op_run(&op);
         if (op.comm) __atomic_store_n(&s->spin_ns, op.comm->spin_ns, __ATOMIC_RELAXED);
+        /* The caller's CUDA stream waits for this ticket: let it go, whatever happened (the error is the stream's
+         * and the communicator's to report). */
+        if (op.cuda.value) zccl__cuda_order_end(s->order, &op.cuda);
         zccl__op_release(&op);
         pthread_mutex_lock(&s->mu);
         if (res != ZCCL_SUCCESS && s->err == ZCCL_SUCCESS) {
@@ -99,13 +121,30 @@ static void *stream_main(void *arg) {
     return NULL;
 }
 
+static zccl_result_t stream_new(zccl_stream_t *stream, zccl_cuda_order_t *order);
+
 ZCCL_API zccl_result_t zccl_stream_create(zccl_stream_t *stream) {
     if (!stream) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create: argument 'stream' is NULL");
+    return stream_new(stream, NULL);
+}
+
+ZCCL_API zccl_result_t zccl_stream_create_cuda(void *cuda_stream, zccl_stream_t *stream) {
+    if (!stream) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: argument 'stream' is NULL");
+    *stream = NULL;
+    zccl_cuda_order_t *order = NULL;
+    ZCCL_CHECK(zccl__cuda_order_create(cuda_stream, &order));
+    zccl_result_t res = stream_new(stream, order);
+    if (res != ZCCL_SUCCESS) zccl__cuda_order_destroy(order);
+    return res;
+}
+
+static zccl_result_t stream_new(zccl_stream_t *stream, zccl_cuda_order_t *order) {
     struct zccl_stream *s = calloc(1, sizeof *s);
     if (!s) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream");
     s->cap = 64;
     s->q = malloc(s->cap * sizeof *s->q);
     if (!s->q) { free(s); return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a stream queue"); }
+    s->order = order;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_idle, NULL);
@@ -135,12 +174,45 @@ void zccl__op_release(zccl_op_t *op) {
     op->group = NULL;
 }
 
+/* A device call refused when queued on a CUDA-bound stream (res, with the thread's last error): as a call refused at
+ * its entry point, it still takes its sequence number on the stream and tells the peers why (collectives.c,
+ * run_refused), so that they fail it instead of pairing it with this rank's next call. Releases op. */
+static zccl_result_t refuse_here(const zccl_op_t *op, zccl_stream_t s, zccl_result_t res) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", zccl__last_error());
+    zccl_op_t o = *op;
+    zccl__op_release(&o);
+    if (o.comm && o.comm->nranks > 1) {
+        zccl_op_t r = {.coll = o.coll, .barrier = o.barrier, .count = o.count, .dt = o.dt, .op = o.op, .root = o.root,
+                       .comm = o.comm, .refused = true, .reason = strdup(msg), .mem = ZCCL_MEM_HOST};
+        zccl__op_issue(&r, s);
+        zccl__set_last_error(msg);
+    }
+    return res;
+}
+
 zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
     if (!s) {
         zccl_result_t res = zccl__op_run(op);
         zccl_op_t o = *op;
         zccl__op_release(&o);
         return res;
+    }
+    /* Stream order with the caller's CUDA stream (a device call on a stream of zccl_stream_create_cuda): the inputs
+     * are ready when the call's event fires, the caller's later work waits on the completion word. The buffers must
+     * be on the stream's device. */
+    const bool order = s->order && op->mem == ZCCL_MEM_CUDA && !op->group;
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (order) {
+        const void *p = op->sendbuf ? op->sendbuf : op->recvbuf;
+        zccl_mem_type_t t;
+        int dev = -1;
+        res = zccl__mem_query(p, &t, &dev);
+        if (res == ZCCL_SUCCESS && dev != zccl__cuda_order_device(s->order))
+            res = zccl__error(ZCCL_INVALID_ARGUMENT, "a call on a stream bound to a CUDA stream: its buffers are on "
+                              "CUDA device %d but the CUDA stream is on device %d", dev,
+                              zccl__cuda_order_device(s->order));
+        if (res != ZCCL_SUCCESS) return refuse_here(op, s, res);
     }
     pthread_mutex_lock(&s->mu);
     if (s->tail - s->head == s->cap) { /* grow, keeping order */
@@ -157,6 +229,15 @@ zccl_result_t zccl__op_issue(const zccl_op_t *op, zccl_stream_t s) {
         s->tail -= s->head;
         s->head = 0;
         s->cap *= 2;
+    }
+    zccl_op_t ordered;
+    if (order) { /* under the lock: tickets in queue order */
+        ordered = *op;
+        if ((res = zccl__cuda_order_issue(s->order, &ordered.cuda)) != ZCCL_SUCCESS) {
+            pthread_mutex_unlock(&s->mu);
+            return refuse_here(op, s, res);
+        }
+        op = &ordered;
     }
     s->q[s->tail % s->cap] = *op;
     s->tail++;
@@ -220,6 +301,7 @@ ZCCL_API zccl_result_t zccl_stream_destroy(zccl_stream_t s) {
     pthread_cond_destroy(&s->cv_work);
     pthread_cond_destroy(&s->cv_idle);
     pthread_cond_destroy(&s->cv_done);
+    zccl__cuda_order_destroy(s->order);
     free(s->q);
     free(s);
     return res;

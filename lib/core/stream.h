@@ -34,6 +34,9 @@ typedef struct {
     void *group;
     zccl_result_t (*run_group)(const void *group);
     void (*release_group)(void *group);
+    /* A device-memory call on a stream bound to a CUDA stream (zccl_stream_create_cuda): its ticket in that CUDA
+     * stream's order (lib/mem/cuda_order.c); value 0 otherwise. Set when the op is queued. */
+    zccl_cuda_ticket_t cuda;
 } zccl_op_t;
 
 /** Frees what the op owns (its copy of the counts of a _v collective). */

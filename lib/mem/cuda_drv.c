@@ -66,6 +66,8 @@ static void drv_load(void) {
     OPT(cuIpcGetMemHandle, "cuIpcGetMemHandle");
     OPT(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2");
     OPT(cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
+    OPT(cuStreamGetCtx, "cuStreamGetCtx");
+    OPT(cuCtxGetDevice, "cuCtxGetDevice");
 #undef REQ
 #undef OPT
     if (miss) { dlclose(h); return; }

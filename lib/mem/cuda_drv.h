@@ -74,6 +74,8 @@ typedef struct zccl_cuda_drv {
     CUresult (*cuIpcGetMemHandle)(ZCUipcMemHandle *, CUdeviceptr);
     CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *, ZCUipcMemHandle, unsigned flags);              /* _v2 */
     CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
+    CUresult (*cuCtxGetDevice)(CUdevice *);
 } zccl_cuda_drv_t;
 
 /** The loaded driver (tries once, thread-safe; cuInit(0) included), or NULL with *why set to the reason. */
@@ -84,5 +86,14 @@ const char *zccl__cuda_errstr(CUresult r);
 zccl_result_t zccl__cuda_ctx(const zccl_cuda_drv_t *d);
 /** Remembers the device of a call's buffers (zccl__mem_call_type). */
 void zccl__cuda_note_device(int device);
+
+/* Stream-ordered calls (cuda_order.c) and the CUDA table (mem_cuda.c) share two facts: whether this thread runs a
+ * stream-ordered call now (then the call must not wait for the whole context: the caller's stream waits for this
+ * call), and how many stream-ordered calls are issued and not ended (then no device memory may be released with
+ * cuMemFree, which waits for the whole device on some drivers: released blocks are kept and reused until none is). */
+bool zccl__cuda_in_ordered_call(void);
+long zccl__cuda_ordered_pending(void);
+/** Binds the CUDA table to `device` (its internal stream, its kernels) before any stream-ordered wait exists. */
+zccl_result_t zccl__mem_cuda_prepare(int device);
 
 #endif

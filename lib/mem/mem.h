@@ -134,16 +134,27 @@ zccl_result_t zccl__mem_stage_recv_done(zccl_mem_stage_t *st, zccl_mem_type_t t,
 void zccl__mem_stage_free(zccl_mem_stage_t *st);
 
 /*
- * Stream order on a caller's CUDA stream (cuda_order.c; docs/gpu.md): issue records an event on the stream and queues
- * a wait there until the pinned completion word reaches the call's ticket, and returns at once; begin (progress
- * thread) waits for the event; end stores the ticket once the call's device work is done. Compiled and tested with
- * the fake driver only; not yet wired to a public entry point.
+ * Stream order on a caller's CUDA stream (cuda_order.c; docs/gpu.md), behind zccl_stream_create_cuda: issue records
+ * an event on the stream and queues a wait there until the pinned completion word reaches the call's ticket, and
+ * returns at once; begin (the zccl stream's thread) waits for the event; end stores the ticket once the call's device
+ * work is done (or failed), which lets the caller's stream continue.
  */
 typedef struct zccl_cuda_order zccl_cuda_order_t;
+typedef struct {
+    uint32_t value; /* 0: no ticket */
+    void *event;    /* the CUevent recorded on the caller's stream for this call */
+} zccl_cuda_ticket_t;
+/** The order state of cuda_stream. Errors name the cause: no driver or no CUDA kernels (ZCCL_INVALID_USAGE), a
+ *  handle that is no stream, a stream of a context other than its device's primary one, or of another device than
+ *  the one zccl's CUDA table already uses (ZCCL_INVALID_ARGUMENT). */
 zccl_result_t zccl__cuda_order_create(void *cuda_stream, zccl_cuda_order_t **out);
-zccl_result_t zccl__cuda_order_issue(zccl_cuda_order_t *o, uint32_t *ticket);
-zccl_result_t zccl__cuda_order_begin(zccl_cuda_order_t *o, uint32_t ticket);
-void zccl__cuda_order_end(zccl_cuda_order_t *o, uint32_t ticket);
+/** The CUDA device of the order's stream. */
+int zccl__cuda_order_device(const zccl_cuda_order_t *o);
+zccl_result_t zccl__cuda_order_issue(zccl_cuda_order_t *o, zccl_cuda_ticket_t *t);
+/** Waits until the work the caller queued before t has run; gives up when *abort becomes non-zero (may be NULL). */
+zccl_result_t zccl__cuda_order_begin(zccl_cuda_order_t *o, const zccl_cuda_ticket_t *t, const volatile int *abort);
+/** Lets the caller's stream pass t's wait (call it whether the call succeeded or not, once per issued ticket). */
+void zccl__cuda_order_end(zccl_cuda_order_t *o, zccl_cuda_ticket_t *t);
 /** The last ticket completed. */
 uint32_t zccl__cuda_order_done(const zccl_cuda_order_t *o);
 void zccl__cuda_order_destroy(zccl_cuda_order_t *o);

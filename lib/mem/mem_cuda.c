@@ -12,6 +12,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "mem.h"
 #include "cuda_drv.h"
@@ -32,6 +33,14 @@ static CUmodule mod;
 static CUstream stream;
 static CUfunction f_reduce[ZCCL_NUM_TYPES][ZCCL_NUM_OPS], f_premul[ZCCL_NUM_TYPES], f_copy;
 static int nsm = 0;
+static int stream_dev = -1; /* the device whose primary context holds `stream` */
+
+/* Device memory released while stream-ordered calls are pending (cuda_drv.h): kept, reused by later allocations
+ * of at most its size, and given back with cuMemFree once no such call is pending. */
+typedef struct kept { void *p; size_t bytes; struct kept *next; } kept_t;
+static kept_t *kept_list;
+typedef struct sized { void *p; size_t bytes; struct sized *next; } sized_t;
+static sized_t *sizes; /* sizes of the blocks cuda_alloc handed out, for reuse */
 
 /* The driver, a current context, the internal stream and (with kernels) the loaded module. */
 static zccl_result_t ready(const zccl_cuda_drv_t **out, bool kernels) {
@@ -46,6 +55,9 @@ static zccl_result_t ready(const zccl_cuda_drv_t **out, bool kernels) {
         if (r != ZCU_SUCCESS) {
             stream = NULL;
             res = zccl__error(ZCCL_SYSTEM_ERROR, "cuStreamCreate failed: %s", zccl__cuda_errstr(r));
+        } else {
+            CUdevice cd = 0;
+            stream_dev = d->cuCtxGetDevice && d->cuCtxGetDevice(&cd) == ZCU_SUCCESS ? (int)cd : 0;
         }
     }
     if (res == ZCCL_SUCCESS && kernels && !mod) {
@@ -137,23 +149,97 @@ static zccl_result_t cuda_premul(void *dst, const void *src, size_t count, zccl_
     return launch(d, f_premul[dt], "the PreMulSum kernel", count, params);
 }
 
+static void remember_size(void *p, size_t bytes) {
+    sized_t *z = malloc(sizeof *z);
+    if (!z) return; /* only reuse is lost */
+    z->p = p;
+    z->bytes = bytes;
+    z->next = sizes;
+    sizes = z;
+}
+
+static size_t forget_size(void *p) {
+    for (sized_t **z = &sizes; *z; z = &(*z)->next)
+        if ((*z)->p == p) {
+            sized_t *f = *z;
+            const size_t b = f->bytes;
+            *z = f->next;
+            free(f);
+            return b;
+        }
+    return 0;
+}
+
+/* Gives the kept blocks back once no stream-ordered call is pending; called with mod_mu held. */
+static void release_kept(const zccl_cuda_drv_t *d) {
+    if (!kept_list || zccl__cuda_ordered_pending() > 0) return;
+    while (kept_list) {
+        kept_t *k = kept_list;
+        kept_list = k->next;
+        d->cuMemFree((CUdeviceptr)(uintptr_t)k->p);
+        free(k);
+    }
+}
+
 static zccl_result_t cuda_alloc(void **p, size_t bytes) {
     const zccl_cuda_drv_t *d;
     ZCCL_CHECK(ready(&d, false));
+    if (!bytes) bytes = 1;
+    pthread_mutex_lock(&mod_mu);
+    release_kept(d);
+    for (kept_t **k = &kept_list; *k; k = &(*k)->next)
+        if ((*k)->bytes >= bytes) { /* a block released during a stream-ordered call: reuse it */
+            kept_t *f = *k;
+            *k = f->next;
+            *p = f->p;
+            remember_size(f->p, f->bytes);
+            free(f);
+            pthread_mutex_unlock(&mod_mu);
+            return ZCCL_SUCCESS;
+        }
+    pthread_mutex_unlock(&mod_mu);
     CUdeviceptr dp = 0;
-    CUresult r = d->cuMemAlloc(&dp, bytes ? bytes : 1);
+    CUresult r = d->cuMemAlloc(&dp, bytes);
     if (r != ZCU_SUCCESS) {
         *p = NULL;
         return zccl__error(ZCCL_SYSTEM_ERROR, "cuMemAlloc of %zu bytes of device memory failed: %s", bytes,
                            zccl__cuda_errstr(r));
     }
     *p = (void *)(uintptr_t)dp;
+    pthread_mutex_lock(&mod_mu);
+    remember_size(*p, bytes);
+    pthread_mutex_unlock(&mod_mu);
     return ZCCL_SUCCESS;
 }
 
 static void cuda_free(void *p) {
     const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
-    if (p && d) d->cuMemFree((CUdeviceptr)(uintptr_t)p);
+    if (!p || !d) return;
+    pthread_mutex_lock(&mod_mu);
+    const size_t bytes = forget_size(p);
+    if (zccl__cuda_ordered_pending() > 0 && bytes) {
+        kept_t *k = malloc(sizeof *k);
+        if (k) {
+            *k = (kept_t){p, bytes, kept_list};
+            kept_list = k;
+            pthread_mutex_unlock(&mod_mu);
+            return;
+        }
+    }
+    release_kept(d);
+    pthread_mutex_unlock(&mod_mu);
+    d->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+zccl_result_t zccl__mem_cuda_prepare(int device) {
+    zccl__cuda_note_device(device);
+    const zccl_cuda_drv_t *d;
+    ZCCL_CHECK(ready(&d, true));
+    if (stream_dev != device)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_stream_create_cuda: the stream is on CUDA device %d, but "
+                           "zccl's CUDA memory layer already works on device %d in this process (one device per process)",
+                           device, stream_dev);
+    return ZCCL_SUCCESS;
 }
 
 static zccl_result_t cuda_alloc_host(void **p, size_t bytes) {
@@ -184,6 +270,9 @@ static void cuda_free_host(void *p) {
 static zccl_result_t cuda_call_begin(void) {
     const zccl_cuda_drv_t *d;
     ZCCL_CHECK(ready(&d, false));
+    /* A stream-ordered call waited for its own inputs (cuda_order.c); the caller's stream now waits for it, so
+     * waiting for the whole context here would never return. */
+    if (zccl__cuda_in_ordered_call()) return ZCCL_SUCCESS;
     CUresult r = d->cuCtxSynchronize();
     if (r != ZCU_SUCCESS)
         return zccl__error(ZCCL_SYSTEM_ERROR, "waiting for the GPU work queued before the call failed "

@@ -571,6 +571,18 @@ static int config_versions(ncclComm_t comm, int rank, int n) {
 }
 
 /* ---- bad input: clear errors, no hang ----------------------------------------------------------------------- */
+/* Whether the CUDA driver that libzccl loaded (if any: RTLD_NOLOAD never loads it) calls p device memory. */
+static int driver_says_device(const void *p) {
+    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return 0;
+    typedef int (*attr_fn)(void *, int, unsigned long long);
+    attr_fn attr = (attr_fn)dlsym(h, "cuPointerGetAttribute");
+    unsigned mt = 0;
+    const int dev = attr && attr(&mt, 2 /* MEMORY_TYPE */, (unsigned long long)(uintptr_t)p) == 0 && mt == 2;
+    dlclose(h);
+    return dev;
+}
+
 static int bad_input(ncclComm_t comm, int rank, int n) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
@@ -622,7 +634,7 @@ static int bad_input(ncclComm_t comm, int rank, int n) {
     void *mem = NULL, *h = NULL;
     CHECK(ncclMemAlloc(&mem, 1 << 20));
     if (!mem || ((uintptr_t)mem & 4095)) failf("ncclMemAlloc: %p is not page aligned", mem);
-    memset(mem, 1, 1 << 20);
+    if (!driver_says_device(mem)) memset(mem, 1, 1 << 20); /* where a CUDA driver is present it is device memory */
     CHECK(ncclCommRegister(comm, mem, 1 << 20, &h));
     CHECK(ncclCommDeregister(comm, h));
     EXPECT_ERR(ncclCommDeregister(comm, h), ncclInvalidArgument, "not a registration");
@@ -785,29 +797,99 @@ static int initall(int k) {
     return g_failures ? 1 : 0;
 }
 
-/* The program has loaded "the CUDA driver" (a stand-in whose fake_device_memory is device memory): the layer must
- * ask it about every buffer and refuse device memory, naming the argument. */
-static int devptr(const char *fake_libcuda) {
-    g_rank = 0;
-    void *h = dlopen(fake_libcuda, RTLD_NOW | RTLD_GLOBAL);
-    if (!h) { failf("cannot load %s: %s", fake_libcuda, dlerror()); return 1; }
-    char *dev = dlsym(h, "fake_device_memory");
-    if (!dev) { failf("no fake_device_memory in %s", fake_libcuda); return 1; }
+/* Device buffers and a cudaStream_t: zccl's fake CUDA driver (tests/fake_cuda, also loaded by zccl through
+ * ZCCL_CUDA_LIBRARY, which the test sets) models the caller's stream S. Each rank: ncclMemAlloc gives device memory;
+ * with a kernel still held on S and a kernel that writes the input queued behind it, ncclAllReduce on S returns at
+ * once; S's next kernel (a copy of the output) runs only after the collective, with the right sum; host buffers
+ * still complete before the call returns; a group of device collectives runs in order; a grouped device send is
+ * refused naming why; a handle that is no stream is refused; ncclMemFree gives the device memory back. */
+static const char *g_fake_cuda;
+
+static int devptr_rank(int rank, int n, int id_fd_r, int id_fd_w) {
+    g_rank = rank;
+    void *h = dlopen(g_fake_cuda, RTLD_NOW);
+    if (!h) { failf("cannot load %s: %s", g_fake_cuda, dlerror()); return 1; }
+    void *(*user_stream)(void *) = (void *(*)(void *))dlsym(h, "fake_cuda_user_stream");
+    int (*hold)(void *) = (int (*)(void *))dlsym(h, "fake_cuda_stream_hold");
+    void (*release)(int) = (void (*)(int))dlsym(h, "fake_cuda_release");
+    void (*scopy)(void *, void *, const void *, size_t) =
+        (void (*)(void *, void *, const void *, size_t))dlsym(h, "fake_cuda_stream_copy");
+    int (*ssync)(void *) = (int (*)(void *))dlsym(h, "cuStreamSynchronize");
+    int (*ptr_attr)(void *, int, unsigned long long) =
+        (int (*)(void *, int, unsigned long long))dlsym(h, "cuPointerGetAttribute");
+    if (!user_stream || !hold || !release || !scopy || !ssync || !ptr_attr) {
+        failf("%s lacks the stream model of tests/fake_cuda", g_fake_cuda);
+        return 1;
+    }
     ncclUniqueId id;
+    if (rank == 0) {
+        CHECK(ncclGetUniqueId(&id));
+        for (int q = 1; q < n; q++)
+            if (write(id_fd_w, &id, sizeof id) != (ssize_t)sizeof id) { failf("pipe write"); return 1; }
+    } else if (read(id_fd_r, &id, sizeof id) != (ssize_t)sizeof id) {
+        failf("pipe read");
+        return 1;
+    }
     ncclComm_t comm;
-    CHECK(ncclGetUniqueId(&id));
-    CHECK(ncclCommInitRank(&comm, 1, id, 0));
-    float host[16] = {1}, out[16];
-    EXPECT_ERR(ncclAllReduce(dev, out, 16, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage, "'sendbuff'");
-    EXPECT_ERR(ncclAllReduce(host, dev, 16, ncclFloat32, ncclSum, comm, NULL), ncclInvalidUsage, "device memory");
-    EXPECT_ERR(ncclRecv(dev + 64, 4, ncclFloat32, 0, comm, NULL), ncclInvalidUsage, "'recvbuff'");
-    EXPECT_ERR(ncclMemFree(dev), ncclInvalidUsage, "device memory");
-    void *hd = NULL;
-    EXPECT_ERR(ncclCommRegister(comm, dev, 64, &hd), ncclInvalidUsage, "device memory");
-    CHECK(ncclAllReduce(host, out, 16, ncclFloat32, ncclSum, comm, NULL));
-    if (out[0] != 1.0f) failf("host all-reduce with the driver loaded: %g", (double)out[0]);
+    CHECK(ncclCommInitRank(&comm, n, id, rank));
+    cudaStream_t S = (cudaStream_t)user_stream(NULL);
+    const size_t count = 4099, bytes = count * sizeof(float);
+    float *ds = NULL, *dr = NULL, *in = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes);
+    CHECK(ncclMemAlloc((void **)&ds, bytes));
+    CHECK(ncclMemAlloc((void **)&dr, bytes));
+    unsigned mt = 0;
+    if (ptr_attr(&mt, 2, (unsigned long long)(uintptr_t)ds) != 0 || mt != 2) failf("ncclMemAlloc gave no device memory");
+    for (size_t i = 0; i < count; i++) {
+        in[i] = (float)(rank + 1) * 0.5f + (float)(i % 7);
+        want[i] = (float)(n * (n + 1)) * 0.25f + (float)n * (float)(i % 7);
+        out[i] = -1.0f;
+        dr[i] = -2.0f; /* the fake's device memory is host memory: the test reads it directly */
+    }
+    const int held = hold(S);
+    scopy(S, ds, in, bytes);
+    double t0 = now_s();
+    CHECK(ncclAllReduce(ds, dr, count, ncclFloat32, ncclSum, comm, S));
+    if (now_s() - t0 > 2.0) failf("ncclAllReduce on a stream did not return at once");
+    scopy(S, out, dr, bytes);
+    usleep(100000);
+    if (dr[0] != -2.0f || out[0] != -1.0f) failf("the collective ran, or S's later kernel ran, before S reached the call");
+    release(held);
+    if (ssync(S) != 0) failf("S never passed the collective");
+    for (size_t i = 0; i < count; i++)
+        if (out[i] != want[i]) { failf("device all-reduce [%zu] = %g, expected %g", i, (double)out[i], (double)want[i]); break; }
+    /* a group of device collectives: in order on S */
+    for (size_t i = 0; i < count; i++) ds[i] = in[i];
+    CHECK(ncclGroupStart());
+    CHECK(ncclAllReduce(ds, ds, count, ncclFloat32, ncclSum, comm, S));
+    CHECK(ncclBroadcast(ds, dr, count, ncclFloat32, n - 1, comm, S));
+    CHECK(ncclGroupEnd());
+    if (ssync(S) != 0) failf("S never passed the grouped collectives");
+    for (size_t i = 0; i < count; i++)
+        if (dr[i] != want[i]) { failf("grouped device calls [%zu] = %g, expected %g", i, (double)dr[i], (double)want[i]); break; }
+    /* host buffers: unchanged, complete when the call returns (after the device calls queued before) */
+    float hs[16], hr[16];
+    for (int i = 0; i < 16; i++) hs[i] = (float)(rank + i);
+    CHECK(ncclAllReduce(hs, hr, 16, ncclFloat32, ncclSum, comm, S));
+    if (hr[3] != (float)(n * (n - 1) / 2 + 3 * n)) failf("host all-reduce: %g", (double)hr[3]);
+    ncclResult_t ae = ncclInternalError;
+    CHECK(ncclCommGetAsyncError(comm, &ae));
+    if (ae != ncclSuccess) failf("async error %d after good calls: %s", (int)ae, ncclGetLastError(NULL));
+    /* refused at issue, on every rank alike (the collective is not entered) */
+    CHECK(ncclGroupStart());
+    ncclSend(ds, 4, ncclFloat32, (rank + 1) % n, comm, S);
+    EXPECT_ERR(ncclGroupEnd(), ncclInvalidUsage, "send/recv on CUDA device memory");
+    EXPECT_ERR(ncclAllReduce(ds, ds, 4, ncclFloat32, ncclSum, comm, (cudaStream_t)(uintptr_t)0x5150), ncclInvalidArgument,
+               "is not a CUDA stream");
+    EXPECT_ERR(ncclAllReduce(hs, dr, 4, ncclFloat32, ncclSum, comm, S), ncclInvalidArgument,
+               "'sendbuf' is host memory but 'recvbuf' is CUDA device memory");
+    CHECK(ncclMemFree(ds));
+    CHECK(ncclMemFree(dr));
+    if (ptr_attr(&mt, 2, (unsigned long long)(uintptr_t)ds) == 0) failf("ncclMemFree left the memory on the device");
     CHECK(ncclCommDestroy(comm));
-    if (g_failures == 0) printf("device pointers refused, host memory used: checks passed\n");
+    free(in);
+    free(out);
+    free(want);
+    if (g_failures == 0) printf("rank %d: device buffers on a CUDA stream: checks passed\n", rank);
     return g_failures ? 1 : 0;
 }
 
@@ -893,7 +975,10 @@ int main(int argc, char **argv) {
         if (n < 1 || n > 8) { fprintf(stderr, "N must be 1..8\n"); return 2; }
         return run_ranks(n, world_rank, argc > 3 ? atof(argv[3]) : 240);
     }
-    if (!strcmp(argv[1], "devptr") && argc >= 3) return devptr(argv[2]);
+    if (!strcmp(argv[1], "devptr") && argc >= 4) {
+        g_fake_cuda = argv[2];
+        return run_ranks(atoi(argv[3]), devptr_rank, argc > 4 ? atof(argv[4]) : 120);
+    }
     if (!strcmp(argv[1], "env")) return env_mapping();
     if (!strcmp(argv[1], "timeout")) return run_ranks(2, timeout_rank, argc > 2 ? atof(argv[2]) : 120);
     if (!strcmp(argv[1], "initall") && argc >= 3) {

@@ -16,6 +16,15 @@
 #define FAKE_API __attribute__((visibility("default")))
 typedef int CUresult;
 
+/* The caller's CUDA streams and events, modelled (the stream-order block at the end of this file). */
+static int fk_is_stream(void *s);
+static void fk_enqueue_record(void *s, void *e);
+static void fk_enqueue_wait(void *s, unsigned long long addr, uint32_t v);
+static int fk_event_not_ready(void *e);
+static CUresult fk_stream_sync(void *s);
+static void fk_check_device_wide_wait(void);
+static void fk_event_destroy(void *e);
+
 typedef struct { uintptr_t lo, hi; int dev; } range_t;
 static range_t ranges[256];
 static int nranges;
@@ -69,7 +78,8 @@ static void fake_ipc_note(const uintptr_t *p, int n, int copy);
 
 FAKE_API CUresult cuInit(unsigned flags) { (void)flags; stats.inits++; return 0; }
 FAKE_API CUresult cuGetErrorString(CUresult r, const char **s) {
-    *s = r == 999 ? "CUDA_ERROR_UNKNOWN (fake)" : r == 801 ? "CUDA_ERROR_NOT_SUPPORTED (fake)" : "fake error";
+    *s = r == 999 ? "CUDA_ERROR_UNKNOWN (fake)" : r == 801 ? "CUDA_ERROR_NOT_SUPPORTED (fake)"
+       : r == 719 ? "CUDA_ERROR_LAUNCH_FAILED (fake)" : r == 400 ? "CUDA_ERROR_INVALID_HANDLE (fake)" : "fake error";
     return 0;
 }
 FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long ptr) {
@@ -86,7 +96,10 @@ FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
 FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr; (void)dev; *v = 4; return 0; }
 static void *fake_ctx = (void *)0x1;
 static __thread void *cur_ctx;
-FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { (void)dev; *c = fake_ctx; return 0; }
+FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { /* device d > 0: context 0x100 + d */
+    *c = dev == 0 ? fake_ctx : (void *)(uintptr_t)(0x100 + dev);
+    return 0;
+}
 FAKE_API CUresult cuCtxGetCurrent(void **c) { *c = cur_ctx; return 0; }
 FAKE_API CUresult cuCtxSetCurrent(void *c) { cur_ctx = c; return 0; }
 FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
@@ -100,6 +113,7 @@ FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
     return 0;
 }
 FAKE_API CUresult cuMemFree_v2(unsigned long long p) {
+    fk_check_device_wide_wait(); /* a real cuMemFree may wait for the whole device */
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nranges; i++)
         if (ranges[i].lo == p) { ranges[i] = ranges[--nranges]; break; }
@@ -117,25 +131,37 @@ FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, 
     return 0;
 }
 FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = (void *)0x2; return 0; }
-FAKE_API CUresult cuStreamSynchronize(void *s) { (void)s; return 0; }
-FAKE_API CUresult cuCtxSynchronize(void) { stats.ctx_syncs++; return maybe_fail(); }
-FAKE_API CUresult cuEventCreate(void **e, unsigned flags) { (void)flags; *e = (void *)0x4; return maybe_fail(); }
-FAKE_API CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; stats.event_records++; return maybe_fail(); }
+FAKE_API CUresult cuStreamSynchronize(void *s) { return fk_is_stream(s) ? fk_stream_sync(s) : 0; }
+FAKE_API CUresult cuCtxSynchronize(void) { stats.ctx_syncs++; fk_check_device_wide_wait(); return maybe_fail(); }
+FAKE_API CUresult cuEventCreate(void **e, unsigned flags) {
+    (void)flags;
+    *e = calloc(1, 64); /* an event of its own: its pending records are counted in it */
+    return maybe_fail();
+}
+FAKE_API CUresult cuEventRecord(void *e, void *s) {
+    stats.event_records++;
+    CUresult f = maybe_fail();
+    if (f) return f;
+    if (fk_is_stream(s)) fk_enqueue_record(s, e);
+    return 0;
+}
 FAKE_API CUresult cuEventQuery(void *e) {
-    (void)e;
     CUresult f = maybe_fail();
     if (f) return f;
     if (stats.event_pending > 0) { stats.event_pending--; return 600; /* CUDA_ERROR_NOT_READY */ }
-    return 0;
+    return fk_event_not_ready(e);
 }
-FAKE_API CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
+FAKE_API CUresult cuEventDestroy_v2(void *e) { fk_event_destroy(e); return 0; }
 FAKE_API CUresult cuStreamWaitValue32_v2(void *s, unsigned long long addr, uint32_t v, unsigned flags) {
     (void)flags;
     stats.waits++;
     stats.last_wait_stream = s;
     stats.last_wait_addr = addr;
     stats.last_wait_value = v;
-    return maybe_fail();
+    CUresult f = maybe_fail();
+    if (f) return f;
+    if (fk_is_stream(s)) fk_enqueue_wait(s, addr, v);
+    return 0;
 }
 FAKE_API CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = aligned_alloc(64, (n + 63) & ~(size_t)63); return *p ? 0 : 2; }
 FAKE_API CUresult cuMemFreeHost(void *p) { free(p); return 0; }
@@ -192,7 +218,7 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     return 801;
 }
 
-/* ==== CUDA IPC emulation (issue 15: lib/core/regmem.c's direct path on device memory) =========================
+/* ==== CUDA IPC emulation (issue 15: lib/core/regmem.c's direct path on device memory) ==================
  * cuMemAlloc memory is a memfd mapped MAP_SHARED; cuIpcGetMemHandle writes (pid, fd, size) into the 64-byte handle
  * and cuIpcOpenMemHandle in another process opens /proc/<pid>/fd/<fd> and maps it, marked as device memory, so the
  * two processes see the same bytes as CUDA IPC would give them. Like CUDA: the handle is of an allocation's base,
@@ -350,3 +376,240 @@ FAKE_API CUresult cuIpcCloseMemHandle(unsigned long long p) {
     return 1; /* CUDA_ERROR_INVALID_VALUE: not an opened IPC mapping */
 }
 /* ==== end of the CUDA IPC emulation ==== */
+=======
+/* ==== Stream-order block (issue 15, zccl_stream_create_cuda): the caller's CUDA streams and events, modelled ====
+ *
+ * fake_cuda_user_stream(ctx) makes a stream of context ctx (NULL: device 0's primary context) whose work a "GPU"
+ * thread of this library executes in order: event records (an event fires when its last record was executed), waits
+ * on a 32-bit word (cuStreamWaitValue32 GEQ: blocks the stream until the word reaches the value), holds (a kernel
+ * still running: blocks until fake_cuda_release), and copies (a kernel of the caller that reads or writes memory).
+ * cuEventQuery answers NOT_READY while a record of the event is queued; cuStreamSynchronize on such a stream waits
+ * until it is empty (at most 20 s, then CUDA_ERROR_UNKNOWN: it would never return on a GPU). cuCtxSynchronize and
+ * cuMemFree while some stream is blocked on a word count a hazard (fake_cuda_order_stats): on a GPU they would wait
+ * for that stream, which waits for zccl. Streams and events of other handles behave as before (records fire at once).
+ */
+#include <time.h>
+#include <unistd.h>
+
+enum { FK_RECORD, FK_WAIT, FK_HOLD, FK_COPY, FK_FAIL };
+typedef struct fk_item {
+    int kind;
+    long *event;  /* FK_RECORD: the event's count of queued records */
+    volatile uint32_t *word;
+    uint32_t value;
+    int hold;
+    void *dst;
+    const void *src;
+    size_t n;
+    struct fk_item *next;
+} fk_item_t;
+typedef struct fk_stream {
+    unsigned magic;
+    void *ctx;
+    fk_item_t *head, *tail;
+    long queued, executed;
+    int failed; /* a kernel of the caller failed: events recorded after it report CUDA_ERROR_LAUNCH_FAILED */
+    struct fk_stream *next;
+} fk_stream_t;
+#define FK_MAGIC 0x5eedf00du
+
+static pthread_mutex_t fk_mu = PTHREAD_MUTEX_INITIALIZER;
+static fk_stream_t *fk_streams;
+static int fk_released[1024];
+static int fk_nholds;
+static long fk_hazards, fk_user_records, fk_user_waits, fk_not_ready;
+static pthread_t fk_gpu;
+static int fk_gpu_started;
+
+static int fk_is_stream(void *s) {
+    pthread_mutex_lock(&fk_mu);
+    int found = 0;
+    for (fk_stream_t *f = fk_streams; f && !found; f = f->next) found = (void *)f == s;
+    pthread_mutex_unlock(&fk_mu);
+    return found;
+}
+
+static void fk_push(fk_stream_t *s, fk_item_t *it) { /* fk_mu held */
+    it->next = NULL;
+    if (s->tail) s->tail->next = it;
+    else s->head = it;
+    s->tail = it;
+    s->queued++;
+}
+
+static void fk_enqueue_record(void *s, void *e) {
+    fk_item_t *it = calloc(1, sizeof *it);
+    it->kind = FK_RECORD;
+    it->event = e;
+    pthread_mutex_lock(&fk_mu);
+    (*it->event)++;
+    fk_user_records++;
+    fk_push(s, it);
+    pthread_mutex_unlock(&fk_mu);
+}
+
+static void fk_enqueue_wait(void *s, unsigned long long addr, uint32_t v) {
+    fk_item_t *it = calloc(1, sizeof *it);
+    it->kind = FK_WAIT;
+    it->word = (volatile uint32_t *)(uintptr_t)addr;
+    it->value = v;
+    pthread_mutex_lock(&fk_mu);
+    fk_user_waits++;
+    fk_push(s, it);
+    pthread_mutex_unlock(&fk_mu);
+}
+
+/* 600 (NOT_READY) while a record is queued, 719 (LAUNCH_FAILED) after a failed kernel, else 0. */
+static int fk_event_not_ready(void *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&fk_mu);
+    const long *ev = e;
+    int r = ev[0] > 0 ? 600 : ev[1] ? 719 : 0;
+    if (r == 600) fk_not_ready++;
+    pthread_mutex_unlock(&fk_mu);
+    return r;
+}
+
+/* An event: [0] records queued and not executed, [1] a failed kernel ran before its last record, [2] destroyed
+ * (freed once its queued records have run, as the driver allows destroying an event with pending work). */
+static void fk_event_destroy(void *e) {
+    if (!e) return;
+    long *ev = e;
+    pthread_mutex_lock(&fk_mu);
+    const int later = ev[0] > 0;
+    if (later) ev[2] = 1;
+    pthread_mutex_unlock(&fk_mu);
+    if (!later) free(e);
+}
+
+/* Runs what can run at the head of every stream; fk_mu held. */
+static void fk_step(void) {
+    for (fk_stream_t *s = fk_streams; s; s = s->next) {
+        while (s->head) {
+            fk_item_t *it = s->head;
+            if (it->kind == FK_WAIT && __atomic_load_n(it->word, __ATOMIC_ACQUIRE) < it->value) break;
+            if (it->kind == FK_HOLD && !fk_released[it->hold]) break;
+            if (it->kind == FK_RECORD) {
+                it->event[0]--;
+                if (s->failed) it->event[1] = 1;
+                if (it->event[0] == 0 && it->event[2]) free(it->event); /* destroyed while a record was queued */
+            }
+            if (it->kind == FK_FAIL) s->failed = 1;
+            if (it->kind == FK_COPY) memmove(it->dst, it->src, it->n);
+            s->head = it->next;
+            if (!s->head) s->tail = NULL;
+            s->executed++;
+            free(it);
+        }
+    }
+}
+
+static void *fk_gpu_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&fk_mu);
+        fk_step();
+        pthread_mutex_unlock(&fk_mu);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static CUresult fk_stream_sync(void *s) {
+    fk_stream_t *f = s;
+    for (int i = 0; i < 400000; i++) {
+        pthread_mutex_lock(&fk_mu);
+        const int empty = f->head == NULL;
+        pthread_mutex_unlock(&fk_mu);
+        if (empty) return 0;
+        usleep(50);
+    }
+    return 999;
+}
+
+static void fk_check_device_wide_wait(void) {
+    pthread_mutex_lock(&fk_mu);
+    for (fk_stream_t *s = fk_streams; s; s = s->next)
+        if (s->head && s->head->kind == FK_WAIT && *s->head->word < s->head->value) fk_hazards++;
+    pthread_mutex_unlock(&fk_mu);
+}
+
+FAKE_API void *fake_cuda_user_stream(void *ctx) {
+    fk_stream_t *s = calloc(1, sizeof *s);
+    s->magic = FK_MAGIC;
+    s->ctx = ctx ? ctx : fake_ctx;
+    pthread_mutex_lock(&fk_mu);
+    s->next = fk_streams;
+    fk_streams = s;
+    if (!fk_gpu_started) fk_gpu_started = pthread_create(&fk_gpu, NULL, fk_gpu_main, NULL) == 0;
+    pthread_mutex_unlock(&fk_mu);
+    return s;
+}
+/* A kernel of the caller that has not finished: the stream stops here until fake_cuda_release(id). */
+FAKE_API int fake_cuda_stream_hold(void *s) {
+    fk_item_t *it = calloc(1, sizeof *it);
+    it->kind = FK_HOLD;
+    pthread_mutex_lock(&fk_mu);
+    it->hold = ++fk_nholds % 1024;
+    fk_released[it->hold] = 0;
+    fk_push(s, it);
+    pthread_mutex_unlock(&fk_mu);
+    return it->hold;
+}
+FAKE_API void fake_cuda_release(int id) {
+    pthread_mutex_lock(&fk_mu);
+    fk_released[id] = 1;
+    pthread_mutex_unlock(&fk_mu);
+}
+/* A kernel of the caller that copies n bytes when the stream reaches it. */
+FAKE_API void fake_cuda_stream_copy(void *s, void *dst, const void *src, size_t n) {
+    fk_item_t *it = calloc(1, sizeof *it);
+    it->kind = FK_COPY;
+    it->dst = dst;
+    it->src = src;
+    it->n = n;
+    pthread_mutex_lock(&fk_mu);
+    fk_push(s, it);
+    pthread_mutex_unlock(&fk_mu);
+}
+/* A kernel of the caller that fails when the stream reaches it (the stream goes on, as after an error). */
+FAKE_API void fake_cuda_stream_fail(void *s) {
+    fk_item_t *it = calloc(1, sizeof *it);
+    it->kind = FK_FAIL;
+    pthread_mutex_lock(&fk_mu);
+    fk_push(s, it);
+    pthread_mutex_unlock(&fk_mu);
+}
+/* Items queued on s and not executed yet. */
+FAKE_API long fake_cuda_stream_pending(void *s) {
+    fk_stream_t *f = s;
+    pthread_mutex_lock(&fk_mu);
+    long n = f->queued - f->executed;
+    pthread_mutex_unlock(&fk_mu);
+    return n;
+}
+/* out[0]: device-wide waits while a stream was blocked on a word (hazards); out[1]: event records on the caller's
+ * streams; out[2]: waits queued on them; out[3]: cuEventQuery answers NOT_READY for their events. */
+FAKE_API void fake_cuda_order_stats(long out[4]) {
+    pthread_mutex_lock(&fk_mu);
+    out[0] = fk_hazards;
+    out[1] = fk_user_records;
+    out[2] = fk_user_waits;
+    out[3] = fk_not_ready;
+    pthread_mutex_unlock(&fk_mu);
+}
+
+FAKE_API CUresult cuStreamGetCtx(void *s, void **ctx) {
+    if (!s || s == (void *)0x2) { *ctx = cur_ctx ? cur_ctx : fake_ctx; return 0; } /* default / zccl's stream */
+    if (!fk_is_stream(s)) return 400; /* CUDA_ERROR_INVALID_HANDLE */
+    *ctx = ((fk_stream_t *)s)->ctx;
+    return 0;
+}
+FAKE_API CUresult cuCtxGetDevice(int *dev) {
+    void *c = cur_ctx ? cur_ctx : fake_ctx;
+    const uintptr_t v = (uintptr_t)c;
+    *dev = c == fake_ctx ? 0 : (v > 0x100 && v < 0x200) ? (int)(v - 0x100) : 0;
+    return 0;
+}
+/* ==== end of the stream-order block ==== */

@@ -1,12 +1,13 @@
 /*
  * gpu_conformance.cu — zccl collectives on CUDA device buffers, for tools/gpu-check (docs/gpu.md).
  *
- *   zcclrun -n N zccl_gpu_conformance [--quick] [--bw BYTES]
+ *   zcclrun -n N zccl_gpu_conformance [--quick] [--bw BYTES] [--cuda-stream]
  *
  * Every rank uses GPU (rank % device count). For each collective x datatype x op x in/out-of-place x count:
  *  1. the input is written by a kernel queued on the caller's stream that first spins for ~200 us, and the output
  *     buffer is poisoned before it: a call that did not wait for queued work would read the poison;
- *  2. the zccl call on the device buffers (blocking: NULL zccl stream);
+ *  2. the zccl call on the device buffers (blocking: NULL zccl stream; with --cuda-stream on a zccl stream bound to
+ *     the caller's CUDA stream by zccl_stream_create_cuda, so the call returns at once and the order is the GPU's);
  *  3. a kernel queued after the call copies the output to a check buffer: a call that returned before its result
  *     was in device memory would leave the poison there;
  *  4. the check buffer must equal, bit for bit, the same collective run by zccl on host buffers with the same
@@ -45,6 +46,8 @@ static cudaStream_t g_s;
 static bool g_register;               /* --register */
 static uint8_t *g_dsend, *g_drecv;    /* the registered device buffers (--register) */
 static size_t g_dbytes;
+static zccl_stream_t g_zs; /* --cuda-stream: bound to g_s; NULL otherwise */
+static long g_async;       /* --cuda-stream: calls that returned while g_s still had the spin kernel to run */
 
 __global__ void spin_then_copy(uint8_t *dst, const uint8_t *src, size_t n, long long spin) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -105,27 +108,27 @@ static void sizes(int c, size_t count, size_t *in, size_t *out) {
 }
 
 /* Runs collective c; in place uses the library's in-place layout (recv holds the input where zccl expects it). */
-static zccl_result_t run(int c, const void *s, void *r, size_t count, int dt, zccl_redop_t op) {
+static zccl_result_t run(int c, const void *s, void *r, size_t count, int dt, zccl_redop_t op, zccl_stream_t st) {
     const int root = g_n - 1;
     switch (c) {
-    case C_ALLREDUCE: return zccl_allreduce(s, r, count, (zccl_datatype_t)dt, op, g_comm, NULL);
-    case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, (zccl_datatype_t)dt, op, g_comm, NULL);
-    case C_ALLGATHER: return zccl_allgather(s, r, count, (zccl_datatype_t)dt, g_comm, NULL);
-    case C_BROADCAST: return zccl_broadcast(s, r, count, (zccl_datatype_t)dt, root, g_comm, NULL);
-    case C_REDUCE: return zccl_reduce(s, r, count, (zccl_datatype_t)dt, op, root, g_comm, NULL);
-    case C_ALLTOALL: return zccl_alltoall(s, r, count, (zccl_datatype_t)dt, g_comm, NULL);
-    case C_GATHER: return zccl_gather(s, r, count, (zccl_datatype_t)dt, root, g_comm, NULL);
-    case C_SCATTER: return zccl_scatter(s, r, count, (zccl_datatype_t)dt, root, g_comm, NULL);
+    case C_ALLREDUCE: return zccl_allreduce(s, r, count, (zccl_datatype_t)dt, op, g_comm, st);
+    case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, (zccl_datatype_t)dt, op, g_comm, st);
+    case C_ALLGATHER: return zccl_allgather(s, r, count, (zccl_datatype_t)dt, g_comm, st);
+    case C_BROADCAST: return zccl_broadcast(s, r, count, (zccl_datatype_t)dt, root, g_comm, st);
+    case C_REDUCE: return zccl_reduce(s, r, count, (zccl_datatype_t)dt, op, root, g_comm, st);
+    case C_ALLTOALL: return zccl_alltoall(s, r, count, (zccl_datatype_t)dt, g_comm, st);
+    case C_GATHER: return zccl_gather(s, r, count, (zccl_datatype_t)dt, root, g_comm, st);
+    case C_SCATTER: return zccl_scatter(s, r, count, (zccl_datatype_t)dt, root, g_comm, st);
     case C_SENDRECV: { /* a ring shift: even ranks send first, odd ranks receive first */
-        if (g_n == 1) return zccl_allgather(s, r, count, (zccl_datatype_t)dt, g_comm, NULL);
+        if (g_n == 1) return zccl_allgather(s, r, count, (zccl_datatype_t)dt, g_comm, st);
         const int to = (g_rank + 1) % g_n, from = (g_rank + g_n - 1) % g_n;
         zccl_result_t res;
         if (g_rank % 2 == 0) {
-            if ((res = zccl_send(s, count, (zccl_datatype_t)dt, to, g_comm, NULL)) != ZCCL_SUCCESS) return res;
-            return zccl_recv(r, count, (zccl_datatype_t)dt, from, g_comm, NULL);
+            if ((res = zccl_send(s, count, (zccl_datatype_t)dt, to, g_comm, st)) != ZCCL_SUCCESS) return res;
+            return zccl_recv(r, count, (zccl_datatype_t)dt, from, g_comm, st);
         }
-        if ((res = zccl_recv(r, count, (zccl_datatype_t)dt, from, g_comm, NULL)) != ZCCL_SUCCESS) return res;
-        return zccl_send(s, count, (zccl_datatype_t)dt, to, g_comm, NULL);
+        if ((res = zccl_recv(r, count, (zccl_datatype_t)dt, from, g_comm, st)) != ZCCL_SUCCESS) return res;
+        return zccl_send(s, count, (zccl_datatype_t)dt, to, g_comm, st);
     }
     }
     return ZCCL_INTERNAL_ERROR;
@@ -165,15 +168,15 @@ static void check_one(int c, int dt, int opi, bool in_place, size_t count) {
     zccl_result_t hr;
     if (c == C_REDUCE_SCATTER && in_place) {
         std::vector<uint8_t> io(hin);
-        hr = run(c, io.data(), io.data() + (size_t)g_rank * count * es, count, dt, op);
+        hr = run(c, io.data(), io.data() + (size_t)g_rank * count * es, count, dt, op, NULL);
         memcpy(hout.data(), io.data() + (size_t)g_rank * count * es, count * es);
     } else if (in_place) {
         std::vector<uint8_t> io(nout * es, 0);
         memcpy(io.data() + ipo * es, hin.data(), nin * es);
-        hr = run(c, io.data() + ipo * es, io.data(), count, dt, op);
+        hr = run(c, io.data() + ipo * es, io.data(), count, dt, op, NULL);
         hout = io;
     } else {
-        hr = run(c, hin.data(), hout.data(), count, dt, op);
+        hr = run(c, hin.data(), hout.data(), count, dt, op, NULL);
     }
     if (hr != ZCCL_SUCCESS) {
         printf("rank %d: FAIL host reference %s %s %s: %s\n", g_rank, coll_name[c], dt_name(dt), op_name(opi),
@@ -213,10 +216,15 @@ static void check_one(int c, int dt, int opi, bool in_place, size_t count) {
     }
     spin_then_copy<<<1, 256, 0, g_s>>>(sp, src, nin * es, 400000); /* ~200 us at 2 GHz, then the input */
     CK(cudaGetLastError());
-    zccl_result_t dr = run(c, sp, rp, count, dt, op);
+    zccl_result_t dr = run(c, sp, rp, count, dt, op, g_zs);
+    if (g_zs && cudaStreamQuery(g_s) == cudaErrorNotReady) g_async++;
     copy_after<<<64, 256, 0, g_s>>>(dcheck, outp, nout * es);
     CK(cudaGetLastError());
-    CK(cudaStreamSynchronize(g_s));
+    CK(cudaStreamSynchronize(g_s)); /* with --cuda-stream: waits for the call through the completion word */
+    if (g_zs) {
+        const zccl_result_t sr = zccl_stream_synchronize(g_zs);
+        if (dr == ZCCL_SUCCESS) dr = sr;
+    }
     CK(cudaMemcpy(got.data(), dcheck, nout * es, cudaMemcpyDeviceToHost));
     g_checks++;
     bool root_only = (c == C_REDUCE || c == C_GATHER) && g_rank != g_n - 1;
@@ -278,17 +286,25 @@ static int bandwidth(size_t bytes, bool reg) {
     for (int i = 0; i < iters; i++) CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g_s));
     CK(cudaStreamSynchronize(g_s));
     const double copy_s = (now() - t0) / iters;
-    if (zccl_allreduce(a, b, count, ZCCL_FLOAT32, ZCCL_SUM, g_comm, NULL) != ZCCL_SUCCESS) { /* warm-up */
+    if (zccl_allreduce(a, b, count, ZCCL_FLOAT32, ZCCL_SUM, g_comm, g_zs) != ZCCL_SUCCESS ||
+        (g_zs && zccl_stream_synchronize(g_zs) != ZCCL_SUCCESS)) { /* warm-up */
         printf("rank %d: FAIL bandwidth all-reduce: %s\n", g_rank, zccl_get_last_error(g_comm));
         return 1;
     }
     zccl_barrier(g_comm, NULL);
     t0 = now();
     for (int i = 0; i < iters; i++)
-        if (zccl_allreduce(a, b, count, ZCCL_FLOAT32, ZCCL_SUM, g_comm, NULL) != ZCCL_SUCCESS) {
+        if (zccl_allreduce(a, b, count, ZCCL_FLOAT32, ZCCL_SUM, g_comm, g_zs) != ZCCL_SUCCESS) {
             printf("rank %d: FAIL bandwidth all-reduce: %s\n", g_rank, zccl_get_last_error(g_comm));
             return 1;
         }
+    if (g_zs) {
+        CK(cudaStreamSynchronize(g_s));
+        if (zccl_stream_synchronize(g_zs) != ZCCL_SUCCESS) {
+            printf("rank %d: FAIL bandwidth all-reduce: %s\n", g_rank, zccl_get_last_error(g_comm));
+            return 1;
+        }
+    }
     const double ar_s = (now() - t0) / iters;
     const double busbw = 2.0 * (g_n - 1) / g_n * bytes / ar_s / 1e9;
     if (g_rank == 0)
@@ -303,13 +319,14 @@ static int bandwidth(size_t bytes, bool reg) {
 }
 
 int main(int argc, char **argv) {
-    bool quick = false;
+    bool quick = false, cuda_stream = false;
     size_t bw = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--register")) g_register = true;
         else if (!strcmp(argv[i], "--bw") && i + 1 < argc) bw = strtoull(argv[++i], NULL, 0);
-        else { fprintf(stderr, "usage: %s [--quick] [--register] [--bw BYTES]\n", argv[0]); return 2; }
+        else if (!strcmp(argv[i], "--cuda-stream")) cuda_stream = true;
+        else { fprintf(stderr, "usage: %s [--quick] [--register] [--bw BYTES] [--cuda-stream]\n", argv[0]); return 2; }
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -324,6 +341,10 @@ int main(int argc, char **argv) {
     zccl_comm_count(g_comm, &g_n);
     CK(cudaSetDevice(g_rank % ndev));
     CK(cudaStreamCreateWithFlags(&g_s, cudaStreamNonBlocking));
+    if (cuda_stream && zccl_stream_create_cuda(g_s, &g_zs) != ZCCL_SUCCESS) {
+        fprintf(stderr, "rank %d: FAIL zccl_stream_create_cuda: %s\n", g_rank, zccl_get_last_error(NULL));
+        return 1;
+    }
     const double t0 = now();
     std::vector<size_t> counts = {1, 4099};
     if (!quick) counts.push_back(262147);
@@ -360,8 +381,13 @@ int main(int argc, char **argv) {
     }
     if (bw && !rc) rc = bandwidth(bw, false);
     if (bw && !rc) rc = bandwidth(bw, true);
-    printf("rank %d of %d: %ld checks, %ld failed, %.1f s%s\n", g_rank, g_n, g_checks, g_fail, now() - t0,
-           rc ? "  FAIL" : "  PASS");
+    printf("rank %d of %d: %ld checks, %ld failed, %.1f s%s%s\n", g_rank, g_n, g_checks, g_fail, now() - t0,
+           rc ? "  FAIL" : "  PASS", g_zs ? " (stream-ordered: zccl_stream_create_cuda)" : "");
+    if (g_zs) {
+        printf("rank %d: %ld of %ld calls returned while the caller's stream was still busy\n", g_rank, g_async,
+               g_checks);
+        zccl_stream_destroy(g_zs);
+    }
     zccl_comm_destroy(g_comm);
     return rc;
 }
