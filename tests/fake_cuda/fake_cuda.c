@@ -218,7 +218,7 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     return 801;
 }
 
-/* ==== CUDA IPC emulation (issue 15: lib/core/regmem.c's direct path on device memory) ==================
+/* ==== CUDA IPC emulation (issue 15: lib/core/regmem.c's direct path on device memory) =========================
  * cuMemAlloc memory is a memfd mapped MAP_SHARED; cuIpcGetMemHandle writes (pid, fd, size) into the 64-byte handle
  * and cuIpcOpenMemHandle in another process opens /proc/<pid>/fd/<fd> and maps it, marked as device memory, so the
  * two processes see the same bytes as CUDA IPC would give them. Like CUDA: the handle is of an allocation's base,
@@ -376,7 +376,7 @@ FAKE_API CUresult cuIpcCloseMemHandle(unsigned long long p) {
     return 1; /* CUDA_ERROR_INVALID_VALUE: not an opened IPC mapping */
 }
 /* ==== end of the CUDA IPC emulation ==== */
-=======
+
 /* ==== Stream-order block (issue 15, zccl_stream_create_cuda): the caller's CUDA streams and events, modelled ====
  *
  * fake_cuda_user_stream(ctx) makes a stream of context ctx (NULL: device 0's primary context) whose work a "GPU"
