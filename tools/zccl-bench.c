@@ -27,6 +27,7 @@
 #include "zccl.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -98,6 +99,7 @@ struct cfg {
     int cputime;   /* -C */
     int registered; /* -R: buffers from zccl_mem_alloc, registered with the communicator */
     int device;    /* -D: send and receive buffers in CUDA device memory (zccl_mem_alloc_cuda) */
+    int bind;      /* --bind: -np ranks bound to one CPU each (-1 auto: when they fit the CPUs; 0 no; 1 yes) */
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
@@ -138,6 +140,8 @@ static void usage(FILE *f)
         "  -R, --registered 0|1     1: send and receive buffers from zccl_mem_alloc, registered with zccl_comm_register\n"
         "                           (one-pass collectives straight out of the peers' buffers on one host; default 0)\n"
         "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
+        "      --bind core|none     with -np: bind rank i to the i-th CPU this process may run on (default: core when\n"
+        "                           the ranks fit those CPUs, as mpirun's default --bind-to core; else none)\n"
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
@@ -243,6 +247,11 @@ do {                                                                            
     case 'C': NUM(0, 1, "0 or 1"); c->cputime = (int)v; break;
     case 'R': NUM(0, 1, "0 or 1"); c->registered = (int)v; break;
     case 'D': NUM(0, 1, "0 or 1"); c->device = (int)v; break;
+    case 'B':
+        if (!strcmp(val, "core")) c->bind = 1;
+        else if (!strcmp(val, "none")) c->bind = 0;
+        else return bad("--bind %s: expected core or none%s", val, "");
+        break;
     case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
     case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
     case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
@@ -315,7 +324,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"}, {'R', "registered"}, {'D', "device-buffers"},
+        {'N', "np"}, {'A', "algo"}, {'R', "registered"}, {'D', "device-buffers"}, {'B', "bind"},
     };
     const char *a = argv[*i];
     *opt = 0;
@@ -347,7 +356,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
 
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
-    *c = (struct cfg){.coll = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
+    *c = (struct cfg){.coll = -1, .bind = -1, .minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
                       .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1, .type = 7,
                       .op = ZCCL_SUM, .root = 0, .average = 3};
     for (int i = 1; i < argc; i++) {
@@ -933,10 +942,30 @@ static void print_header(struct bench *b)
     free(gather);
 }
 
+/* --bind core for -np rank r: the r-th CPU of the mask the launcher inherited (a rank that cannot bind says so and
+ * runs unbound). */
+static void bind_rank(const struct cfg *c, int r)
+{
+    cpu_set_t set, one;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+    const int ncpu = CPU_COUNT(&set);
+    if (c->bind == 0 || (c->bind < 0 && c->np > ncpu)) return;
+    int k = r % ncpu;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &set) || k-- > 0) continue;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0)
+            fprintf(stderr, NAME ": rank %d: cannot bind to CPU %d: %s (running unbound)\n", r, cpu, strerror(errno));
+        return;
+    }
+}
+
 static int run_rank(int launched_rank, void *arg)
 {
     const struct cfg *c = arg;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (c->np > 0) bind_rank(c, launched_rank);
     struct bench b = {.c = c, .rank = -1};
     /* Until the communicator exists, errors carry the rank the launcher gave (RANK, OMPI_COMM_WORLD_RANK, PMI_RANK,
      * or the -np child index). */

@@ -13,7 +13,7 @@ ZCCL_SETTING(zccl__set_shm_cma) = {.name = "ZCCL_SHM_CMA", .deflt = "1",
                           .help = "1: single-copy large messages with process_vm_readv where the kernel lets a rank read "
                           "its peer (probed per pair at init); 0: pipelined copies through slots",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
-ZCCL_SETTING(zccl__set_cma_threshold) = {.name = "ZCCL_CMA_THRESHOLD", .deflt = "64K", .help = "message bytes from which shm uses the single copy",
+ZCCL_SETTING(zccl__set_cma_threshold) = {.name = "ZCCL_CMA_THRESHOLD", .deflt = "128K", .help = "message bytes from which shm uses the single copy",
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 ZCCL_SETTING(zccl__set_ib_disable) = {.name = "ZCCL_IB_DISABLE", .deflt = "0", .help = "1: never use the InfiniBand/RoCE verbs transport (TCP between "
                              "hosts)",

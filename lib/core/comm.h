@@ -50,6 +50,7 @@ struct zccl_comm {
     zccl_mem_type_t call_mem;   /* the running call's memory type (lib/mem), set by the API layer */
     zccl_mem_stage_t mem_stage; /* staging of calls on device memory (lib/mem/mem_stage.c) */
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
+    uint64_t stream_spin_ns;    /* how long an idle stream or a synchronize polls (ZCCL_STREAM_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     struct zccl_tuner *tuner;   /* algorithm choice: parameters, layout, ZCCL_ALGO (lib/tuner/tuner.h) */
     bool check;                 /* ZCCL_CHECK: verify that ranks call matching collectives */
@@ -129,6 +130,8 @@ extern const zccl_cfg_desc_t zccl__set_timeout_ms;
 #define ZCCL_CFG_TIMEOUT_MS (&zccl__set_timeout_ms)
 extern const zccl_cfg_desc_t zccl__set_spin_us;
 #define ZCCL_CFG_SPIN_US (&zccl__set_spin_us)
+extern const zccl_cfg_desc_t zccl__set_stream_spin_us;
+#define ZCCL_CFG_STREAM_SPIN_US (&zccl__set_stream_spin_us)
 extern const zccl_cfg_desc_t zccl__set_chunk_bytes;
 #define ZCCL_CFG_CHUNK_BYTES (&zccl__set_chunk_bytes)
 extern const zccl_cfg_desc_t zccl__set_rs_round_bytes;

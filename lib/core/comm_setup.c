@@ -210,10 +210,14 @@ zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm) {
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SPIN_US, &us));
     int local = 0;
     for (int r = 0; r < comm->nranks; r++) local += comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash;
-    cpu_set_t set;
-    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const int cpus = zccl__cpus_for_ranks(local);
     if (us < 0) us = (local <= cpus) ? 50 : 0;
     comm->spin_ns = (uint64_t)us * 1000u;
+    /* A stream adds a thread per rank: its polling pays only where the caller's thread keeps a core of its own. */
+    int64_t sus;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_STREAM_SPIN_US, &sus));
+    if (sus < 0) sus = (2 * local <= cpus) ? us : 0;
+    comm->stream_spin_ns = (uint64_t)sus * 1000u;
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks on this host, %d cores available: poll %lld us before sleeping",
               comm->rank, local, cpus, (long long)us);
     return ZCCL_SUCCESS;

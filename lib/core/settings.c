@@ -15,6 +15,11 @@ ZCCL_SETTING(zccl__set_spin_us) = {.name = "ZCCL_SPIN_US", .deflt = "-1",
                           .help = "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
                           "fit its cores, else 0 (sleep at once, leave the core to a peer)",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 10000000};
+ZCCL_SETTING(zccl__set_stream_spin_us) = {.name = "ZCCL_STREAM_SPIN_US", .deflt = "-1",
+                          .help = "microseconds an idle zccl stream thread polls for its next operation, and "
+                          "zccl_stream_synchronize for the last completion, before sleeping; -1: ZCCL_SPIN_US's value "
+                          "when the host has two cores per local rank (the caller's thread and the stream's), else 0",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 10000000};
 ZCCL_SETTING(zccl__set_chunk_bytes) = {.name = "ZCCL_CHUNK_BYTES", .deflt = "128K", .help = "bytes handled per progress step (cache-sized)",
         .kind = ZCCL_CFG_BYTES, .lo = 4096, .hi = 256ll << 20};
 ZCCL_SETTING(zccl__set_rs_round_bytes) = {.name = "ZCCL_RS_ROUND_BYTES", .deflt = "4M",

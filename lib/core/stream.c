@@ -21,7 +21,7 @@ struct zccl_stream {
     uint64_t issued, completed; /* operations ever queued / ever finished: tickets (zccl__stream_issued); written
                                    under mu with atomic stores, so that the spinning waits below read them without it */
     uint64_t spin_ns;           /* how long an idle stream thread or a synchronize polls before sleeping: the last
-                                   operation's communicator's ZCCL_SPIN_US (0 until one ran); atomic */
+                                   operation's communicator's ZCCL_STREAM_SPIN_US (0 until one ran); atomic */
     void (*notify)(void *);     /* called after each operation finishes, without s->mu held (may be NULL) */
     void *notify_arg;
     zccl_result_t err;
@@ -35,8 +35,8 @@ static struct zccl_stream *live; /* every stream, for zccl_comm_destroy's check 
 
 /* Polls until `*word` differs from `seen` (or, with stop, *stop is set), for at most ns nanoseconds; true if it did.
  * Waking a sleeping thread costs microseconds to milliseconds (a futex wake, then the scheduler), so a stream whose
- * next operation or completion comes soon is polled for, as the engine polls before it sleeps (ZCCL_SPIN_US: 0 when
- * the host has more ranks than cores, where a poller would take its peers' core). */
+ * next operation or completion comes soon is polled for, as the engine polls before it sleeps (ZCCL_STREAM_SPIN_US: by
+ * default only where every rank's two threads have cores, since a poller takes the core its peers need). */
 static bool spin_until_changed(const uint64_t *word, uint64_t seen, const bool *stop, uint64_t ns) {
     if (ns == 0) return false;
     const uint64_t end = zccl__now_ns() + ns;
@@ -93,7 +93,7 @@ static void *stream_main(void *arg) {
         else if (broken != ZCCL_SUCCESS && had_err) res = broken;
         else if (op.cuda.value) res = run_ordered(s->order, &op);
         else res = zccl__op_run(&op);
-        if (op.comm) __atomic_store_n(&s->spin_ns, op.comm->spin_ns, __ATOMIC_RELAXED);
+        if (op.comm) __atomic_store_n(&s->spin_ns, op.comm->stream_spin_ns, __ATOMIC_RELAXED);
         /* The caller's CUDA stream waits for this ticket: let it go, whatever happened (the error is the stream's
          * and the communicator's to report). */
         if (op.cuda.value) zccl__cuda_order_end(s->order, &op.cuda);

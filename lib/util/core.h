@@ -165,6 +165,12 @@ extern const zccl_cfg_desc_t zccl__set_socket_ifname;
 /* ---- small helpers ----------------------------------------------------------------------------------------- */
 
 uint64_t zccl__now_ns(void);
+/**
+ * CPUs the `local` ranks of this host share, for the choices that depend on ranks per core (polling, the staged
+ * path): the CPUs of this process's affinity mask; but when the mask holds a single CPU (a launcher bound each rank
+ * to a core of its own: mpirun's and zccl-bench -np's default, zcclrun --bind core), `local`: one core per rank.
+ */
+int zccl__cpus_for_ranks(int local);
 /** size_t multiply with overflow detection: returns false on overflow. */
 static inline bool zccl__mul_ok(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
 void *zccl__calloc(size_t n, size_t size); /* NULL on failure, caller reports */

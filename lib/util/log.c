@@ -4,6 +4,7 @@
  * ZCCL_DEBUG unset prints nothing but still keeps last-error messages). ZCCL_DEBUG_SUBSYS filters subsystems.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,12 @@ void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int li
         fprintf(stderr, "%s:%d:%ld [%d] zccl %s %s%s%s%s\n", log_host, (int)getpid(), (long)syscall(SYS_gettid),
                 __atomic_load_n(&log_rank, __ATOMIC_RELAXED), names[level], log_tag ? "[" : "", log_tag ? log_tag : "",
                 log_tag ? "] " : "", msg);
+}
+
+int zccl__cpus_for_ranks(int local) {
+    cpu_set_t set;
+    const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n == 1 && local > 1 ? local : n;
 }
 
 uint64_t zccl__now_ns(void) {
