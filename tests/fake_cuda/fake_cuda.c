@@ -26,7 +26,8 @@ static void fk_check_device_wide_wait(void);
 static void fk_event_destroy(void *e);
 
 typedef struct { uintptr_t lo, hi; int dev; } range_t;
-static range_t ranges[256];
+#define FAKE_MAX_RANGES 65536 /* marked "device" ranges alive at once; running out aborts (never silently host) */
+static range_t ranges[FAKE_MAX_RANGES];
 static int nranges;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -52,7 +53,11 @@ static CUresult maybe_fail(void) {
 
 FAKE_API void fake_cuda_mark(const void *p, size_t len, int dev) {
     pthread_mutex_lock(&mu);
-    if (nranges < 256) ranges[nranges++] = (range_t){(uintptr_t)p, (uintptr_t)p + len, dev};
+    if (nranges >= FAKE_MAX_RANGES) { /* a test that marks without unmarking; one process runs many tests */
+        fprintf(stderr, "fake_cuda: more than %d device ranges marked at once\n", FAKE_MAX_RANGES);
+        abort();
+    }
+    ranges[nranges++] = (range_t){(uintptr_t)p, (uintptr_t)p + len, dev};
     pthread_mutex_unlock(&mu);
 }
 FAKE_API void fake_cuda_unmark(const void *p) {
