@@ -47,6 +47,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "kernels.h"
 #include "mem.h"
@@ -758,11 +759,33 @@ zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
         comm->stg.base = NULL;
         return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d staging pointers", comm->rank, n);
     }
-    /* Each rank allocates; a rank that cannot publishes id 0 and every rank then leaves the path off. */
+    /* Each rank allocates; a rank that cannot publishes id 0 and every rank then leaves the path off. The regions
+     * are pre-faulted shared memory: every rank checks first that the host's ranks' regions fit both /dev/shm and
+     * the memory the kernel can give without swapping (a large ZCCL_SHM_STAGED_MAX_BYTES would otherwise wake the
+     * OOM killer). */
     char why[512] = "";
     void *mine = NULL;
     uint64_t myid = 0;
-    if (zccl__mem_alloc(&mine, region) == ZCCL_SUCCESS) {
+    const unsigned long long need = (unsigned long long)n * region;
+    unsigned long long avail_mem = 0, shm_free = 0;
+    struct statvfs sv;
+    if (statvfs("/dev/shm", &sv) == 0) shm_free = (unsigned long long)sv.f_bavail * sv.f_frsize;
+    FILE *mi = fopen("/proc/meminfo", "r");
+    if (mi) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, mi))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail_mem = kb * 1024ull; break; }
+        fclose(mi);
+    }
+    if (lo > cap) {
+        snprintf(why, sizeof why, "ZCCL_SHM_STAGED_MIN_BYTES (%lld) is above ZCCL_SHM_STAGED_MAX_BYTES (%lld): no "
+                 "vector can take it", (long long)lo, (long long)cap);
+    } else if ((shm_free && need > shm_free) || (avail_mem && need > avail_mem / 2)) {
+        snprintf(why, sizeof why, "the %d ranks' staging regions need %llu MiB (2 x ZCCL_SHM_STAGED_MAX_BYTES + 4 KiB "
+                 "each) but /dev/shm has %llu MiB free and the host %llu MiB available (MemAvailable; at most half "
+                 "is used): lower ZCCL_SHM_STAGED_MAX_BYTES", n, need >> 20, shm_free >> 20, avail_mem >> 20);
+    } else if (zccl__mem_alloc(&mine, region) == ZCCL_SUCCESS) {
         pthread_mutex_lock(&mu);
         for (const region_t *g = regions; g; g = g->next)
             if (g->base == mine) myid = g->id;
@@ -791,11 +814,18 @@ zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
         if (mine) zccl__mem_free(mine);
         free(comm->stg.base);
         comm->stg.base = NULL;
-        if (res == ZCCL_SUCCESS)
-            ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: staged one-pass path off: %s", comm->rank,
-                      why[0] ? why : "a peer could not set up its staging area");
+        if (res == ZCCL_SUCCESS && why[0])
+            ZCCL_WARN(ZCCL_LOG_INIT, "rank %d: staged one-pass path off: %s", comm->rank, why);
+        else if (res == ZCCL_SUCCESS)
+            ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: staged one-pass path off: a peer could not set up its staging area",
+                      comm->rank);
         return res;
     }
+    /* Every peer has mapped this rank's region: its name can go, so a process that dies or exits without
+     * destroying the communicator leaves nothing in /dev/shm (the mapping lives on until zccl__mem_free). */
+    char name[64];
+    region_name(name, sizeof name, myid, (int)getpid());
+    shm_unlink(name);
     comm->stg.mine = mine;
     comm->stg.cap = (size_t)cap;
     comm->stg.min = (size_t)lo;
