@@ -33,7 +33,6 @@ struct zccl_bucket_plan {
     /* buffers: ALLREDUCE nbuckets buffers (buf[b]); REDUCE_SCATTER nslots shared buffers + shard accumulators */
     int nslots;
     void **buf;
-    void **buf_reg; /* per slot: zccl_comm_register handle when buf[s] came from zccl_mem_alloc, else NULL */
     void **acc;
     int *slot_owner; /* REDUCE_SCATTER: bucket using each slot in this micro-step, -1 if none */
 

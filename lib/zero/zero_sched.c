@@ -114,7 +114,6 @@ zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
     const int nb = p->nbuckets;
     p->nslots = (p->o.mode == ZCCL_BUCKET_ALLREDUCE) ? nb : ZCCL_MIN(p->o.max_in_flight, nb);
     p->buf = calloc((size_t)p->nslots, sizeof *p->buf);
-    p->buf_reg = calloc((size_t)p->nslots, sizeof *p->buf_reg);
     p->marked = calloc((size_t)p->nparams, 1);
     p->pending = calloc((size_t)nb, sizeof *p->pending);
     p->ticket = calloc((size_t)nb, sizeof *p->ticket);
@@ -122,25 +121,12 @@ zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
     p->log = calloc((size_t)nb, sizeof *p->log);
     p->slot_owner = calloc((size_t)p->nslots, sizeof *p->slot_owner);
     if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER) p->acc = calloc((size_t)nb, sizeof *p->acc);
-    if (!p->buf || !p->buf_reg || !p->marked || !p->pending || !p->ticket || !p->t_launch || !p->log || !p->slot_owner ||
+    if (!p->buf || !p->marked || !p->pending || !p->ticket || !p->t_launch || !p->log || !p->slot_owner ||
         (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER && !p->acc))
         return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for %d buckets", nb);
     for (int s = 0; s < p->nslots; s++) {
         size_t elems = (p->o.mode == ZCCL_BUCKET_ALLREDUCE) ? p->b[s].elems : p->max_elems;
-        /* Bucket buffers from zccl_mem_alloc (zeroed), registered with the plan's communicator: on one host the
-         * bucket's collective then runs in one pass straight out of the peers' buffers (docs/architecture.md,
-         * "Registered buffers"). Where that memory cannot be had (/dev/shm full), ordinary memory, same results. */
-        char prev[1024];
-        snprintf(prev, sizeof prev, "%s", zccl_get_last_error(NULL));
-        if (zccl_mem_alloc(&p->buf[s], elems * p->es) == ZCCL_SUCCESS) {
-            if (zccl_comm_register(p->comm, p->buf[s], elems * p->es, &p->buf_reg[s]) != ZCCL_SUCCESS) {
-                zccl_mem_free(p->buf[s]);
-                p->buf[s] = NULL;
-                p->buf_reg[s] = NULL;
-            }
-        }
-        if (!p->buf[s]) p->buf[s] = zccl__calloc(elems, p->es);
-        else zccl__set_last_error(prev);
+        p->buf[s] = zccl__calloc(elems, p->es);
         if (!p->buf[s])
             return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for a bucket buffer of "
                                "%zu bytes", elems * p->es);
@@ -169,15 +155,7 @@ void zccl__bucket_sched_free(struct zccl_bucket_plan *p) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
     }
-    for (int s = 0; p->buf && s < p->nslots; s++) {
-        if (p->buf_reg && p->buf_reg[s]) {
-            zccl_comm_deregister(p->comm, p->buf_reg[s]);
-            zccl_mem_free(p->buf[s]);
-        } else {
-            free(p->buf[s]);
-        }
-    }
-    free(p->buf_reg);
+    for (int s = 0; p->buf && s < p->nslots; s++) free(p->buf[s]);
     for (int b = 0; p->acc && b < p->nbuckets; b++) free(p->acc[b]);
     free(p->buf);
     free(p->acc);
