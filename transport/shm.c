@@ -408,6 +408,9 @@ static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
             if (got < 0 && errno == ESRCH)
                 return zccl__error(ZCCL_REMOTE_ERROR, "rank %d (pid %d) exited during a transfer to rank %d", peer,
                                    comm->peers[peer].pid, comm->rank);
+            if (got < 0 && errno == EFAULT) /* the sender gave the call up and its buffer went: its notice says why */
+                return zccl__error(ZCCL_REMOTE_ERROR, "rank %d's buffer went away during a single-copy transfer to "
+                                   "rank %d (rank %d gave the call up?)", peer, comm->rank, peer);
             return zccl__syserror(got < 0 ? errno : EIO, "process_vm_readv of %zu bytes from rank %d (pid %d)", len,
                                   peer, comm->peers[peer].pid);
         }
