@@ -46,13 +46,10 @@ asan+=':Transports/StreamsAndSequencing.*/shm_2ranks:Transports/StreamsAndSequen
 asan+=':ApiArgs.*:InitEnv.TorchrunVariables:InitEnv.MissingOrMalformedVariablesAreNamed'
 asan+=':Security.*:ClaimedRank/ImpostorWithWrongSecret.*:Faults.*:CheckAbort.*:*/AbortParam.*:Flood.*'
 asan+=':Zero*:ScheduleV.*:*SplitV.*'   # bucket scheduler and ZeRO-3 store; uneven collectives and comm split
-# Left out: under gcc 12's ASan a rank forked by this test inherits the allocator's lock held by a thread of the
-# multi-threaded test process (the bootstrap root) and hangs in its first malloc (gdb: __sanitizer::Mutex::Lock in
-# SizeClassAllocator64::GetFromAllocator); it runs, and passes, in the normal suite.
-# Also left out: ZeroOffload.FakeDevice*, which needs its own process (as ctest gives it): the memory layer decides
+# Left out: ZeroOffload.FakeDevice*, which needs its own process (as ctest gives it): the memory layer decides
 # once per process whether a CUDA driver is there, and an earlier test of this shared process already decided "no"
 # without the fake driver, so the forked ranks inherit "every buffer is host memory".
-asan+='-ZeroBuckets.BucketBuffersAreRegisteredAndRunOnePass:ZeroOffload.FakeDevice*'
+asan+='-ZeroOffload.FakeDevice*'
 # thread: gcc 12's TSan cannot follow a rank forked from the multi-threaded test process (the bootstrap root of
 # zccl_get_unique_id is a thread of it): after such a fork it ignores every access and suppresses every report in
 # the child, and it dies with "dup thread with used id" when the child starts a thread on the reused stack of one of

@@ -33,17 +33,17 @@ struct zccl_stream {
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct zccl_stream *live; /* every stream, for zccl_comm_destroy's check */
 
-/* Polls until `*word` differs from `seen` (or, with stop, *stop is set), for at most ns nanoseconds; true if it did.
+/* Polls until `*word` reaches `want` (or, with stop, *stop is set), for at most ns nanoseconds.
  * Waking a sleeping thread costs microseconds to milliseconds (a futex wake, then the scheduler), so a stream whose
  * next operation or completion comes soon is polled for, as the engine polls before it sleeps (ZCCL_STREAM_SPIN_US: by
  * default only where every rank's two threads have cores, since a poller takes the core its peers need). */
-static bool spin_until_changed(const uint64_t *word, uint64_t seen, const bool *stop, uint64_t ns) {
-    if (ns == 0) return false;
+static void spin_until_reached(const uint64_t *word, uint64_t want, const bool *stop, uint64_t ns) {
+    if (ns == 0) return;
     const uint64_t end = zccl__now_ns() + ns;
     for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != seen) return true;
-        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) return true;
-        if ((i & 63) == 0 && zccl__now_ns() >= end) return false;
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) >= want) return;
+        if (stop && __atomic_load_n(stop, __ATOMIC_ACQUIRE)) return;
+        if ((i & 63) == 0 && zccl__now_ns() >= end) return;
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
 #endif
@@ -74,7 +74,7 @@ static void *stream_main(void *arg) {
             const uint64_t seen = s->issued;
             const uint64_t ns = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
             pthread_mutex_unlock(&s->mu);
-            spin_until_changed(&s->issued, seen, &s->stop, ns);
+            spin_until_reached(&s->issued, seen + 1, &s->stop, ns);
             pthread_mutex_lock(&s->mu);
         }
         while (s->head == s->tail && !s->stop) pthread_cond_wait(&s->cv_work, &s->mu);
@@ -262,13 +262,8 @@ ZCCL_API zccl_result_t zccl_stream_synchronize(zccl_stream_t s) {
     if (s->head != s->tail) { /* poll a while for the last queued operation, then sleep */
         const uint64_t want = s->issued;
         const uint64_t ns = __atomic_load_n(&s->spin_ns, __ATOMIC_RELAXED);
-        uint64_t done = s->completed;
         pthread_mutex_unlock(&s->mu);
-        const uint64_t end = zccl__now_ns() + ns;
-        for (uint64_t t = zccl__now_ns(); ns && done != want && t < end; t = zccl__now_ns()) {
-            if (!spin_until_changed(&s->completed, done, NULL, end - t)) break;
-            done = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
-        }
+        spin_until_reached(&s->completed, want, NULL, ns);
         pthread_mutex_lock(&s->mu);
     }
     while (s->head != s->tail) pthread_cond_wait(&s->cv_idle, &s->mu);
