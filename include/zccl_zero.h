@@ -32,7 +32,7 @@
  * memory or a thread could not be started; ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT: from the collectives (zccl.h).
  * After a failed collective the plan is broken: later calls fail with the same error; destroy it.
  *
- * Settings (environment, lib/util/config.c; `zccl-bench --env` lists them): ZCCL_BUCKET_FIRST_BYTES (1M),
+ * Settings (environment, util/config.c; `zccl-bench --env` lists them): ZCCL_BUCKET_FIRST_BYTES (1M),
  * ZCCL_BUCKET_CAP_BYTES (25M), ZCCL_BUCKETS_IN_FLIGHT (2), ZCCL_ZERO3_MAX_LIVE_BYTES (1G). Option fields left 0
  * take these values.
  *

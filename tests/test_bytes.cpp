@@ -1,4 +1,4 @@
-// test_bytes.cpp — the byte-size parser shared by the ZCCL_* settings and the tools (lib/util/bytes.c). The expected
+// test_bytes.cpp — the byte-size parser shared by the ZCCL_* settings and the tools (util/bytes.c). The expected
 // values are written out by hand (powers of 1024), independent of the parser's code.
 #include <gtest/gtest.h>
 

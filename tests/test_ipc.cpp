@@ -26,7 +26,7 @@
 #include <vector>
 
 extern "C" uint64_t zccl__reg_direct_calls(int mem_type); /* lib/core/regmem.h */
-extern "C" bool zccl__mem_cuda_built(void);             /* lib/mem/mem.h */
+extern "C" bool zccl__mem_cuda_built(void);             /* mem/mem.h */
 #include "harness/harness.h"
 #include "zccl.h"
 

@@ -1,5 +1,5 @@
 /*
- * test_mem.cpp — the memory-type layer (lib/mem, docs/gpu.md) on a machine without a GPU:
+ * test_mem.cpp — the memory-type layer (mem, docs/gpu.md) on a machine without a GPU:
  *  - the host table wraps the CPU kernels;
  *  - the CUDA kernels' element code (kernels/cuda/reduce_ops.cuh, compiled here by the host compiler) gives
  *    bit-identical results to the CPU kernels for every datatype x op, PreMulSum included;
@@ -335,7 +335,7 @@ TEST(MemLayer, FakeDriverCudaTable) {
     EXPECT_EQ(rc, 0);
 }
 
-/* The host-side sequencing of stream-ordered calls (lib/mem/cuda_order.c) against the fake driver: what is queued on
+/* The host-side sequencing of stream-ordered calls (mem/cuda_order.c) against the fake driver: what is queued on
  * the caller's stream, the tickets, waiting for the inputs, the completion word, and the errors. */
 TEST(MemLayer, FakeDriverStreamOrderSequencing) {
     if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";

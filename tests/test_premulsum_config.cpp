@@ -258,7 +258,7 @@ struct NbShared {
 };
 
 }  // namespace
-extern "C" int zccl__log_level; /* lib/util/core.h: the parent process already read ZCCL_DEBUG, so set it here */
+extern "C" int zccl__log_level; /* util/core.h: the parent process already read ZCCL_DEBUG, so set it here */
 namespace {
 
 /* Non-blocking creation on 3 ranks; rank 2 joins 600 ms late. */

@@ -1,4 +1,4 @@
-// Schedules are data: these tests run every rank's schedule symbolically (lib/sched/sched_check.c), without processes,
+// Schedules are data: these tests run every rank's schedule symbolically (sched/sched_check.c), without processes,
 // and check that each output element receives each rank's contribution exactly once, that sends and receives pair
 // up in order without deadlock under rendezvous semantics, and that no step leaves its buffer.
 #include <gtest/gtest.h>

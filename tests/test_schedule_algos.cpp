@@ -1,8 +1,8 @@
-// Every algorithm x every collective it implements, proven by the symbolic checker (lib/sched/sched_check.c) for every
+// Every algorithm x every collective it implements, proven by the symbolic checker (sched/sched_check.c) for every
 // rank count 1..130 and a spread up to 1024 (ZCCL_TEST_FULL=1: every n up to 1024 and a spread up to 4096): each output element holds each
 // rank's contribution exactly once, all-reduce results come from the same expression on every rank (bitwise
 // identical), sends and receives pair up without deadlock, no step leaves its buffer. Then the checker must reject
-// broken variants, and the alpha-beta-gamma simulator (lib/sched/sched_cost.c) must agree with the closed forms.
+// broken variants, and the alpha-beta-gamma simulator (sched/sched_cost.c) must agree with the closed forms.
 #include <gtest/gtest.h>
 
 #include <chrono>

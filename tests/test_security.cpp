@@ -249,7 +249,7 @@ TEST(Security, HostileConnectionsToRoot) {
  * bytes followed by a header claiming to be a rank. The root must answer the HELLO with its challenge, then drop
  * the connection without admitting it, and still admit the real ranks. (The ImpostorWithWrongSecret test above
  * stops on the client side, which detects first that the root's challenge MAC is wrong; this one reaches the
- * root's own proof check.) Protocol constants are those of lib/util/socket.c: magic "ZCCLHELO", version 1.
+ * root's own proof check.) Protocol constants are those of util/socket.c: magic "ZCCLHELO", version 1.
  */
 TEST(Security, ForgedProofIsDroppedByRoot) {
     zccl_unique_id_t id;

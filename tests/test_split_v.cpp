@@ -1,7 +1,7 @@
 /*
  * test_split_v.cpp — zccl_comm_split and the uneven collectives zccl_reduce_scatter_v / zccl_allgather_v.
  *
- * ScheduleV.*: the symbolic checker (lib/sched/sched_check.c) proves the ring reduce-scatter / all-gather with uneven
+ * ScheduleV.*: the symbolic checker (sched/sched_check.c) proves the ring reduce-scatter / all-gather with uneven
  * blocks — random counts including zeros, one rank owning everything, rounds smaller than a block — for n = 1..40,
  * in and out of place, any ring order.
  * SplitV.*: forked ranks (tests/harness) over shm and tcp. Split 6 ranks by color = rank % 3 with key = -rank (so new

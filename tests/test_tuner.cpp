@@ -250,7 +250,7 @@ TEST(TunerModel, FilterAndParameters) {
     EXPECT_GE(cross_hi, cross_lo) << "a larger alpha must not make the ring win earlier";
 }
 
-// The closed forms against the schedules' own simulation (lib/sched/sched_cost.c: every rank's schedule run together
+// The closed forms against the schedules' own simulation (sched/sched_cost.c: every rank's schedule run together
 // under the alpha-beta-gamma model). Where the two models coincide (ring, rabenseifner, recdbl: one message per
 // step) they agree within 15% (the rest is the non-power-of-two fold's bookkeeping); where the tuner adds a cost
 // for concurrent messages (direct, bruck's wrapped ranges, the tree's three chunks per slot) it is not below the

@@ -162,7 +162,7 @@ static int bad(const char *fmt, const char *a, const char *b)
 }
 
 /* "8", "1K", "128M", "1.5G", "64KB", "4KiB". Returns 0 or -1. */
-/* A byte size in lib/util/bytes.c's grammar (4M, 4MiB, 1.5G): the same as zccl-zero-plan and the ZCCL_* settings. */
+/* A byte size in util/bytes.c's grammar (4M, 4MiB, 1.5G): the same as zccl-zero-plan and the ZCCL_* settings. */
 static int parse_size(const char *s, size_t *out)
 {
     uint64_t v;

@@ -142,7 +142,7 @@ static zccl_result_t load(const opts_t *o, zccl_topo_t **t) {
     if (o->xml) return zccl_topo_create_hwloc_xml(o->xml, 0, t);
     if (o->nccl_xml) return zccl_topo_create_nccl_xml(o->nccl_xml, 0, t);
     if (o->synthetic) return zccl_topo_create_synthetic(o->synthetic, t);
-    /* ZCCL_TOPO_FILE: the same setting the library reads (lib/util/config.c), here for the machine it describes. */
+    /* ZCCL_TOPO_FILE: the same setting the library reads (util/config.c), here for the machine it describes. */
     const char *file = zccl__cfg_str(ZCCL_CFG_TOPO_FILE);
     if (file && *file) return zccl_topo_create_file(file, ZCCL_TOPO_THIS_SYSTEM, t);
     return zccl_topo_create_live_ex(ZCCL_TOPO_NVML, t);

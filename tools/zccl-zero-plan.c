@@ -77,7 +77,7 @@ static int bad_option(const char *fmt, const char *a)
 }
 
 /* Parses a non-negative integer with an optional K/M/G suffix (powers of 1024). */
-/* A byte size in lib/util/bytes.c's grammar (64K, 64KiB, 1.5M): the same as zccl-bench and the ZCCL_* settings. */
+/* A byte size in util/bytes.c's grammar (64K, 64KiB, 1.5M): the same as zccl-bench and the ZCCL_* settings. */
 static int parse_size(const char *s, unsigned long long *out)
 {
     uint64_t v;

@@ -1,5 +1,5 @@
 /*
- * topo_settings.c — the topology layer's rows of the ZCCL_* settings table (lib/util/config.c gathers every layer's
+ * topo_settings.c — the topology layer's rows of the ZCCL_* settings table (util/config.c gathers every layer's
  * rows; `zccl-bench --env` prints them with the values in force; docs/configuration.md explains each).
  */
 #include <stdint.h>

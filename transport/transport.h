@@ -125,7 +125,7 @@ typedef struct zccl_xfer {
     bool complete;        /* send: the source buffer may be reused; recv: every byte delivered */
     bool started;         /* the transport has begun this transfer */
     uint64_t t[4];        /* transport-private state */
-    /* A call on device memory (lib/mem): src/dst above are host staging, and a completed receive enters dev_dst
+    /* A call on device memory (mem): src/dst above are host staging, and a completed receive enters dev_dst
      * (reduced with dev_op2 when set) through the memory layer. NULL for host calls; transports ignore them. */
     uint8_t *dev_dst;
     const uint8_t *dev_op2;

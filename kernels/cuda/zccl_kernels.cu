@@ -1,5 +1,5 @@
 /*
- * zccl_kernels.cu — the CUDA kernels of the memory layer (lib/mem/mem_cuda.c loads them from the fatbin CMake
+ * zccl_kernels.cu — the CUDA kernels of the memory layer (mem/mem_cuda.c loads them from the fatbin CMake
  * embeds in libzccl and launches them with cuLaunchKernel): a reduction for every datatype x op, PreMulSum's
  * product for every datatype, and a copy. Grid-stride loops; when every pointer is 16-byte aligned each thread
  * moves 16 bytes per load and store (uint4), the tail and unaligned buffers go element by element. The element

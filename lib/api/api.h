@@ -35,7 +35,7 @@ const char *zccl__coll_api_name(zccl_coll_t c);
 /** Every entry point's last step: resolves a PreMulSum handle, then records the operation in the calling thread's
  *  open group, or queues it on the stream / runs it now (zccl__op_issue). Takes ownership of what op owns. */
 zccl_result_t zccl__api_issue(const zccl_op_t *op, zccl_stream_t stream);
-/** Sets op->mem from its buffers (lib/mem: host or CUDA device memory), once per call; errors name the buffer.
+/** Sets op->mem from its buffers (mem: host or CUDA device memory), once per call; errors name the buffer.
  *  in_group: device memory is refused inside zccl_group_start/end (not supported yet, docs/gpu.md). */
 zccl_result_t zccl__api_mem_type(zccl_op_t *op, bool in_group);
 /** Creating a communicator inside a group runs its internal collectives at once: the group is set aside meanwhile

@@ -1,6 +1,6 @@
 /*
  * coll_a2a.c — public entry points of all-to-all, all-to-allv, gather and scatter: argument validation (every
- * failure names the argument), then an operation that runs the direct schedules of lib/sched/sched_alltoall.c.
+ * failure names the argument), then an operation that runs the direct schedules of sched/sched_alltoall.c.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -28,7 +28,7 @@ ZCCL_API zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle) {
     return zccl__comm_deregister(comm, handle);
 }
 
-/* ---- CUDA device memory through the memory layer (lib/mem) ---- */
+/* ---- CUDA device memory through the memory layer (mem) ---- */
 
 ZCCL_API zccl_result_t zccl_pointer_device(const void *ptr, int *device) {
     if (!device) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_pointer_device: argument 'device' is NULL");

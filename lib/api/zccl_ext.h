@@ -1,7 +1,7 @@
 /*
  * zccl_ext.h — the few internal entry points the ZeRO layer (lib/zero) uses besides the public API: an operation
  * counter per stream (tickets), a completion callback, and the message a broken communicator failed with. The ZeRO
- * layer sees only include/, lib/util, kernels/ and this header; it must not reach the communicator's internals.
+ * layer sees only include/, util, kernels/ and this header; it must not reach the communicator's internals.
  * Defined in the core layer (lib/core/stream.c, lib/core/comm.c), declared there too (stream.h, comm.h).
  */
 #ifndef ZCCL_EXT_H
@@ -27,7 +27,7 @@ const char *zccl__comm_async_msg(zccl_comm_t comm);
 
 /*
  * Host memory and copies for the ZeRO layer's CPU offload (lib/zero/zero_offload.c), over the memory layer
- * (lib/mem): the ZeRO layer may not include lib/mem. Defined in lib/api/offload_mem.c.
+ * (mem): the ZeRO layer may not include mem. Defined in lib/api/offload_mem.c.
  */
 /** bytes (>= 1) of zero-filled host memory, 4096-byte aligned. pin != 0 asks for page-locked memory
  *  (cuMemAllocHost) when a CUDA driver can be loaded; *pinned (may be NULL) is set to 1 when the memory is

@@ -47,8 +47,8 @@ struct zccl_comm {
                                    receive counts with the next collective */
     void *scratch;
     size_t scratch_bytes;
-    zccl_mem_type_t call_mem;   /* the running call's memory type (lib/mem), set by the API layer */
-    zccl_mem_stage_t mem_stage; /* staging of calls on device memory (lib/mem/mem_stage.c) */
+    zccl_mem_type_t call_mem;   /* the running call's memory type (mem), set by the API layer */
+    zccl_mem_stage_t mem_stage; /* staging of calls on device memory (mem/mem_stage.c) */
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     uint64_t stream_spin_ns;    /* how long an idle stream or a synchronize polls (ZCCL_STREAM_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */

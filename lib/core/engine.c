@@ -220,7 +220,7 @@ static zccl_result_t finish_recvs(struct zccl_comm *comm, zccl_mem_type_t mt, zc
 zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,
                                zccl_datatype_t dt, zccl_redop_t op) {
     const size_t es = zccl_type_size(dt);
-    /* The call's memory type (lib/mem): its table runs the COPY/REDUCE steps; device memory is staged through host
+    /* The call's memory type (mem): its table runs the COPY/REDUCE steps; device memory is staged through host
      * bytes for the transports (stage_xfers, finish_recvs). */
     const zccl_mem_type_t mt = comm->call_mem;
     const zccl_mem_ops_t *mops = zccl__mem_ops(mt);

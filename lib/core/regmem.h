@@ -20,7 +20,7 @@ void zccl__reg_comm_gone(struct zccl_comm *comm);
  * Runs all-reduce, reduce-scatter, all-gather or broadcast o (sequence number comm->seq) straight out of the peers'
  * buffers when every rank's buffers are registered (host: inside zccl_mem_alloc memory; device: a cuMemAlloc
  * allocation, shared by CUDA IPC), of one memory type on every rank, all ranks share this host through shm, and the
- * call is at least ZCCL_SHM_REG_MIN_BYTES: *done is then true. The loops run the call's memory table (lib/mem). Every rank reaches the same decision from the same descriptors.
+ * call is at least ZCCL_SHM_REG_MIN_BYTES: *done is then true. The loops run the call's memory table (mem). Every rank reaches the same decision from the same descriptors.
  * *started is true once the ranks may depend on this rank (a failure then breaks the communicator).
  */
 zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started);

@@ -1,5 +1,5 @@
 /*
- * settings.c — the core layer's rows of the ZCCL_* settings table (lib/util/config.c gathers every layer's
+ * settings.c — the core layer's rows of the ZCCL_* settings table (util/config.c gathers every layer's
  * rows; `zccl-bench --env` prints them with the values in force; docs/configuration.md explains each).
  */
 #include <stdint.h>

@@ -18,7 +18,7 @@ typedef struct {
     zccl_redop_t op;
     int root; /* broadcast/reduce root, or send/recv peer */
     bool in_place;
-    zccl_mem_type_t mem; /* what memory the buffers are (lib/mem), learned once when the call is issued */
+    zccl_mem_type_t mem; /* what memory the buffers are (mem), learned once when the call is issued */
     struct zccl_comm *comm;
     size_t *vcounts; /* _v collectives: nranks counts then nranks displacements, owned by the op (freed by
                         zccl__op_release); NULL otherwise */
@@ -35,7 +35,7 @@ typedef struct {
     zccl_result_t (*run_group)(const void *group);
     void (*release_group)(void *group);
     /* A device-memory call on a stream bound to a CUDA stream (zccl_stream_create_cuda): its ticket in that CUDA
-     * stream's order (lib/mem/cuda_order.c); value 0 otherwise. Set when the op is queued. */
+     * stream's order (mem/cuda_order.c); value 0 otherwise. Set when the op is queued. */
     zccl_cuda_ticket_t cuda;
 } zccl_op_t;
 

@@ -1,5 +1,5 @@
 /*
- * tuner.c — the choice over the registry of algorithms (lib/sched/algo.h holds the rows and their cost models):
+ * tuner.c — the choice over the registry of algorithms (sched/algo.h holds the rows and their cost models):
  * the rank layout, the usable set per collective, the pick and its log, the public queries (see tuner.h and
  * docs/tuning.md). The ZCCL_ALGO grammar is in algo_spec.c; calibration and the cache file in tuner_calib.c.
  */

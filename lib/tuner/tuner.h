@@ -1,5 +1,5 @@
 /*
- * tuner.h — which algorithm runs a collective: over the registry of algorithms (lib/sched/algo.h: name, builders,
+ * tuner.h — which algorithm runs a collective: over the registry of algorithms (sched/algo.h: name, builders,
  * availability, cost predictor), the ZCCL_ALGO filter (NCCL_ALGO's grammar), the alpha-beta-gamma parameters measured at init (or read
  * from a cache file) and agreed by all ranks, and the choice itself. See docs/tuning.md.
  *
@@ -25,7 +25,7 @@
 struct zccl_comm;
 
 /* The cost model's types (zccl_link_cost_t, zccl_tune_params_t, zccl_tune_layout_t) and the registry of algorithms
- * with their predictors live in the schedule layer (lib/sched/algo.h): an algorithm is one file there. */
+ * with their predictors live in the schedule layer (sched/algo.h): an algorithm is one file there. */
 
 /** Collectives with a choice to make: all-reduce .. reduce (send/recv have one schedule). */
 #define ZCCL_NTUNED 5

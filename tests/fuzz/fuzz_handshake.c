@@ -1,6 +1,6 @@
 /*
  * fuzz_handshake.c — libFuzzer target for everything zccl parses from the network before and right after a
- * connection proves the job's secret (lib/util/socket.h "wire messages", lib/core/bootstrap.c header decoders), and for the
+ * connection proves the job's secret (util/socket.h "wire messages", lib/core/bootstrap.c header decoders), and for the
  * unique-id decoder (ids travel out of band, through files and environment variables).
  *
  * Input: byte 0 selects the decoder, the rest is its input. Besides "no crash, no sanitizer report", each case

@@ -55,8 +55,8 @@ echo "fuzz: building $bin with $("$cc" --version | head -1)"
 # shellcheck disable=SC2086
 if ! "$cc" -std=gnu11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
     -Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
-    -I"$root/include" -I"$root/lib/util" -I"$root/lib/sched" -I"$root/lib/core" -I"$root/lib/mem" -I"$root/transport" -I"$root/topology" -I"$root/kernels" $hwloc_cflags \
-    "$here/fuzz_handshake.c" "$root/lib/util/socket.c" "$root/lib/util/error.c" "$root/lib/util/log.c" "$root/lib/util/config.c" "$root/lib/util/bytes.c" "$root/lib/core/settings.c" \
+    -I"$root/include" -I"$root/util" -I"$root/sched" -I"$root/lib/core" -I"$root/mem" -I"$root/transport" -I"$root/topology" -I"$root/kernels" $hwloc_cflags \
+    "$here/fuzz_handshake.c" "$root/util/socket.c" "$root/util/error.c" "$root/util/log.c" "$root/util/config.c" "$root/util/bytes.c" "$root/lib/core/settings.c" \
     -lcrypto -lpthread -o "$bin"; then
   echo "fuzz: build failed" >&2
   exit 3

@@ -159,7 +159,7 @@ void zccl__cuda_order_end(zccl_cuda_order_t *o, zccl_cuda_ticket_t *t);
 uint32_t zccl__cuda_order_done(const zccl_cuda_order_t *o);
 void zccl__cuda_order_destroy(zccl_cuda_order_t *o);
 
-/* This layer's rows of the settings table (lib/mem/settings.c). */
+/* This layer's rows of the settings table (mem/settings.c). */
 extern const zccl_cfg_desc_t zccl__set_cuda_library;
 #define ZCCL_CFG_CUDA_LIBRARY (&zccl__set_cuda_library)
 

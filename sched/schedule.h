@@ -37,7 +37,7 @@ typedef struct {
 } zccl_step_t;
 
 /**
- * Names for the rows of the registry of algorithms (lib/sched/algo.h, lib/sched/algos.c), which holds each one's
+ * Names for the rows of the registry of algorithms (sched/algo.h, sched/algos.c), which holds each one's
  * builders and cost model; the library itself finds algorithms through the table and their names, these constants
  * are for tests and callers that force one (in table order, checked by a static assertion in algos.c). Which
  * collectives each implements: zccl__algo_supports(). Broadcast and reduce run the pipelined chain (the ring row's

@@ -105,7 +105,7 @@ void zccl__log_init(void);
     } while (0)
 #endif
 
-/* ---- configuration: the one table of ZCCL_* settings (lib/util/config.c; rows in each layer) ----------------------------------------- */
+/* ---- configuration: the one table of ZCCL_* settings (util/config.c; rows in each layer) ----------------------------------------- */
 
 /** How a setting's value is read: text (its reader checks it), an integer, or a byte count (suffixes K, M, ...). */
 typedef enum { ZCCL_CFG_TEXT = 0, ZCCL_CFG_INT, ZCCL_CFG_BYTES } zccl_cfg_kind_t;
@@ -154,7 +154,7 @@ zccl_result_t zccl__cfg_int(zccl_cfg_id_t id, int64_t *out);
 /** Adds a line to zccl_config_describe's output after the table (e.g. whether a transport is built). */
 typedef size_t (*zccl_cfg_note_fn)(char *buf, size_t len);
 
-/* This layer's settings (lib/util/config.c). */
+/* This layer's settings (util/config.c). */
 extern const zccl_cfg_desc_t zccl__set_debug;
 #define ZCCL_CFG_DEBUG (&zccl__set_debug)
 extern const zccl_cfg_desc_t zccl__set_debug_subsys;

@@ -3,8 +3,8 @@
  * runs, its availability rule and its cost predictor (and, where the literature gives one, its closed-form time).
  * The tuner (lib/tuner) chooses among the rows; the schedule builder (schedule.c) runs the chosen row's builder.
  *
- * Adding an algorithm: one file lib/sched/sched_<name>.c that defines `const zccl_algo_t zccl__algo_<name>` (its
- * builders, predictor, formula), and one row in zccl__algo_table (lib/sched/algos.c). Row order is the tuner's
+ * Adding an algorithm: one file sched/sched_<name>.c that defines `const zccl_algo_t zccl__algo_<name>` (its
+ * builders, predictor, formula), and one row in zccl__algo_table (sched/algos.c). Row order is the tuner's
  * preference on equal predictions. docs/architecture.md, "Add an algorithm".
  *
  * Cost model (Hockney's alpha-beta model with a reduction term gamma, as in Thakur, Rabenseifner & Gropp, "Optimization
@@ -74,7 +74,7 @@ typedef struct zccl_algo {
 } zccl_algo_t;
 
 #define ZCCL_TUNE_MAX_ALGOS 32
-/** The registry (lib/sched/algos.c), zccl__nalgos rows; an algorithm's id (zccl_sched_args_t.algo) is its row. */
+/** The registry (sched/algos.c), zccl__nalgos rows; an algorithm's id (zccl_sched_args_t.algo) is its row. */
 extern const zccl_algo_t *const zccl__algo_table[];
 extern const int zccl__nalgos;
 /** Row `algo`, or NULL when out of range. */
@@ -82,7 +82,7 @@ static inline const zccl_algo_t *zccl__algo(int algo) {
     return algo >= 0 && algo < zccl__nalgos ? zccl__algo_table[algo] : (const zccl_algo_t *)0;
 }
 
-/* ---- helpers of the predictors (lib/sched/algos.c) ---- */
+/* ---- helpers of the predictors (sched/algos.c) ---- */
 
 /** Pipeline chunk in bytes of broadcast/reduce and the tree for a call of `bytes` on n ranks: bytes/(4(n-1)),
  *  clamped to [64 KiB, 4 MiB] (enough chunks to fill the pipeline, each large enough to amortise alpha). */

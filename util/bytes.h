@@ -1,6 +1,6 @@
 /*
  * bytes.h — the one parser of byte sizes, shared by the library's ZCCL_* settings and the command-line tools
- * (zccl-bench, zccl-zero-plan compile lib/util/bytes.c into themselves), so "25M", "25MiB" and "25MB" mean the same
+ * (zccl-bench, zccl-zero-plan compile util/bytes.c into themselves), so "25M", "25MiB" and "25MB" mean the same
  * everywhere. Self-contained: no other zccl header.
  */
 #ifndef ZCCL_BYTES_H
