@@ -89,16 +89,6 @@ static int bad(const char *fmt, const char *a, const char *b)
     return 2;
 }
 
-static int parse_int(const char *s, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 /* Resolves prog as execvp would. Returns 0 if found and executable, 127 if not found, 126 if not executable. */
 static int check_program(const char *prog)
 {
@@ -459,7 +449,7 @@ static int hostfile_read(const char *path, struct hostplan *hp)
         }
         while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
             long v;
-            if (strncmp(tok, "slots=", 6) != 0 || parse_int(tok + 6, 1, ZL_MAX_RANKS, &v) != 0) {
+            if (strncmp(tok, "slots=", 6) != 0 || zl_parse_long(tok + 6, 10, 1, ZL_MAX_RANKS, &v) != 0) {
                 fprintf(stderr, NAME ": %s:%d: '%s': expected slots=M with M from 1 to %d\n", path, lineno, tok,
                         ZL_MAX_RANKS);
                 rc = 2;
@@ -886,7 +876,7 @@ int main(int argc, char **argv)
         long v;
         switch (which) {
         case O_N:
-            if (parse_int(val, LONG_MIN, LONG_MAX, &v) != 0)
+            if (zl_parse_long(val, 10, LONG_MIN, LONG_MAX, &v) != 0)
                 return bad("%s: '%s' is not a number", opt, val);
             if (v < 1 || v > ZL_MAX_RANKS) {
                 char lim[16];
@@ -905,7 +895,8 @@ int main(int argc, char **argv)
             ssh_cmd = val;
             break;
         case O_PORT:
-            if (parse_int(val, 1, 65535, &v) != 0) return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
+            if (zl_parse_long(val, 10, 1, 65535, &v) != 0)
+                return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
             o.port = (int)v;
             break;
         case O_ADDR:
