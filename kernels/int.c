@@ -204,15 +204,17 @@ static zk_divisor_t zk_divisor(uint32_t d)
 
 /* Calls the kernel zk_OP_<type> of dt with the parenthesised arguments of its width (ARGS8, ARGS32, ARGS64). */
 #define ZK_BY_TYPE(OP, ARGS8, ARGS32, ARGS64)                                                                   \
-    switch (dt) {                                                                                              \
-    case ZCCL_INT8: zk_##OP##_i8 ARGS8; break;                                                                 \
-    case ZCCL_UINT8: zk_##OP##_u8 ARGS8; break;                                                                \
-    case ZCCL_INT32: zk_##OP##_i32 ARGS32; break;                                                              \
-    case ZCCL_UINT32: zk_##OP##_u32 ARGS32; break;                                                             \
-    case ZCCL_INT64: zk_##OP##_i64 ARGS64; break;                                                              \
-    case ZCCL_UINT64: zk_##OP##_u64 ARGS64; break;                                                             \
-    default: break;                                                                                            \
-    }
+    do {                                                                                                       \
+        switch (dt) {                                                                                          \
+        case ZCCL_INT8: zk_##OP##_i8 ARGS8; break;                                                             \
+        case ZCCL_UINT8: zk_##OP##_u8 ARGS8; break;                                                            \
+        case ZCCL_INT32: zk_##OP##_i32 ARGS32; break;                                                          \
+        case ZCCL_UINT32: zk_##OP##_u32 ARGS32; break;                                                         \
+        case ZCCL_INT64: zk_##OP##_i64 ARGS64; break;                                                          \
+        case ZCCL_UINT64: zk_##OP##_u64 ARGS64; break;                                                         \
+        default: break;                                                                                        \
+        }                                                                                                      \
+    } while (0)
 
 /* The same for the kernels one unsigned type serves for both signednesses of a width (sum and product). */
 #define ZK_BY_WIDTH(OP, ARGS)                                                                                   \
@@ -234,7 +236,7 @@ ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, 
     if ((op == ZCCL_SUM || op == ZCCL_AVG) && divisor > 1) {
         const zk_divisor_t q = zk_divisor(divisor);
         ZK_BY_TYPE(avg, (dst, a, b, n, q.m8, 0, divisor), (dst, a, b, n, q.m32, q.shift, divisor),
-                   (dst, a, b, n, q.m64, q.shift, divisor))
+                   (dst, a, b, n, q.m64, q.shift, divisor));
         return;
     }
     switch (op) {
@@ -246,10 +248,10 @@ ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, 
         ZK_BY_WIDTH(prod, (dst, a, b, n, 0, 0, 0));
         break;
     case ZCCL_MAX:
-        ZK_BY_TYPE(max, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0))
+        ZK_BY_TYPE(max, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0));
         break;
     case ZCCL_MIN:
-        ZK_BY_TYPE(min, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0))
+        ZK_BY_TYPE(min, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0));
         break;
     default:
         break;
@@ -261,5 +263,5 @@ ZK_HIDDEN void zccl_kernels_scale_int(void *dst, const void *src, size_t n, zccl
 {
     const zk_divisor_t q = zk_divisor(divisor);
     ZK_BY_TYPE(scale, (dst, src, n, q.m8, 0, divisor), (dst, src, n, q.m32, q.shift, divisor),
-               (dst, src, n, q.m64, q.shift, divisor))
+               (dst, src, n, q.m64, q.shift, divisor));
 }
