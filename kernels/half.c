@@ -55,50 +55,14 @@ uint16_t zccl_float_to_bf16(float f)
 /* ---------------------------------------------------------------------------------------------------------- */
 
 /*
- * Binary kernel: widen both operands, combine them in float32 (EXPR of x, y and the divisor dv), narrow once.
- * Operands are read before the store, so dst may equal a or b.
- */
-#define ZK_BINARY(name, WIDEN, NARROW, EXPR)                                                                    \
-    ZK_CLONES static void name(void *dst_, const void *a_, const void *b_, size_t n, float dv)                 \
-    {                                                                                                          \
-        zk_u16 *d = dst_;                                                                                      \
-        const zk_u16 *a = a_;                                                                                  \
-        const zk_u16 *b = b_;                                                                                  \
-        for (size_t i = 0; i < n; i++) {                                                                       \
-            const float x = WIDEN(a[i]);                                                                       \
-            const float y = WIDEN(b[i]);                                                                       \
-            d[i] = NARROW(EXPR);                                                                               \
-        }                                                                                                      \
-    }
-
-#define ZK_SCALE(name, WIDEN, NARROW)                                                                           \
-    ZK_CLONES static void name(void *dst_, const void *s_, size_t n, float dv)                                 \
-    {                                                                                                          \
-        zk_u16 *d = dst_;                                                                                      \
-        const zk_u16 *s = s_;                                                                                  \
-        for (size_t i = 0; i < n; i++)                                                                         \
-            d[i] = NARROW(WIDEN(s[i]) / dv);                                                                   \
-    }
-
-/*
  * float32's 24-bit significand has at least 2p + 2 bits for both binary16 (p = 11) and bfloat16 (p = 8), which
  * makes the intermediate float32 rounding of a sum or product harmless (Figueroa, "When is double rounding
  * innocuous?", 1995): SUM and PROD are correctly rounded in both formats, exactly as if the exact result were
  * rounded once. The average rounds (a + b) and the quotient in float32 and then narrows, as kernels.h says.
+ * zk_{sum,prod,max,min,avg,scale}_f16 and _bf16 (kernels_impl.h) widen, combine in float32 and narrow once.
  */
-ZK_BINARY(zk_sum_f16, zk_half_to_float, zk_float_to_half, x + y)
-ZK_BINARY(zk_prod_f16, zk_half_to_float, zk_float_to_half, x * y)
-ZK_BINARY(zk_max_f16, zk_half_to_float, zk_float_to_half, zk_maxf(x, y))
-ZK_BINARY(zk_min_f16, zk_half_to_float, zk_float_to_half, zk_minf(x, y))
-ZK_BINARY(zk_avg_f16, zk_half_to_float, zk_float_to_half, (x + y) / dv)
-ZK_SCALE(zk_scale_f16, zk_half_to_float, zk_float_to_half)
-
-ZK_BINARY(zk_sum_bf16, zk_bf16_to_float, zk_float_to_bf16, x + y)
-ZK_BINARY(zk_prod_bf16, zk_bf16_to_float, zk_float_to_bf16, x * y)
-ZK_BINARY(zk_max_bf16, zk_bf16_to_float, zk_float_to_bf16, zk_maxf(x, y))
-ZK_BINARY(zk_min_bf16, zk_bf16_to_float, zk_float_to_bf16, zk_minf(x, y))
-ZK_BINARY(zk_avg_bf16, zk_bf16_to_float, zk_float_to_bf16, (x + y) / dv)
-ZK_SCALE(zk_scale_bf16, zk_bf16_to_float, zk_float_to_bf16)
+ZK_FLOAT_KERNELS(f16, zk_u16, float, zk_half_to_float, zk_float_to_half, zk_maxf, zk_minf)
+ZK_FLOAT_KERNELS(bf16, zk_u16, float, zk_bf16_to_float, zk_float_to_bf16, zk_maxf, zk_minf)
 
 /* The F16C binary16 kernels (half_f16c.c): each returns 0, doing nothing, where F16C is unavailable. */
 
@@ -106,34 +70,15 @@ ZK_SCALE(zk_scale_bf16, zk_bf16_to_float, zk_float_to_bf16)
 ZK_HIDDEN void zccl_kernels_reduce_half(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
                                         zccl_redop_t op, uint32_t divisor)
 {
-    const int avg = (op == ZCCL_SUM || op == ZCCL_AVG) && divisor > 1;
     /* Exact up to 2^24, far above the 65536-rank limit. */
     const float dv = (float)divisor;
 
     if (dt == ZCCL_FLOAT16) {
         if (zccl_kernels_reduce_f16c(dst, a, b, n, op, divisor))
             return;
-        if (avg)
-            zk_avg_f16(dst, a, b, n, dv);
-        else if (op == ZCCL_SUM || op == ZCCL_AVG)
-            zk_sum_f16(dst, a, b, n, dv);
-        else if (op == ZCCL_PROD)
-            zk_prod_f16(dst, a, b, n, dv);
-        else if (op == ZCCL_MAX)
-            zk_max_f16(dst, a, b, n, dv);
-        else if (op == ZCCL_MIN)
-            zk_min_f16(dst, a, b, n, dv);
+        ZK_FLOAT_DISPATCH(f16, op, divisor, dst, a, b, n, dv);
     } else if (dt == ZCCL_BFLOAT16) {
-        if (avg)
-            zk_avg_bf16(dst, a, b, n, dv);
-        else if (op == ZCCL_SUM || op == ZCCL_AVG)
-            zk_sum_bf16(dst, a, b, n, dv);
-        else if (op == ZCCL_PROD)
-            zk_prod_bf16(dst, a, b, n, dv);
-        else if (op == ZCCL_MAX)
-            zk_max_bf16(dst, a, b, n, dv);
-        else if (op == ZCCL_MIN)
-            zk_min_bf16(dst, a, b, n, dv);
+        ZK_FLOAT_DISPATCH(bf16, op, divisor, dst, a, b, n, dv);
     }
 }
 

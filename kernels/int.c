@@ -133,36 +133,14 @@ static inline int64_t zk_sdiv64(int64_t x, uint64_t m, unsigned shift, uint32_t 
 /* ---------------------------------------------------------------------------------------------------------- */
 
 /*
- * Binary kernel: d[i] = EXPR(x = a[i], y = b[i]). Both operands are read before the store, so exact aliasing of
- * dst with a or b is harmless. UT is the unaligned element type, T the plain value type; the divisor's magic
- * numbers (m, shift, dv) are passed to every kernel so that all kernels share one signature, and ignored where
- * unused.
+ * The loops are kernels_impl.h's, with UT the unaligned element type, T the plain value type and the divisor's
+ * magic numbers (m, shift, dv) as the last parameters of every kernel, so that all kernels share one signature;
+ * they are ignored where unused.
  */
-#define ZK_BINARY(name, UT, T, MT, EXPR)                                                                        \
-    ZK_CLONES static void name(void *dst_, const void *a_, const void *b_, size_t n, MT m, unsigned shift,      \
-                               uint32_t dv)                                                                     \
-    {                                                                                                          \
-        UT *d = dst_;                                                                                          \
-        const UT *a = a_;                                                                                      \
-        const UT *b = b_;                                                                                      \
-        for (size_t i = 0; i < n; i++) {                                                                       \
-            const T x = a[i];                                                                                  \
-            const T y = b[i];                                                                                  \
-            d[i] = (EXPR);                                                                                     \
-        }                                                                                                      \
-    }
-
-/* Unary kernel for zccl_kernel_scale: d[i] = EXPR(x = s[i]); dst may equal src. */
-#define ZK_UNARY(name, UT, T, MT, EXPR)                                                                         \
-    ZK_CLONES static void name(void *dst_, const void *s_, size_t n, MT m, unsigned shift, uint32_t dv)        \
-    {                                                                                                          \
-        UT *d = dst_;                                                                                          \
-        const UT *s = s_;                                                                                      \
-        for (size_t i = 0; i < n; i++) {                                                                       \
-            const T x = s[i];                                                                                  \
-            d[i] = (EXPR);                                                                                     \
-        }                                                                                                      \
-    }
+#define ZK_BINARY(name, UT, T, MT, EXPR) \
+    ZK_BINARY_LOOP(name, UT, T, ZK_SAME, ZK_SAME, EXPR, MT m, unsigned shift, uint32_t dv)
+#define ZK_UNARY(name, UT, T, MT, EXPR) \
+    ZK_UNARY_LOOP(name, UT, T, ZK_SAME, ZK_SAME, EXPR, MT m, unsigned shift, uint32_t dv)
 
 /*
  * Sum and product wrap modulo 2^bits, which is the same bit pattern for the signed and unsigned type of a width,
@@ -177,18 +155,15 @@ ZK_BINARY(zk_sum_u64, zk_u64, uint64_t, uint64_t, x + y)
 ZK_BINARY(zk_prod_u64, zk_u64, uint64_t, uint64_t, x * y)
 
 /* Maximum and minimum depend on signedness, so each type has its own pair. */
-ZK_BINARY(zk_max_i8, zk_i8, int8_t, uint16_t, x > y ? x : y)
-ZK_BINARY(zk_min_i8, zk_i8, int8_t, uint16_t, x < y ? x : y)
-ZK_BINARY(zk_max_u8, zk_u8, uint8_t, uint16_t, x > y ? x : y)
-ZK_BINARY(zk_min_u8, zk_u8, uint8_t, uint16_t, x < y ? x : y)
-ZK_BINARY(zk_max_i32, zk_i32, int32_t, uint32_t, x > y ? x : y)
-ZK_BINARY(zk_min_i32, zk_i32, int32_t, uint32_t, x < y ? x : y)
-ZK_BINARY(zk_max_u32, zk_u32, uint32_t, uint32_t, x > y ? x : y)
-ZK_BINARY(zk_min_u32, zk_u32, uint32_t, uint32_t, x < y ? x : y)
-ZK_BINARY(zk_max_i64, zk_i64, int64_t, uint64_t, x > y ? x : y)
-ZK_BINARY(zk_min_i64, zk_i64, int64_t, uint64_t, x < y ? x : y)
-ZK_BINARY(zk_max_u64, zk_u64, uint64_t, uint64_t, x > y ? x : y)
-ZK_BINARY(zk_min_u64, zk_u64, uint64_t, uint64_t, x < y ? x : y)
+#define ZK_MAX_MIN(SFX, UT, T, MT)                                                                              \
+    ZK_BINARY(zk_max_##SFX, UT, T, MT, x > y ? x : y)                                                          \
+    ZK_BINARY(zk_min_##SFX, UT, T, MT, x < y ? x : y)
+ZK_MAX_MIN(i8, zk_i8, int8_t, uint16_t)
+ZK_MAX_MIN(u8, zk_u8, uint8_t, uint16_t)
+ZK_MAX_MIN(i32, zk_i32, int32_t, uint32_t)
+ZK_MAX_MIN(u32, zk_u32, uint32_t, uint32_t)
+ZK_MAX_MIN(i64, zk_i64, int64_t, uint64_t)
+ZK_MAX_MIN(u64, zk_u64, uint64_t, uint64_t)
 
 /*
  * Average step: the wrapped sum, reinterpreted in the element's own type, divided with truncation. The wrapped
@@ -227,6 +202,31 @@ static zk_divisor_t zk_divisor(uint32_t d)
     return r;
 }
 
+/* Calls the kernel zk_OP_<type> of dt with the parenthesised arguments of its width (ARGS8, ARGS32, ARGS64). */
+#define ZK_BY_TYPE(OP, ARGS8, ARGS32, ARGS64)                                                                   \
+    do {                                                                                                       \
+        switch (dt) {                                                                                          \
+        case ZCCL_INT8: zk_##OP##_i8 ARGS8; break;                                                             \
+        case ZCCL_UINT8: zk_##OP##_u8 ARGS8; break;                                                            \
+        case ZCCL_INT32: zk_##OP##_i32 ARGS32; break;                                                          \
+        case ZCCL_UINT32: zk_##OP##_u32 ARGS32; break;                                                         \
+        case ZCCL_INT64: zk_##OP##_i64 ARGS64; break;                                                          \
+        case ZCCL_UINT64: zk_##OP##_u64 ARGS64; break;                                                         \
+        default: break;                                                                                        \
+        }                                                                                                      \
+    } while (0)
+
+/* The same for the kernels one unsigned type serves for both signednesses of a width (sum and product). */
+#define ZK_BY_WIDTH(OP, ARGS)                                                                                   \
+    do {                                                                                                       \
+        if (width == 8)                                                                                        \
+            zk_##OP##_u8 ARGS;                                                                                 \
+        else if (width == 32)                                                                                  \
+            zk_##OP##_u32 ARGS;                                                                                \
+        else                                                                                                   \
+            zk_##OP##_u64 ARGS;                                                                                \
+    } while (0)
+
 /* Integer part of zccl_kernel_reduce(); dt is one of the six integer types and count > 0. */
 ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, size_t n, zccl_datatype_t dt,
                                        zccl_redop_t op, uint32_t divisor)
@@ -235,56 +235,23 @@ ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, 
 
     if ((op == ZCCL_SUM || op == ZCCL_AVG) && divisor > 1) {
         const zk_divisor_t q = zk_divisor(divisor);
-        switch (dt) {
-        case ZCCL_INT8: zk_avg_i8(dst, a, b, n, q.m8, 0, divisor); break;
-        case ZCCL_UINT8: zk_avg_u8(dst, a, b, n, q.m8, 0, divisor); break;
-        case ZCCL_INT32: zk_avg_i32(dst, a, b, n, q.m32, q.shift, divisor); break;
-        case ZCCL_UINT32: zk_avg_u32(dst, a, b, n, q.m32, q.shift, divisor); break;
-        case ZCCL_INT64: zk_avg_i64(dst, a, b, n, q.m64, q.shift, divisor); break;
-        case ZCCL_UINT64: zk_avg_u64(dst, a, b, n, q.m64, q.shift, divisor); break;
-        default: break;
-        }
+        ZK_BY_TYPE(avg, (dst, a, b, n, q.m8, 0, divisor), (dst, a, b, n, q.m32, q.shift, divisor),
+                   (dst, a, b, n, q.m64, q.shift, divisor));
         return;
     }
     switch (op) {
     case ZCCL_SUM:
     case ZCCL_AVG:
-        if (width == 8)
-            zk_sum_u8(dst, a, b, n, 0, 0, 0);
-        else if (width == 32)
-            zk_sum_u32(dst, a, b, n, 0, 0, 0);
-        else
-            zk_sum_u64(dst, a, b, n, 0, 0, 0);
+        ZK_BY_WIDTH(sum, (dst, a, b, n, 0, 0, 0));
         break;
     case ZCCL_PROD:
-        if (width == 8)
-            zk_prod_u8(dst, a, b, n, 0, 0, 0);
-        else if (width == 32)
-            zk_prod_u32(dst, a, b, n, 0, 0, 0);
-        else
-            zk_prod_u64(dst, a, b, n, 0, 0, 0);
+        ZK_BY_WIDTH(prod, (dst, a, b, n, 0, 0, 0));
         break;
     case ZCCL_MAX:
-        switch (dt) {
-        case ZCCL_INT8: zk_max_i8(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT8: zk_max_u8(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_INT32: zk_max_i32(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT32: zk_max_u32(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_INT64: zk_max_i64(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT64: zk_max_u64(dst, a, b, n, 0, 0, 0); break;
-        default: break;
-        }
+        ZK_BY_TYPE(max, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0));
         break;
     case ZCCL_MIN:
-        switch (dt) {
-        case ZCCL_INT8: zk_min_i8(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT8: zk_min_u8(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_INT32: zk_min_i32(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT32: zk_min_u32(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_INT64: zk_min_i64(dst, a, b, n, 0, 0, 0); break;
-        case ZCCL_UINT64: zk_min_u64(dst, a, b, n, 0, 0, 0); break;
-        default: break;
-        }
+        ZK_BY_TYPE(min, (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0), (dst, a, b, n, 0, 0, 0));
         break;
     default:
         break;
@@ -295,13 +262,6 @@ ZK_HIDDEN void zccl_kernels_reduce_int(void *dst, const void *a, const void *b, 
 ZK_HIDDEN void zccl_kernels_scale_int(void *dst, const void *src, size_t n, zccl_datatype_t dt, uint32_t divisor)
 {
     const zk_divisor_t q = zk_divisor(divisor);
-    switch (dt) {
-    case ZCCL_INT8: zk_scale_i8(dst, src, n, q.m8, 0, divisor); break;
-    case ZCCL_UINT8: zk_scale_u8(dst, src, n, q.m8, 0, divisor); break;
-    case ZCCL_INT32: zk_scale_i32(dst, src, n, q.m32, q.shift, divisor); break;
-    case ZCCL_UINT32: zk_scale_u32(dst, src, n, q.m32, q.shift, divisor); break;
-    case ZCCL_INT64: zk_scale_i64(dst, src, n, q.m64, q.shift, divisor); break;
-    case ZCCL_UINT64: zk_scale_u64(dst, src, n, q.m64, q.shift, divisor); break;
-    default: break;
-    }
+    ZK_BY_TYPE(scale, (dst, src, n, q.m8, 0, divisor), (dst, src, n, q.m32, q.shift, divisor),
+               (dst, src, n, q.m64, q.shift, divisor));
 }

@@ -947,13 +947,17 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 PALIAS(ncclCommAbort);
 
+/* An entry point zccl does not support: ncclInvalidUsage saying why, once comm is known to be a communicator. */
+static ncclResult_t unsupported(const char *fname, ncclComm_t comm, const char *why) {
+    ncclResult_t r = check_comm(fname, comm);
+    return r != ncclSuccess ? r : fail(ncclInvalidUsage, "%s: %s", fname, why);
+}
+
 EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-    ncclResult_t r = check_comm("ncclCommRevoke", comm);
-    if (r != ncclSuccess) return r;
     (void)revokeFlags;
-    return fail(ncclInvalidUsage, "ncclCommRevoke: not supported by zccl (no operation of this layer is ever in flight "
-                "when a call returns; to stop one blocked on another thread use ncclCommAbort, then ncclCommShrink "
-                "on the survivors)");
+    return unsupported("ncclCommRevoke", comm, "not supported by zccl (no operation of this layer is ever in flight "
+                       "when a call returns; to stop one blocked on another thread use ncclCommAbort, then "
+                       "ncclCommShrink on the survivors)");
 }
 PALIAS(ncclCommRevoke);
 
@@ -1124,17 +1128,16 @@ EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t s
     if (r != ncclSuccess) return r;
     if (win) *win = NULL;
     (void)buff, (void)size, (void)winFlags;
-    return fail(ncclInvalidUsage, "ncclCommWindowRegister: symmetric memory windows are GPU memory mapped by every "
-                "rank; zccl has no GPU support yet, so windows are not supported (use the collectives without one)");
+    return unsupported("ncclCommWindowRegister", comm, "symmetric memory windows are GPU memory mapped by every "
+                       "rank; zccl has no GPU support yet, so windows are not supported (use the collectives without "
+                       "one)");
 }
 PALIAS(ncclCommWindowRegister);
 
 EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-    ncclResult_t r = check_comm("ncclCommWindowDeregister", comm);
-    if (r != ncclSuccess) return r;
     (void)win;
-    return fail(ncclInvalidUsage, "ncclCommWindowDeregister: no window can exist: zccl does not support symmetric "
-                "memory windows (ncclCommWindowRegister always fails)");
+    return unsupported("ncclCommWindowDeregister", comm, "no window can exist: zccl does not support symmetric "
+                       "memory windows (ncclCommWindowRegister always fails)");
 }
 PALIAS(ncclCommWindowDeregister);
 
@@ -1164,81 +1167,38 @@ PALIAS(ncclRedOpDestroy);
 /* ---- collectives and point-to-point ------------------------------------------------------------------------- */
 /* cudaStream_t is not used: the call (or, inside a group, ncclGroupEnd) returns once the operation is complete. */
 
-EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_ALLREDUCE, "ncclAllReduce", comm, sendbuff, recvbuff, count, datatype, op, 0, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclAllReduce);
+/*
+ * NAME(PARAMS...) builds the op from its arguments and submits it; SEND, RECV, COUNT, REDOP and ROOT (root, or peer
+ * of a send/receive) are expressions of the parameters, which always include datatype, comm and stream. PALIAS
+ * adds the pncclNAME twin.
+ */
+#define OP_ENTRY(NAME, KIND, SEND, RECV, COUNT, REDOP, ROOT, ...)                                              \
+    EXPORT ncclResult_t NAME(__VA_ARGS__) {                                                                    \
+        struct op o = {KIND, #NAME, comm, SEND, RECV, COUNT, datatype, REDOP, ROOT, stream, -1};               \
+        return submit(&o);                                                                                     \
+    }                                                                                                          \
+    PALIAS(NAME)
 
-EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                                  int root, ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_BROADCAST, "ncclBroadcast", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclBroadcast);
-
-EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                              cudaStream_t stream) {
-    struct op o = {OP_BROADCAST, "ncclBcast", comm, buff, buff, count, datatype, ncclSum, root, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclBcast);
-
-EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                               ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_REDUCE, "ncclReduce", comm, sendbuff, recvbuff, count, datatype, op, root, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclReduce);
-
-EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                  ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_ALLGATHER, "ncclAllGather", comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0,
-                   stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclAllGather);
-
-EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount, ncclDataType_t datatype,
-                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_REDUCESCATTER, "ncclReduceScatter", comm, sendbuff, recvbuff, recvcount, datatype, op, 0,
-                   stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclReduceScatter);
-
-EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                                 ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_ALLTOALL, "ncclAlltoAll", comm, sendbuff, recvbuff, count, datatype, ncclSum, 0, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclAlltoAll);
-
-EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-                               ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_GATHER, "ncclGather", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclGather);
-
-EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
-                                ncclComm_t comm, cudaStream_t stream) {
-    struct op o = {OP_SCATTER, "ncclScatter", comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclScatter);
-
-EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                             cudaStream_t stream) {
-    struct op o = {OP_SEND, "ncclSend", comm, sendbuff, NULL, count, datatype, ncclSum, peer, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclSend);
-
-EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                             cudaStream_t stream) {
-    struct op o = {OP_RECV, "ncclRecv", comm, NULL, recvbuff, count, datatype, ncclSum, peer, stream, -1};
-    return submit(&o);
-}
-PALIAS(ncclRecv);
+OP_ENTRY(ncclAllReduce, OP_ALLREDUCE, sendbuff, recvbuff, count, op, 0, const void *sendbuff, void *recvbuff,
+         size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclBroadcast, OP_BROADCAST, sendbuff, recvbuff, count, ncclSum, root, const void *sendbuff,
+         void *recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclBcast, OP_BROADCAST, buff, buff, count, ncclSum, root, void *buff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclReduce, OP_REDUCE, sendbuff, recvbuff, count, op, root, const void *sendbuff, void *recvbuff,
+         size_t count, ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclAllGather, OP_ALLGATHER, sendbuff, recvbuff, sendcount, ncclSum, 0, const void *sendbuff,
+         void *recvbuff, size_t sendcount, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclReduceScatter, OP_REDUCESCATTER, sendbuff, recvbuff, recvcount, op, 0, const void *sendbuff,
+         void *recvbuff, size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+         cudaStream_t stream);
+OP_ENTRY(ncclAlltoAll, OP_ALLTOALL, sendbuff, recvbuff, count, ncclSum, 0, const void *sendbuff, void *recvbuff,
+         size_t count, ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclGather, OP_GATHER, sendbuff, recvbuff, count, ncclSum, root, const void *sendbuff, void *recvbuff,
+         size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclScatter, OP_SCATTER, sendbuff, recvbuff, count, ncclSum, root, const void *sendbuff, void *recvbuff,
+         size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclSend, OP_SEND, sendbuff, NULL, count, ncclSum, peer, const void *sendbuff, size_t count,
+         ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);
+OP_ENTRY(ncclRecv, OP_RECV, NULL, recvbuff, count, ncclSum, peer, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream);

@@ -248,6 +248,8 @@ TEST(A2aArgs, ErrorsNameTheArgument) {
     expect(zccl_scatter(a, b, 1, ZCCL_INT32, -1, comm, nullptr), ZCCL_INVALID_ARGUMENT, "root");
     expect(zccl_gather(a, nullptr, 1, ZCCL_INT32, 0, comm, nullptr), ZCCL_INVALID_ARGUMENT, "recvbuf");
     expect(zccl_scatter(nullptr, b, 1, ZCCL_INT32, 0, comm, nullptr), ZCCL_INVALID_ARGUMENT, "sendbuf");
+    expect(zccl_gather(nullptr, b, 1, ZCCL_INT32, 0, comm, nullptr), ZCCL_INVALID_ARGUMENT, "'sendbuf'");
+    expect(zccl_scatter(a, nullptr, 1, ZCCL_INT32, 0, comm, nullptr), ZCCL_INVALID_ARGUMENT, "'recvbuf'");
     expect(zccl_alltoallv(a, nullptr, &zero, b, &one, &zero, ZCCL_INT32, comm, nullptr), ZCCL_INVALID_ARGUMENT,
            "sendcounts");
     expect(zccl_alltoallv(a, &one, &zero, b, &zero, &zero, ZCCL_INT32, comm, nullptr), ZCCL_INVALID_ARGUMENT,

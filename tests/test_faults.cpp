@@ -409,17 +409,6 @@ void check_give_up(const char *transport) {
 /* Rank 0 queues many all-reduces on a stream; rank 1 never calls, so the first one times out. The stream reports
  * that first error (not a later "broken" one), the operations behind it fail without running, and the next
  * operation on the broken communicator fails at once. */
-#define FCHECK(cond, ...)                                                      \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-#define FOK(call) FCHECK((call) == ZCCL_SUCCESS, "%s: %s", #call, zccl_get_last_error(nullptr))
-
 TEST(Faults, StreamQueueBehindABrokenCommunicatorFailsAtOnce) {
     SharedMem mem(sizeof(std::atomic<int>));
     std::atomic<int> *done = new (mem.data()) std::atomic<int>(0);
@@ -436,24 +425,24 @@ TEST(Faults, StreamQueueBehindABrokenCommunicatorFailsAtOnce) {
                 return 0;
             }
             zccl_stream_t st = nullptr;
-            FOK(zccl_stream_create(&st));
+            ZT_OK(zccl_stream_create(&st));
             std::vector<float> in(64, 1.0f), out(64, 0.0f);
             const int queued = 20000;
             for (int i = 0; i < queued; i++)
-                FOK(zccl_allreduce(in.data(), out.data(), in.size(), ZCCL_FLOAT32, ZCCL_SUM, comm, st));
+                ZT_OK(zccl_allreduce(in.data(), out.data(), in.size(), ZCCL_FLOAT32, ZCCL_SUM, comm, st));
             zccl_result_t r = zccl_stream_synchronize(st);
             std::string msg = zccl_get_last_error(comm);
-            FCHECK(r == ZCCL_TIMEOUT, "synchronize returned %d: %s", (int)r, msg.c_str());
-            FCHECK(msg.find("no progress for 300 ms") != std::string::npos, "not the first error: %s",
+            ZT_CHECK(r == ZCCL_TIMEOUT, "synchronize returned %d: %s", (int)r, msg.c_str());
+            ZT_CHECK(msg.find("no progress for 300 ms") != std::string::npos, "not the first error: %s",
                         msg.c_str());
             zccl_result_t ae = ZCCL_SUCCESS;
-            FOK(zccl_comm_get_async_error(comm, &ae));
-            FCHECK(ae == ZCCL_TIMEOUT, "async error %d", (int)ae);
-            FOK(zccl_stream_query(st)); /* the error was taken by synchronize */
-            FOK(zccl_allreduce(in.data(), out.data(), in.size(), ZCCL_FLOAT32, ZCCL_SUM, comm, st));
+            ZT_OK(zccl_comm_get_async_error(comm, &ae));
+            ZT_CHECK(ae == ZCCL_TIMEOUT, "async error %d", (int)ae);
+            ZT_OK(zccl_stream_query(st)); /* the error was taken by synchronize */
+            ZT_OK(zccl_allreduce(in.data(), out.data(), in.size(), ZCCL_FLOAT32, ZCCL_SUM, comm, st));
             r = zccl_stream_synchronize(st);
             msg = zccl_get_last_error(comm);
-            FCHECK(r == ZCCL_TIMEOUT && msg.find("broken by an earlier error") != std::string::npos,
+            ZT_CHECK(r == ZCCL_TIMEOUT && msg.find("broken by an earlier error") != std::string::npos,
                         "after the error: %d: %s", (int)r, msg.c_str());
             zccl_stream_destroy(st);
             done->store(1);

@@ -29,13 +29,6 @@ namespace {
 
 int32_t val(int from, int to, size_t i) { return (int32_t)((uint32_t)from * 1000003u + (uint32_t)to * 7919u + (uint32_t)i * 31u); }
 
-#define GCHECK(cond, ...)                                                                                          \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            child_log(rank, __VA_ARGS__);                                                                          \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
 
 /* All-to-all as grouped send/recv. order 0: receives then sends; 1: sends then receives; 2: even ranks receive
  * first, odd ranks send first. Peers are visited in a rotated order so no two ranks post identically. */
@@ -44,26 +37,26 @@ int grouped_alltoall(zccl_comm_t comm, int rank, int n, size_t c, int order, zcc
     for (int q = 0; q < n; q++)
         for (size_t i = 0; i < c; i++) s[(size_t)q * c + i] = val(rank, q, i);
     const bool recv_first = order == 0 || (order == 2 && rank % 2 == 0);
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
     for (int pass = 0; pass < 2; pass++) {
         const bool do_recv = (pass == 0) == recv_first;
         for (int k = 0; k < n; k++) {
             const int q = (rank + k) % n;
             zccl_result_t res = do_recv ? zccl_recv(&r[(size_t)q * c], c, ZCCL_INT32, q, comm, stream)
                                         : zccl_send(&s[(size_t)q * c], c, ZCCL_INT32, q, comm, stream);
-            GCHECK(res == ZCCL_SUCCESS, "%s peer %d in group: %d %s", do_recv ? "recv" : "send", q, res,
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "%s peer %d in group: %d %s", do_recv ? "recv" : "send", q, res,
                    zccl_get_last_error(comm));
         }
     }
     zccl_result_t res = zccl_group_end();
-    GCHECK(res == ZCCL_SUCCESS, "group_end (count %zu, order %d): %d %s", c, order, res, zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "group_end (count %zu, order %d): %d %s", c, order, res, zccl_get_last_error(comm));
     if (stream) {
         res = zccl_stream_synchronize(stream);
-        GCHECK(res == ZCCL_SUCCESS, "synchronize: %d %s", res, zccl_get_last_error(comm));
+        ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "synchronize: %d %s", res, zccl_get_last_error(comm));
     }
     for (int q = 0; q < n; q++)
         for (size_t i = 0; i < c; i++)
-            GCHECK(r[(size_t)q * c + i] == val(q, rank, i), "count %zu order %d: from rank %d element %zu = %d, want %d", c,
+            ZT_CHILD_CHECK(r[(size_t)q * c + i] == val(q, rank, i), "count %zu order %d: from rank %d element %zu = %d, want %d", c,
                    order, q, i, r[(size_t)q * c + i], val(q, rank, i));
     return 0;
 }
@@ -74,7 +67,7 @@ int body_alltoall(zccl_comm_t comm, int rank, int n) {
             if (grouped_alltoall(comm, rank, n, c, order, nullptr)) return 1;
     /* on a stream: group_end queues the part; synchronize waits */
     zccl_stream_t st;
-    GCHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
+    ZT_CHILD_CHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
     int bad = grouped_alltoall(comm, rank, n, 1000, 0, st);
     zccl_stream_destroy(st);
     return bad;
@@ -89,30 +82,30 @@ int body_mixed(zccl_comm_t comm, int rank, int n) {
     std::vector<int32_t> ring_in(c, -1), ring_out(c);
     for (size_t i = 0; i < c; i++) ring_out[i] = val(rank, (rank + 1) % n, i);
     int32_t self_in = -1, self_out = 1234 + rank;
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
     const bool ring = n > 1; /* with one rank the ring neighbour is the rank itself: the self pair below is enough */
-    if (ring) GCHECK(zccl_recv(ring_in.data(), c, ZCCL_INT32, (rank - 1 + n) % n, comm, nullptr) == ZCCL_SUCCESS, "recv");
-    GCHECK(zccl_allreduce(ar.data(), arout.data(), c, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "ar");
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "nested group_start");
-    GCHECK(zccl_allgather(mine.data(), ag.data(), 3, ZCCL_INT32, comm, nullptr) == ZCCL_SUCCESS, "ag");
-    GCHECK(zccl_recv(&self_in, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "self recv");
-    GCHECK(zccl_group_end() == ZCCL_SUCCESS, "nested group_end");
+    if (ring) ZT_CHILD_CHECK(zccl_recv(ring_in.data(), c, ZCCL_INT32, (rank - 1 + n) % n, comm, nullptr) == ZCCL_SUCCESS, "recv");
+    ZT_CHILD_CHECK(zccl_allreduce(ar.data(), arout.data(), c, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "ar");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "nested group_start");
+    ZT_CHILD_CHECK(zccl_allgather(mine.data(), ag.data(), 3, ZCCL_INT32, comm, nullptr) == ZCCL_SUCCESS, "ag");
+    ZT_CHILD_CHECK(zccl_recv(&self_in, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "self recv");
+    ZT_CHILD_CHECK(zccl_group_end() == ZCCL_SUCCESS, "nested group_end");
     /* still inside the outer group: nothing may have run */
-    GCHECK(self_in == -1 && ag[0] == -1, "the nested zccl_group_end ran operations before the outermost one");
-    GCHECK(zccl_send(&self_out, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "self send");
-    if (ring) GCHECK(zccl_send(ring_out.data(), c, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_SUCCESS, "send");
+    ZT_CHILD_CHECK(self_in == -1 && ag[0] == -1, "the nested zccl_group_end ran operations before the outermost one");
+    ZT_CHILD_CHECK(zccl_send(&self_out, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "self send");
+    if (ring) ZT_CHILD_CHECK(zccl_send(ring_out.data(), c, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_SUCCESS, "send");
     zccl_result_t res = zccl_group_end();
-    GCHECK(res == ZCCL_SUCCESS, "group_end: %d %s", res, zccl_get_last_error(comm));
-    GCHECK(self_in == 1234 + rank, "self send/recv: got %d", self_in);
+    ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "group_end: %d %s", res, zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(self_in == 1234 + rank, "self send/recv: got %d", self_in);
     for (size_t i = 0; i < c; i++) {
         const float want = (float)(n * (n + 1) / 2) * (float)(i % 7);
-        GCHECK(arout[i] == want, "allreduce[%zu] = %g, want %g", i, arout[i], want);
-        GCHECK(!ring || ring_in[i] == val((rank - 1 + n) % n, rank, i), "ring recv[%zu] wrong", i);
+        ZT_CHILD_CHECK(arout[i] == want, "allreduce[%zu] = %g, want %g", i, arout[i], want);
+        ZT_CHILD_CHECK(!ring || ring_in[i] == val((rank - 1 + n) % n, rank, i), "ring recv[%zu] wrong", i);
     }
     for (int q = 0; q < n; q++)
-        for (int k = 0; k < 3; k++) GCHECK(ag[(size_t)q * 3 + k] == q * 10 + k, "allgather[%d][%d] wrong", q, k);
+        for (int k = 0; k < 3; k++) ZT_CHILD_CHECK(ag[(size_t)q * 3 + k] == q * 10 + k, "allgather[%d][%d] wrong", q, k);
     /* an empty group, and a group with only count-0 calls */
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS && zccl_group_end() == ZCCL_SUCCESS, "empty group");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS && zccl_group_end() == ZCCL_SUCCESS, "empty group");
     return 0;
 }
 
@@ -120,27 +113,27 @@ int body_mixed(zccl_comm_t comm, int rank, int n) {
 int body_two_comms(zccl_comm_t comm, int rank, int n) {
     zccl_comm_t other;
     /* creating a communicator inside a group runs at once (its exchanges are not recorded in the group) */
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
-    GCHECK(zccl_comm_split(comm, 0, n - rank, &other) == ZCCL_SUCCESS, "split: %s", zccl_get_last_error(comm));
-    GCHECK(zccl_group_end() == ZCCL_SUCCESS, "group_end around split: %s", zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
+    ZT_CHILD_CHECK(zccl_comm_split(comm, 0, n - rank, &other) == ZCCL_SUCCESS, "split: %s", zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(zccl_group_end() == ZCCL_SUCCESS, "group_end around split: %s", zccl_get_last_error(comm));
     int orank;
     zccl_comm_rank(other, &orank);
     std::vector<int32_t> a(n), b(n), c(n), d(n, -1), e(n, -1);
     for (int q = 0; q < n; q++) { a[q] = val(rank, q, 0); b[q] = val(orank, q, 1); }
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "group_start");
     for (int q = 0; q < n; q++) {
-        GCHECK(zccl_recv(&d[q], 1, ZCCL_INT32, q, comm, nullptr) == ZCCL_SUCCESS, "recv comm");
-        GCHECK(zccl_recv(&e[q], 1, ZCCL_INT32, q, other, nullptr) == ZCCL_SUCCESS, "recv other");
+        ZT_CHILD_CHECK(zccl_recv(&d[q], 1, ZCCL_INT32, q, comm, nullptr) == ZCCL_SUCCESS, "recv comm");
+        ZT_CHILD_CHECK(zccl_recv(&e[q], 1, ZCCL_INT32, q, other, nullptr) == ZCCL_SUCCESS, "recv other");
     }
     for (int q = 0; q < n; q++) {
-        GCHECK(zccl_send(&b[q], 1, ZCCL_INT32, q, other, nullptr) == ZCCL_SUCCESS, "send other");
-        GCHECK(zccl_send(&a[q], 1, ZCCL_INT32, q, comm, nullptr) == ZCCL_SUCCESS, "send comm");
+        ZT_CHILD_CHECK(zccl_send(&b[q], 1, ZCCL_INT32, q, other, nullptr) == ZCCL_SUCCESS, "send other");
+        ZT_CHILD_CHECK(zccl_send(&a[q], 1, ZCCL_INT32, q, comm, nullptr) == ZCCL_SUCCESS, "send comm");
     }
     zccl_result_t res = zccl_group_end();
-    GCHECK(res == ZCCL_SUCCESS, "group_end over two communicators: %d %s", res, zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "group_end over two communicators: %d %s", res, zccl_get_last_error(comm));
     for (int q = 0; q < n; q++) {
-        GCHECK(d[q] == val(q, rank, 0), "comm: from %d wrong", q);
-        GCHECK(e[q] == val(q, orank, 1), "other: from %d wrong", q);
+        ZT_CHILD_CHECK(d[q] == val(q, rank, 0), "comm: from %d wrong", q);
+        ZT_CHILD_CHECK(e[q] == val(q, orank, 1), "other: from %d wrong", q);
     }
     zccl_comm_destroy(other);
     return 0;
@@ -148,48 +141,48 @@ int body_two_comms(zccl_comm_t comm, int rank, int n) {
 
 /* Errors that every rank makes alike (nothing is posted). */
 int body_errors(zccl_comm_t comm, int rank, int n) {
-    GCHECK(zccl_group_end() == ZCCL_INVALID_USAGE, "group_end without start must be ZCCL_INVALID_USAGE");
-    GCHECK(strstr(zccl_get_last_error(comm), "no group is open"), "message: %s", zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(zccl_group_end() == ZCCL_INVALID_USAGE, "group_end without start must be ZCCL_INVALID_USAGE");
+    ZT_CHILD_CHECK(strstr(zccl_get_last_error(comm), "no group is open"), "message: %s", zccl_get_last_error(comm));
     int32_t x = 1, y = 0;
     /* outside a group, a self send is refused naming 'peer' */
-    GCHECK(zccl_send(&x, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_INVALID_ARGUMENT &&
+    ZT_CHILD_CHECK(zccl_send(&x, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_INVALID_ARGUMENT &&
                strstr(zccl_get_last_error(comm), "'peer'") && strstr(zccl_get_last_error(comm), "same group"),
            "self send outside a group: %s", zccl_get_last_error(comm));
     /* unmatched self send inside a group: names call 2 */
-    GCHECK(zccl_group_start() == ZCCL_SUCCESS, "start");
-    GCHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "record allreduce");
-    GCHECK(zccl_send(&x, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "record self send");
+    ZT_CHILD_CHECK(zccl_group_start() == ZCCL_SUCCESS, "start");
+    ZT_CHILD_CHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS, "record allreduce");
+    ZT_CHILD_CHECK(zccl_send(&x, 1, ZCCL_INT32, rank, comm, nullptr) == ZCCL_SUCCESS, "record self send");
     zccl_result_t res = zccl_group_end();
     const std::string m = zccl_get_last_error(comm);
-    GCHECK(res == ZCCL_INVALID_USAGE && m.find("call 2 (zccl_send to peer " + std::to_string(rank)) != std::string::npos,
+    ZT_CHILD_CHECK(res == ZCCL_INVALID_USAGE && m.find("call 2 (zccl_send to peer " + std::to_string(rank)) != std::string::npos,
            "unmatched self send: %d %s", res, m.c_str());
-    GCHECK(y == 0, "nothing of a refused group may run");
+    ZT_CHILD_CHECK(y == 0, "nothing of a refused group may run");
     /* a self pair of different sizes */
     int32_t two[2] = {0, 0};
     zccl_group_start();
     zccl_send(two, 2, ZCCL_INT32, rank, comm, nullptr);
     zccl_recv(&y, 1, ZCCL_INT32, rank, comm, nullptr);
-    GCHECK(zccl_group_end() == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "differ in size"),
+    ZT_CHILD_CHECK(zccl_group_end() == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "differ in size"),
            "self pair of different sizes: %s", zccl_get_last_error(comm));
     /* an argument error inside a group is returned by the call itself; the group stays usable */
     zccl_group_start();
-    GCHECK(zccl_send(nullptr, 1, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_INVALID_ARGUMENT, "NULL sendbuf");
-    GCHECK(zccl_group_end() == ZCCL_SUCCESS, "group after an argument error");
+    ZT_CHILD_CHECK(zccl_send(nullptr, 1, ZCCL_INT32, (rank + 1) % n, comm, nullptr) == ZCCL_INVALID_ARGUMENT, "NULL sendbuf");
+    ZT_CHILD_CHECK(zccl_group_end() == ZCCL_SUCCESS, "group after an argument error");
     /* one communicator, two streams in one group: refused, naming both calls; nothing runs */
     zccl_stream_t st;
-    GCHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
+    ZT_CHILD_CHECK(zccl_stream_create(&st) == ZCCL_SUCCESS, "stream_create");
     y = 0;
     zccl_group_start();
     zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, st);
     zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
     res = zccl_group_end();
-    GCHECK(res == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "calls 1 and 2") &&
+    ZT_CHILD_CHECK(res == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(comm), "calls 1 and 2") &&
                strstr(zccl_get_last_error(comm), "different streams"),
            "two streams: %d %s", res, zccl_get_last_error(comm));
-    GCHECK(zccl_stream_synchronize(st) == ZCCL_SUCCESS && y == 0, "a refused group ran");
+    ZT_CHILD_CHECK(zccl_stream_synchronize(st) == ZCCL_SUCCESS && y == 0, "a refused group ran");
     zccl_stream_destroy(st);
     /* the communicator still works */
-    GCHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS && y == n, "allreduce after");
+    ZT_CHILD_CHECK(zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr) == ZCCL_SUCCESS && y == n, "allreduce after");
     return 0;
 }
 
@@ -218,9 +211,9 @@ int body_timeout(zccl_comm_t comm, int rank, int n, Shared *sh, bool big_send) {
     const std::string m = zccl_get_last_error(comm);
     sh->bar.wait(60);
     const std::string want = big_send ? "call 1 (zccl_send to peer 1" : "call 1 (zccl_recv from peer 1";
-    GCHECK(res == ZCCL_TIMEOUT, "expected ZCCL_TIMEOUT, got %d: %s", res, m.c_str());
-    GCHECK(m.find("zccl_group_end: " + want) != std::string::npos, "message does not name the call: %s", m.c_str());
-    GCHECK(dt < 20, "took %.1f s", dt);
+    ZT_CHILD_CHECK(res == ZCCL_TIMEOUT, "expected ZCCL_TIMEOUT, got %d: %s", res, m.c_str());
+    ZT_CHILD_CHECK(m.find("zccl_group_end: " + want) != std::string::npos, "message does not name the call: %s", m.c_str());
+    ZT_CHILD_CHECK(dt < 20, "took %.1f s", dt);
     return 0;
 }
 
@@ -268,9 +261,9 @@ TEST(GroupsCheck, FailingCollectiveIsNamed) {
         zccl_send(&s, 1, ZCCL_INT32, 1 - rank, comm, nullptr);
         zccl_result_t res = zccl_group_end();
         const std::string m = zccl_get_last_error(comm);
-        GCHECK(r == 1 - rank, "the send/recv of the group did not complete: %d", r);
-        GCHECK(res == ZCCL_INVALID_USAGE, "expected ZCCL_INVALID_USAGE, got %d: %s", res, m.c_str());
-        GCHECK(m.find("zccl_group_end: call 2 (zccl_allreduce, count " + std::to_string(rank == 0 ? 4 : 5) + ")") !=
+        ZT_CHILD_CHECK(r == 1 - rank, "the send/recv of the group did not complete: %d", r);
+        ZT_CHILD_CHECK(res == ZCCL_INVALID_USAGE, "expected ZCCL_INVALID_USAGE, got %d: %s", res, m.c_str());
+        ZT_CHILD_CHECK(m.find("zccl_group_end: call 2 (zccl_allreduce, count " + std::to_string(rank == 0 ? 4 : 5) + ")") !=
                    std::string::npos && m.find("different collectives") != std::string::npos,
                "message: %s", m.c_str());
         (void)n;

@@ -32,15 +32,6 @@ extern "C" bool zccl__mem_cuda_built(void);             /* mem/mem.h */
 
 namespace {
 
-#define IPC_CHECK(cond, ...)                                                                                   \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                           \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, "\n");                                                                             \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 struct IpcStats {
     long gets, opens, closes, mapped_now, peer_ops, host_copies;
@@ -97,8 +88,8 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
     const size_t total = count * (size_t)n;
     const char *why = "";
     auto check_path = [&](const Path &p, bool peer_read, const char *what) -> int {
-        if (expect_direct) IPC_CHECK(p.direct(peer_read, &why), "%s count %zu: %s", what, count, why);
-        else IPC_CHECK(p.staged(), "%s count %zu: took the direct path with a buffer that is not IPC-able", what,
+        if (expect_direct) ZT_CHECK(p.direct(peer_read, &why), "%s count %zu: %s", what, count, why);
+        else ZT_CHECK(p.staged(), "%s count %zu: took the direct path with a buffer that is not IPC-able", what,
                        count);
         return 0;
     };
@@ -108,21 +99,21 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
     for (size_t j = 0; j < count; j++) fsend[j] = fin(rank, j);
     {
         Path p(&f);
-        IPC_CHECK(zccl_allreduce(fsend, frecv, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS, "allreduce: %s",
+        ZT_CHECK(zccl_allreduce(fsend, frecv, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS, "allreduce: %s",
                   zccl_get_last_error(NULL));
         if (check_path(p, has_block, "allreduce")) return 1;
     }
     for (size_t j = 0; j < count; j++) {
         float want = 0;
         for (int r = 0; r < n; r++) want += fin(r, j);
-        IPC_CHECK(frecv[j] == want, "allreduce count %zu [%zu] = %g, want %g", count, j, frecv[j], want);
-        IPC_CHECK(fsend[j] == fin(rank, j), "allreduce changed its input [%zu]", j);
+        ZT_CHECK(frecv[j] == want, "allreduce count %zu [%zu] = %g, want %g", count, j, frecv[j], want);
+        ZT_CHECK(fsend[j] == fin(rank, j), "allreduce changed its input [%zu]", j);
     }
     /* all-reduce AVG, in place */
     for (size_t j = 0; j < count; j++) frecv[j] = fin(rank, j);
     {
         Path p(&f);
-        IPC_CHECK(zccl_allreduce(frecv, frecv, count, ZCCL_FLOAT32, ZCCL_AVG, c, NULL) == ZCCL_SUCCESS,
+        ZT_CHECK(zccl_allreduce(frecv, frecv, count, ZCCL_FLOAT32, ZCCL_AVG, c, NULL) == ZCCL_SUCCESS,
                   "allreduce avg: %s", zccl_get_last_error(NULL));
         if (check_path(p, has_block, "allreduce avg in place")) return 1;
     }
@@ -130,7 +121,7 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
         float want = 0;
         for (int r = 0; r < n; r++) want += fin(r, j);
         want /= (float)n;
-        IPC_CHECK(std::fabs(frecv[j] - want) <= 1e-6f * std::fabs(want), "avg count %zu [%zu] = %g, want %g", count,
+        ZT_CHECK(std::fabs(frecv[j] - want) <= 1e-6f * std::fabs(want), "avg count %zu [%zu] = %g, want %g", count,
                   j, frecv[j], want);
     }
     /* reduce-scatter int32 SUM, out of place and in place (the result in the rank's block of the input) */
@@ -138,13 +129,13 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
         for (size_t j = 0; j < total; j++) isend[j] = iin(rank, j);
         int32_t *out = inplace ? isend + (size_t)rank * count : irecv;
         Path p(&f);
-        IPC_CHECK(zccl_reduce_scatter(isend, out, count, ZCCL_INT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
+        ZT_CHECK(zccl_reduce_scatter(isend, out, count, ZCCL_INT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
                   "reduce_scatter: %s", zccl_get_last_error(NULL));
         if (check_path(p, true, "reduce_scatter")) return 1;
         for (size_t j = 0; j < count; j++) {
             uint32_t want = 0;
             for (int r = 0; r < n; r++) want += (uint32_t)iin(r, (size_t)rank * count + j);
-            IPC_CHECK(out[j] == (int32_t)want, "reduce_scatter in_place %d count %zu [%zu] = %d, want %d", inplace,
+            ZT_CHECK(out[j] == (int32_t)want, "reduce_scatter in_place %d count %zu [%zu] = %d, want %d", inplace,
                       count, j, out[j], (int32_t)want);
         }
     }
@@ -154,12 +145,12 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
         if (inplace) memset(irecv, 0xab, total * 4);
         for (size_t j = 0; j < count; j++) in[j] = iin(rank, j) ^ 0x5a5a;
         Path p(&f);
-        IPC_CHECK(zccl_allgather(in, irecv, count, ZCCL_INT32, c, NULL) == ZCCL_SUCCESS, "allgather: %s",
+        ZT_CHECK(zccl_allgather(in, irecv, count, ZCCL_INT32, c, NULL) == ZCCL_SUCCESS, "allgather: %s",
                   zccl_get_last_error(NULL));
         if (check_path(p, true, "allgather")) return 1;
         for (int r = 0; r < n; r++)
             for (size_t j = 0; j < count; j++)
-                IPC_CHECK(irecv[(size_t)r * count + j] == (iin(r, j) ^ 0x5a5a), "allgather in_place %d [%d][%zu]",
+                ZT_CHECK(irecv[(size_t)r * count + j] == (iin(r, j) ^ 0x5a5a), "allgather in_place %d [%d][%zu]",
                           inplace, r, j);
     }
     /* broadcast float32 from the last rank out of place, from rank 0 in place */
@@ -170,11 +161,11 @@ int run_all(zccl_comm_t c, int rank, int n, size_t count, FakeIpc &f, float *fse
             frecv[j] = inplace ? fsend[j] : -1.f;
         }
         Path p(&f);
-        IPC_CHECK(zccl_broadcast(inplace ? frecv : fsend, frecv, count, ZCCL_FLOAT32, root, c, NULL) == ZCCL_SUCCESS,
+        ZT_CHECK(zccl_broadcast(inplace ? frecv : fsend, frecv, count, ZCCL_FLOAT32, root, c, NULL) == ZCCL_SUCCESS,
                   "broadcast: %s", zccl_get_last_error(NULL));
         if (check_path(p, rank != root, "broadcast")) return 1;
         for (size_t j = 0; j < count; j++)
-            IPC_CHECK(frecv[j] == fin(root, j) + 1000.f, "broadcast in_place %d count %zu [%zu] = %g", inplace, count,
+            ZT_CHECK(frecv[j] == fin(root, j) + 1000.f, "broadcast in_place %d count %zu [%zu] = %g", inplace, count,
                       j, frecv[j]);
     }
     return 0;
@@ -190,31 +181,31 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
     o.deadline_s = 200;
     zt::run_ranks(nr, [](zccl_comm_t comm, int rank, int n) -> int {
         FakeIpc f;
-        IPC_CHECK(f.open(), "fake driver symbols");
+        ZT_CHECK(f.open(), "fake driver symbols");
         /* A communicator of its own, so that the test sees its destruction close the handles. */
         zccl_comm_t c = NULL;
-        IPC_CHECK(zccl_comm_split(comm, 0, rank, &c) == ZCCL_SUCCESS && c, "split: %s", zccl_get_last_error(NULL));
+        ZT_CHECK(zccl_comm_split(comm, 0, rank, &c) == ZCCL_SUCCESS && c, "split: %s", zccl_get_last_error(NULL));
         const size_t maxc = 300000, total = maxc * (size_t)n;
         /* Float send and receive buffers in ONE allocation (two registrations share its handle: the cache), the
          * int32 buffers in another. */
         uint8_t *fa = (uint8_t *)f.dev(2 * total * 4), *ia = (uint8_t *)f.dev(2 * total * 4);
-        IPC_CHECK(fa && ia, "cuMemAlloc");
+        ZT_CHECK(fa && ia, "cuMemAlloc");
         float *fsend = (float *)fa, *frecv = (float *)(fa + total * 4);
         int32_t *isend = (int32_t *)ia, *irecv = (int32_t *)(ia + total * 4);
         IpcStats s0;
         f.stats(&s0);
         void *h[4];
-        IPC_CHECK(zccl_comm_register(c, fsend, total * 4, &h[0]) == ZCCL_SUCCESS, "register");
-        IPC_CHECK(zccl_comm_register(c, frecv, total * 4, &h[1]) == ZCCL_SUCCESS, "register");
-        IPC_CHECK(zccl_comm_register(c, isend, total * 4, &h[2]) == ZCCL_SUCCESS, "register");
-        IPC_CHECK(zccl_comm_register(c, irecv, total * 4, &h[3]) == ZCCL_SUCCESS, "register");
+        ZT_CHECK(zccl_comm_register(c, fsend, total * 4, &h[0]) == ZCCL_SUCCESS, "register");
+        ZT_CHECK(zccl_comm_register(c, frecv, total * 4, &h[1]) == ZCCL_SUCCESS, "register");
+        ZT_CHECK(zccl_comm_register(c, isend, total * 4, &h[2]) == ZCCL_SUCCESS, "register");
+        ZT_CHECK(zccl_comm_register(c, irecv, total * 4, &h[3]) == ZCCL_SUCCESS, "register");
         IpcStats s1;
         f.stats(&s1);
-        IPC_CHECK(s1.gets - s0.gets == 2, "one IPC handle per allocation expected, got %ld", s1.gets - s0.gets);
+        ZT_CHECK(s1.gets - s0.gets == 2, "one IPC handle per allocation expected, got %ld", s1.gets - s0.gets);
         for (size_t count : {size_t(1), size_t(7), size_t(1000), size_t(4099), size_t(65537), maxc})
             if (run_all(c, rank, n, count, f, fsend, frecv, isend, irecv, true)) return 1;
         f.stats(&s1);
-        IPC_CHECK(s1.opens - s0.opens == 2 * (n - 1), "each peer allocation opened once per communicator: %ld opens",
+        ZT_CHECK(s1.opens - s0.opens == 2 * (n - 1), "each peer allocation opened once per communicator: %ld opens",
                   s1.opens - s0.opens);
 
         /* Fallback: rank 0's buffers are host memory the driver calls device memory (no cuMemAlloc: not IPC-able),
@@ -227,8 +218,8 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
         if (rank == 0) {
             f.mark(hf.data(), hf.size() * 4, 0);
             f.mark(hi.data(), hi.size() * 4, 0);
-            IPC_CHECK(zccl_comm_register(c, hf.data(), hf.size() * 4, &hh[0]) == ZCCL_SUCCESS, "register host-backed");
-            IPC_CHECK(zccl_comm_register(c, hi.data(), hi.size() * 4, &hh[1]) == ZCCL_SUCCESS, "register host-backed");
+            ZT_CHECK(zccl_comm_register(c, hf.data(), hf.size() * 4, &hh[0]) == ZCCL_SUCCESS, "register host-backed");
+            ZT_CHECK(zccl_comm_register(c, hi.data(), hi.size() * 4, &hh[1]) == ZCCL_SUCCESS, "register host-backed");
             fs = hf.data();
             fr = hf.data() + 5000 * (size_t)n;
             is = hi.data();
@@ -237,8 +228,8 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
         for (size_t count : {size_t(3), size_t(5000)})
             if (run_all(c, rank, n, count, f, fs, fr, is, ir, false)) return 1;
         if (rank == 0) {
-            IPC_CHECK(zccl_comm_deregister(c, hh[0]) == ZCCL_SUCCESS, "deregister");
-            IPC_CHECK(zccl_comm_deregister(c, hh[1]) == ZCCL_SUCCESS, "deregister");
+            ZT_CHECK(zccl_comm_deregister(c, hh[0]) == ZCCL_SUCCESS, "deregister");
+            ZT_CHECK(zccl_comm_deregister(c, hh[1]) == ZCCL_SUCCESS, "deregister");
             f.unmark(hf.data());
             f.unmark(hi.data());
         }
@@ -247,43 +238,43 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
          * the direct one. */
         {
             zccl_comm_t c2 = NULL;
-            IPC_CHECK(zccl_comm_split(comm, 0, rank, &c2) == ZCCL_SUCCESS && c2, "split: %s", zccl_get_last_error(NULL));
+            ZT_CHECK(zccl_comm_split(comm, 0, rank, &c2) == ZCCL_SUCCESS && c2, "split: %s", zccl_get_last_error(NULL));
             void *g[2];
-            IPC_CHECK(zccl_comm_register(c2, fsend, total * 4, &g[0]) == ZCCL_SUCCESS, "register");
-            IPC_CHECK(zccl_comm_register(c2, frecv, total * 4, &g[1]) == ZCCL_SUCCESS, "register");
+            ZT_CHECK(zccl_comm_register(c2, fsend, total * 4, &g[0]) == ZCCL_SUCCESS, "register");
+            ZT_CHECK(zccl_comm_register(c2, frecv, total * 4, &g[1]) == ZCCL_SUCCESS, "register");
             if (rank == n - 1) f.fail_opens(1);
             for (int k = 0; k < 2; k++) {
                 const size_t count = 100000;
                 for (size_t j = 0; j < count; j++) fsend[j] = fin(rank, j) * (float)(k + 1);
                 const uint64_t d0 = zccl__reg_direct_calls(1);
-                IPC_CHECK(zccl_allreduce(fsend, frecv, count, ZCCL_FLOAT32, ZCCL_SUM, c2, NULL) == ZCCL_SUCCESS,
+                ZT_CHECK(zccl_allreduce(fsend, frecv, count, ZCCL_FLOAT32, ZCCL_SUM, c2, NULL) == ZCCL_SUCCESS,
                           "allreduce with a failing open: %s", zccl_get_last_error(NULL));
-                IPC_CHECK(zccl__reg_direct_calls(1) == d0 + (uint64_t)k, "call %d: direct path %s", k,
+                ZT_CHECK(zccl__reg_direct_calls(1) == d0 + (uint64_t)k, "call %d: direct path %s", k,
                           k == 0 ? "taken although a rank could not open a peer's buffer" : "not taken");
                 for (size_t j = 0; j < count; j++) {
                     float want = 0;
                     for (int r = 0; r < n; r++) want += fin(r, j) * (float)(k + 1);
-                    IPC_CHECK(frecv[j] == want, "failing open, call %d [%zu] = %g, want %g", k, j, frecv[j], want);
+                    ZT_CHECK(frecv[j] == want, "failing open, call %d [%zu] = %g, want %g", k, j, frecv[j], want);
                 }
             }
-            for (void *x : g) IPC_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister");
-            IPC_CHECK(zccl_comm_destroy(c2) == ZCCL_SUCCESS, "destroy");
+            for (void *x : g) ZT_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister");
+            ZT_CHECK(zccl_comm_destroy(c2) == ZCCL_SUCCESS, "destroy");
         }
 
         /* Deregistered on every rank: the staged path again. */
-        for (void *x : h) IPC_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister");
+        for (void *x : h) ZT_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister");
         if (run_all(c, rank, n, 777, f, fsend, frecv, isend, irecv, false)) return 1;
 
         /* The communicator's destruction closes every handle it opened. */
         f.stats(&s1);
-        IPC_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open", s1.mapped_now - s0.mapped_now);
+        ZT_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open", s1.mapped_now - s0.mapped_now);
         IpcStats s2;
-        IPC_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
+        ZT_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
         f.stats(&s2);
-        IPC_CHECK(s2.mapped_now == s0.mapped_now && s2.closes - s1.closes == 2 * (n - 1),
+        ZT_CHECK(s2.mapped_now == s0.mapped_now && s2.closes - s1.closes == 2 * (n - 1),
                   "after destroy: %ld mappings open, %ld closed", s2.mapped_now, s2.closes - s1.closes);
         /* CUDA's rule (zccl.h): an exported allocation is freed only once no peer has it open. */
-        IPC_CHECK(zccl_barrier(comm, NULL) == ZCCL_SUCCESS, "barrier");
+        ZT_CHECK(zccl_barrier(comm, NULL) == ZCCL_SUCCESS, "barrier");
         f.free((uintptr_t)fa);
         f.free((uintptr_t)ia);
         return 0;
@@ -315,18 +306,18 @@ TEST(IpcThreads, RanksInOneProcessReadEachOtherDirectly) {
         f.stats(&s0);
         auto rank_fn = [&](int rank) -> int {
             zccl_comm_t c = NULL;
-            IPC_CHECK(zccl_comm_init_rank(&c, 2, id, rank) == ZCCL_SUCCESS, "init: %s", zccl_get_last_error(NULL));
+            ZT_CHECK(zccl_comm_init_rank(&c, 2, id, rank) == ZCCL_SUCCESS, "init: %s", zccl_get_last_error(NULL));
             float *buf = (float *)f.dev(2 * count * 4);
-            IPC_CHECK(buf, "cuMemAlloc");
+            ZT_CHECK(buf, "cuMemAlloc");
             void *h;
-            IPC_CHECK(zccl_comm_register(c, buf, 2 * count * 4, &h) == ZCCL_SUCCESS, "register");
+            ZT_CHECK(zccl_comm_register(c, buf, 2 * count * 4, &h) == ZCCL_SUCCESS, "register");
             for (size_t j = 0; j < count; j++) buf[j] = fin(rank, j);
-            IPC_CHECK(zccl_allreduce(buf, buf + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_allreduce(buf, buf + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
                       "allreduce: %s", zccl_get_last_error(NULL));
             for (size_t j = 0; j < count; j++)
-                IPC_CHECK(buf[count + j] == fin(0, j) + fin(1, j), "[%zu] = %g", j, buf[count + j]);
-            IPC_CHECK(zccl_comm_deregister(c, h) == ZCCL_SUCCESS, "deregister");
-            IPC_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
+                ZT_CHECK(buf[count + j] == fin(0, j) + fin(1, j), "[%zu] = %g", j, buf[count + j]);
+            ZT_CHECK(zccl_comm_deregister(c, h) == ZCCL_SUCCESS, "deregister");
+            ZT_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
             return 0;
         };
         std::thread t0([&] { rc[0] = rank_fn(0); }), t1([&] { rc[1] = rank_fn(1); });

@@ -33,13 +33,6 @@ using namespace zt;
 
 namespace {
 
-#define PCHECK(cond, ...)                                                                                          \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            child_log(rank, __VA_ARGS__);                                                                          \
-            return 1;                                                                                              \
-        }                                                                                                          \
-    } while (0)
 
 /* Encodings written from the format definitions for the few exact values used here (x = 0..3 and the scalars). */
 uint16_t f16_of(double v) { /* v in {0, 0.5, 1, ..., 16}, exact */
@@ -100,8 +93,8 @@ int premul_body(zccl_comm_t comm, int rank, int n) {
             put(dt, scal.data(), 0, residence == ZCCL_SCALAR_DEVICE ? 0.0 : sc);
             zccl_redop_t op;
             zccl_result_t res = zccl_redop_create_premulsum(&op, scal.data(), dt, (zccl_scalar_residence_t)residence, comm);
-            PCHECK(res == ZCCL_SUCCESS, "create_premulsum dt %d: %s", dt, zccl_get_last_error(comm));
-            PCHECK(op == (zccl_redop_t)5, "first handle is %d, want 5", (int)op);
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "create_premulsum dt %d: %s", dt, zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(op == (zccl_redop_t)5, "first handle is %d, want 5", (int)op);
             put(dt, scal.data(), 0, sc);
             for (size_t i = 0; i < (size_t)n * c; i++) {
                 put(dt, in.data(), i, (double)((i + (size_t)rank) % 4));
@@ -110,60 +103,60 @@ int premul_body(zccl_comm_t comm, int rank, int n) {
                 put(dt, want.data(), i, s);
             }
             res = zccl_allreduce(in.data(), out.data(), c, dt, op, comm, nullptr);
-            PCHECK(res == ZCCL_SUCCESS, "allreduce premulsum dt %d: %s", dt, zccl_get_last_error(comm));
-            PCHECK(memcmp(out.data(), want.data(), c * es) == 0, "allreduce premulsum dt %d residence %d: wrong result", dt,
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "allreduce premulsum dt %d: %s", dt, zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(memcmp(out.data(), want.data(), c * es) == 0, "allreduce premulsum dt %d residence %d: wrong result", dt,
                    residence);
             /* in place */
             std::vector<uint8_t> io(in.begin(), in.begin() + (long)(c * es));
             res = zccl_allreduce(io.data(), io.data(), c, dt, op, comm, nullptr);
-            PCHECK(res == ZCCL_SUCCESS && memcmp(io.data(), want.data(), c * es) == 0, "in-place allreduce premulsum dt %d", dt);
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS && memcmp(io.data(), want.data(), c * es) == 0, "in-place allreduce premulsum dt %d", dt);
             /* reduce to the last rank */
             std::fill(out.begin(), out.end(), 0);
             res = zccl_reduce(in.data(), out.data(), c, dt, op, n - 1, comm, nullptr);
-            PCHECK(res == ZCCL_SUCCESS, "reduce premulsum: %s", zccl_get_last_error(comm));
-            PCHECK(rank != n - 1 || memcmp(out.data(), want.data(), c * es) == 0, "reduce premulsum dt %d wrong", dt);
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "reduce premulsum: %s", zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(rank != n - 1 || memcmp(out.data(), want.data(), c * es) == 0, "reduce premulsum dt %d wrong", dt);
             /* reduce-scatter: block `rank` of the full vector */
             res = zccl_reduce_scatter(in.data(), out.data(), c, dt, op, comm, nullptr);
-            PCHECK(res == ZCCL_SUCCESS, "reduce_scatter premulsum: %s", zccl_get_last_error(comm));
-            PCHECK(memcmp(out.data(), want.data() + (size_t)rank * c * es, c * es) == 0, "reduce_scatter premulsum dt %d", dt);
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "reduce_scatter premulsum: %s", zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(memcmp(out.data(), want.data() + (size_t)rank * c * es, c * es) == 0, "reduce_scatter premulsum dt %d", dt);
             /* a handle is valid for its datatype only */
             const zccl_datatype_t other = dt == ZCCL_INT32 ? ZCCL_FLOAT32 : ZCCL_INT32;
             res = zccl_allreduce(in.data(), out.data(), c, other, op, comm, nullptr);
-            PCHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "'op'"), "handle with another datatype: %d %s",
+            ZT_CHILD_CHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "'op'"), "handle with another datatype: %d %s",
                    res, zccl_get_last_error(comm));
-            PCHECK(zccl_redop_destroy(op, comm) == ZCCL_SUCCESS, "destroy: %s", zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(zccl_redop_destroy(op, comm) == ZCCL_SUCCESS, "destroy: %s", zccl_get_last_error(comm));
             res = zccl_allreduce(in.data(), out.data(), c, dt, op, comm, nullptr);
-            PCHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "destroyed"),
+            ZT_CHILD_CHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "destroyed"),
                    "handle after destroy: %d %s", res, zccl_get_last_error(comm));
-            PCHECK(zccl_redop_destroy(op, comm) == ZCCL_INVALID_ARGUMENT, "double destroy must fail");
+            ZT_CHILD_CHECK(zccl_redop_destroy(op, comm) == ZCCL_INVALID_ARGUMENT, "double destroy must fail");
         }
     }
     /* numbering: 5, 6; 5 reused after its destroy */
     float one = 1.0f;
     zccl_redop_t a, b, d;
-    PCHECK(zccl_redop_create_premulsum(&a, &one, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm) == ZCCL_SUCCESS &&
+    ZT_CHILD_CHECK(zccl_redop_create_premulsum(&a, &one, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm) == ZCCL_SUCCESS &&
                zccl_redop_create_premulsum(&b, &one, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm) == ZCCL_SUCCESS,
            "create two");
-    PCHECK(a == 5 && b == 6, "handles %d %d, want 5 6", (int)a, (int)b);
+    ZT_CHILD_CHECK(a == 5 && b == 6, "handles %d %d, want 5 6", (int)a, (int)b);
     zccl_redop_destroy(a, comm);
-    PCHECK(zccl_redop_create_premulsum(&d, &one, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm) == ZCCL_SUCCESS && d == 5,
+    ZT_CHILD_CHECK(zccl_redop_create_premulsum(&d, &one, ZCCL_FLOAT32, ZCCL_SCALAR_HOST_IMMEDIATE, comm) == ZCCL_SUCCESS && d == 5,
            "freed number reused: got %d", (int)d);
     /* a handle of another communicator */
     zccl_comm_t other;
-    PCHECK(zccl_comm_split(comm, 0, rank, &other) == ZCCL_SUCCESS, "split: %s", zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(zccl_comm_split(comm, 0, rank, &other) == ZCCL_SUCCESS, "split: %s", zccl_get_last_error(comm));
     float x = 1, y = 0;
     zccl_result_t res = zccl_allreduce(&x, &y, 1, ZCCL_FLOAT32, b, other, nullptr);
-    PCHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(other), "another communicator"),
+    ZT_CHILD_CHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(other), "another communicator"),
            "handle of another communicator: %d %s", res, zccl_get_last_error(other));
-    PCHECK(zccl_redop_destroy(b, other) == ZCCL_INVALID_ARGUMENT, "destroy on another communicator must fail");
+    ZT_CHILD_CHECK(zccl_redop_destroy(b, other) == ZCCL_INVALID_ARGUMENT, "destroy on another communicator must fail");
     zccl_comm_destroy(other);
     /* built-in ops are not handles; device scalars that are not host memory */
-    PCHECK(zccl_redop_destroy(ZCCL_SUM, comm) == ZCCL_INVALID_ARGUMENT, "destroy(ZCCL_SUM) must fail");
+    ZT_CHILD_CHECK(zccl_redop_destroy(ZCCL_SUM, comm) == ZCCL_INVALID_ARGUMENT, "destroy(ZCCL_SUM) must fail");
     res = zccl_redop_create_premulsum(&a, (void *)0x10, ZCCL_FLOAT32, ZCCL_SCALAR_DEVICE, comm);
-    PCHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "device-resident scalars need GPU memory support"),
+    ZT_CHILD_CHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "device-resident scalars need GPU memory support"),
            "device scalar: %d %s", res, zccl_get_last_error(comm));
     res = zccl_redop_create_premulsum(&a, &one, ZCCL_FLOAT32, (zccl_scalar_residence_t)7, comm);
-    PCHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "residence"), "bad residence");
+    ZT_CHILD_CHECK(res == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(comm), "residence"), "bad residence");
     return 0;
 }
 
@@ -187,9 +180,9 @@ int fp8_body(zccl_comm_t comm, int rank, int n) {
                 put(dt, want.data(), i, acc);
             }
             zccl_result_t res = zccl_allreduce(in.data(), out.data(), c, dt, op, comm, nullptr);
-            PCHECK(res == ZCCL_SUCCESS, "fp8 allreduce dt %d op %d: %s", dt, op, zccl_get_last_error(comm));
+            ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "fp8 allreduce dt %d op %d: %s", dt, op, zccl_get_last_error(comm));
             for (size_t i = 0; i < c; i++)
-                PCHECK(out[i] == want[i], "fp8 allreduce dt %d op %d [%zu] = 0x%02x, want 0x%02x", dt, op, i, out[i], want[i]);
+                ZT_CHILD_CHECK(out[i] == want[i], "fp8 allreduce dt %d op %d [%zu] = 0x%02x, want 0x%02x", dt, op, i, out[i], want[i]);
         }
     }
     return 0;
@@ -270,44 +263,44 @@ int nb_body(int rank, int n, zccl_unique_id_t id, NbShared *sh) {
     cfg.comm_name = "nbtest";
     zccl_comm_t comm = nullptr;
     zccl_result_t res = zccl_comm_init_rank_config(&comm, n, id, rank, &cfg);
-    PCHECK(res == ZCCL_IN_PROGRESS, "non-blocking init returned %d: %s", res, zccl_get_last_error(nullptr));
-    PCHECK(comm != nullptr, "no handle");
+    ZT_CHILD_CHECK(res == ZCCL_IN_PROGRESS, "non-blocking init returned %d: %s", res, zccl_get_last_error(nullptr));
+    ZT_CHILD_CHECK(comm != nullptr, "no handle");
     int32_t x = rank + 1, y = 0;
     int polls = 0;
     for (;;) {
         zccl_result_t ae;
-        PCHECK(zccl_comm_get_async_error(comm, &ae) == ZCCL_SUCCESS, "get_async_error");
+        ZT_CHILD_CHECK(zccl_comm_get_async_error(comm, &ae) == ZCCL_SUCCESS, "get_async_error");
         res = zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
         if (res == ZCCL_IN_PROGRESS) {
-            PCHECK(ae == ZCCL_IN_PROGRESS || ae == ZCCL_SUCCESS, "async error %d while in progress", ae);
+            ZT_CHILD_CHECK(ae == ZCCL_IN_PROGRESS || ae == ZCCL_SUCCESS, "async error %d while in progress", ae);
             sh->saw_in_progress[rank] = 1;
             polls++;
             usleep(2000);
             continue;
         }
-        PCHECK(res == ZCCL_SUCCESS, "allreduce after creation: %d %s", res, zccl_get_last_error(comm));
-        PCHECK(ae == ZCCL_SUCCESS || ae == ZCCL_IN_PROGRESS, "async error %d", ae);
+        ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "allreduce after creation: %d %s", res, zccl_get_last_error(comm));
+        ZT_CHILD_CHECK(ae == ZCCL_SUCCESS || ae == ZCCL_IN_PROGRESS, "async error %d", ae);
         break;
     }
-    PCHECK(y == n * (n + 1) / 2, "allreduce result %d", y);
+    ZT_CHILD_CHECK(y == n * (n + 1) / 2, "allreduce result %d", y);
     zccl_result_t ae;
     zccl_comm_get_async_error(comm, &ae);
-    PCHECK(ae == ZCCL_SUCCESS, "async error after success: %d", ae);
+    ZT_CHILD_CHECK(ae == ZCCL_SUCCESS, "async error after success: %d", ae);
     /* operations on a stream, then finalize completes them */
     zccl_stream_t st;
     zccl_stream_create(&st);
     std::vector<int32_t> v(1000, rank), w(1000);
     for (int k = 0; k < 5; k++) zccl_allreduce(v.data(), w.data(), 1000, ZCCL_INT32, ZCCL_SUM, comm, st);
-    PCHECK(zccl_comm_finalize(comm) == ZCCL_SUCCESS, "finalize: %s", zccl_get_last_error(comm));
-    PCHECK(zccl_stream_query(st) == ZCCL_SUCCESS, "finalize returned before the queued operations completed");
-    PCHECK(w[999] == n * (n - 1) / 2, "queued allreduce result");
+    ZT_CHILD_CHECK(zccl_comm_finalize(comm) == ZCCL_SUCCESS, "finalize: %s", zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(zccl_stream_query(st) == ZCCL_SUCCESS, "finalize returned before the queued operations completed");
+    ZT_CHILD_CHECK(w[999] == n * (n - 1) / 2, "queued allreduce result");
     zccl_stream_destroy(st);
     /* a split inherits non-blocking mode; it completes before returning */
     zccl_comm_t sub = nullptr;
     res = zccl_comm_split_config(comm, rank % 2, rank, &sub, nullptr);
-    PCHECK(res == ZCCL_SUCCESS && sub, "split_config: %d %s", res, zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(res == ZCCL_SUCCESS && sub, "split_config: %d %s", res, zccl_get_last_error(comm));
     zccl_comm_destroy(sub);
-    PCHECK(zccl_comm_destroy(comm) == ZCCL_SUCCESS, "destroy");
+    ZT_CHILD_CHECK(zccl_comm_destroy(comm) == ZCCL_SUCCESS, "destroy");
     return 0;
 }
 
@@ -347,19 +340,19 @@ TEST(Config, NonBlockingCreationFailureIsReported) {
         cfg.blocking = 0;
         zccl_comm_t comm = nullptr;
         zccl_result_t res = zccl_comm_init_rank_config(&comm, 2, id, 0, &cfg); /* rank 1 never joins */
-        PCHECK(res == ZCCL_IN_PROGRESS && comm, "init returned %d", res);
+        ZT_CHILD_CHECK(res == ZCCL_IN_PROGRESS && comm, "init returned %d", res);
         zccl_result_t ae = ZCCL_IN_PROGRESS;
         const double t0 = now_s();
         while (ae == ZCCL_IN_PROGRESS && now_s() - t0 < 30) {
             zccl_comm_get_async_error(comm, &ae);
             usleep(10000);
         }
-        PCHECK(ae == ZCCL_TIMEOUT || ae == ZCCL_REMOTE_ERROR, "async error %d: %s", ae, zccl_get_last_error(nullptr));
+        ZT_CHILD_CHECK(ae == ZCCL_TIMEOUT || ae == ZCCL_REMOTE_ERROR, "async error %d: %s", ae, zccl_get_last_error(nullptr));
         int x = 0, y;
         res = zccl_allreduce(&x, &y, 1, ZCCL_INT32, ZCCL_SUM, comm, nullptr);
-        PCHECK(res == ae && strstr(zccl_get_last_error(comm), "non-blocking creation failed"), "allreduce: %d %s", res,
+        ZT_CHILD_CHECK(res == ae && strstr(zccl_get_last_error(comm), "non-blocking creation failed"), "allreduce: %d %s", res,
                zccl_get_last_error(comm));
-        PCHECK(zccl_comm_destroy(comm) == ZCCL_SUCCESS, "destroy");
+        ZT_CHILD_CHECK(zccl_comm_destroy(comm) == ZCCL_SUCCESS, "destroy");
         (void)rank;
         return 0;
     }, o);

@@ -26,15 +26,6 @@ using namespace zt;
 
 namespace {
 
-#define STG_CHECK(cond, ...)                                                                                   \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", rank, __FILE__, __LINE__, #cond);            \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, "\n");                                                                             \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 /* Element k of rank q's input: small integers, different per rank and position. */
 double input(int q, size_t k) { return (double)((k * 7 + (size_t)q * 13) % 61) - 20.0; }
@@ -91,9 +82,9 @@ int one(zccl_comm_t comm, int rank, int n, const char *coll, zccl_datatype_t dt,
             out = recv.data();
         }
     }
-    STG_CHECK(res == ZCCL_SUCCESS, "%s count %zu: %s", coll, count, zccl_get_last_error(comm));
+    ZT_CHILD_CHECK(res == ZCCL_SUCCESS, "%s count %zu: %s", coll, count, zccl_get_last_error(comm));
     const uint64_t took = zccl__stg_calls() - before;
-    STG_CHECK(took == (expect_staged ? 1u : 0u), "%s count %zu: %llu staged calls, expected %d", coll, count,
+    ZT_CHILD_CHECK(took == (expect_staged ? 1u : 0u), "%s count %zu: %llu staged calls, expected %d", coll, count,
               (unsigned long long)took, (int)expect_staged);
     size_t wrong = 0, first = 0;
     for (size_t k = 0; k < out_n; k++) {
@@ -105,7 +96,7 @@ int one(zccl_comm_t comm, int rank, int n, const char *coll, zccl_datatype_t dt,
     }
     if (!in_place)
         for (size_t k = out_n; k < out_n + 16; k++) wrong += recv[k] != (T)-77; /* nothing past the output */
-    STG_CHECK(wrong == 0, "%s %s count %zu %s: %zu wrong elements, first at %zu", coll, in_place ? "in place" :
+    ZT_CHILD_CHECK(wrong == 0, "%s %s count %zu %s: %zu wrong elements, first at %zu", coll, in_place ? "in place" :
               "out of place", count, dt == ZCCL_FLOAT32 ? "float32" : "other", wrong, first);
     return 0;
 }
@@ -149,9 +140,9 @@ int mismatch_body(zccl_comm_t comm, int rank, int) {
     const size_t count = rank == 0 ? 10000 : 12000;
     std::vector<float> s(count, 1.0f), r(count);
     const zccl_result_t res = zccl_allreduce(s.data(), r.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr);
-    STG_CHECK(res != ZCCL_SUCCESS, "a mismatched all-reduce returned success");
+    ZT_CHILD_CHECK(res != ZCCL_SUCCESS, "a mismatched all-reduce returned success");
     const std::string msg = zccl_get_last_error(comm);
-    STG_CHECK(msg.find("different collectives") != std::string::npos || msg.find("rank") != std::string::npos,
+    ZT_CHILD_CHECK(msg.find("different collectives") != std::string::npos || msg.find("rank") != std::string::npos,
               "message does not name the cause: %s", msg.c_str());
     return 0;
 }

@@ -32,23 +32,6 @@ using namespace zt;
 
 namespace {
 
-#define CHILD_CHECK(cond, ...)                                                      \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            child_log(rank, "%s:%d: check failed: %s", __FILE__, __LINE__, #cond);  \
-            child_log(rank, __VA_ARGS__);                                           \
-            return 1;                                                               \
-        }                                                                           \
-    } while (0)
-#define CHILD_OK(call)                                                                                         \
-    do {                                                                                                       \
-        zccl_result_t r_ = (call);                                                                             \
-        if (r_ != ZCCL_SUCCESS) {                                                                              \
-            child_log(rank, "%s:%d: %s failed: %s: %s", __FILE__, __LINE__, #call, zccl_get_error_string(r_), \
-                      zccl_get_last_error(nullptr));                                                           \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 /* Gradient element j of parameter i on rank r in micro-step m: a small integer, exact in any sum here. */
 double grad_value(int r, int m, int i, size_t j) { return (double)((r + 1) * ((i % 5) + 1) + (int)(j % 7) + m); }
@@ -218,15 +201,15 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
     o.max_in_flight = cfg.K;
     o.average = cfg.average;
     zccl_bucket_plan_t plan = nullptr;
-    CHILD_OK(zccl_bucket_plan_create(comm, n, model.data(), ZCCL_FLOAT64, &o, &plan));
+    ZT_CHILD_OK(zccl_bucket_plan_create(comm, n, model.data(), ZCCL_FLOAT64, &o, &plan));
     Layout L = read_layout(plan, n);
     const int nb = (int)L.info.size();
-    CHILD_CHECK(nb >= 4, "expected several buckets, got %d", nb);
+    ZT_CHILD_CHECK(nb >= 4, "expected several buckets, got %d", nb);
     std::mt19937 rng(1234u + 77u * (unsigned)rank);
     for (int w = 0; w < cfg.windows; w++) {
         for (int m = 0; m < cfg.accum; m++) {
             const int mstep = w * cfg.accum + m;
-            CHILD_OK(zccl_bucket_begin(plan, m == cfg.accum - 1));
+            ZT_CHILD_OK(zccl_bucket_begin(plan, m == cfg.accum - 1));
             std::vector<int> order;
             for (int b = 0; b < nb; b++) {
                 std::vector<int> in_b;
@@ -237,21 +220,21 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
             if (cfg.random_order && cfg.mode == ZCCL_BUCKET_ALLREDUCE) std::shuffle(order.begin(), order.end(), rng);
             for (int i : order) {
                 void *g = nullptr;
-                CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+                ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
                 double *d = static_cast<double *>(g);
                 for (size_t j = 0; j < model[(size_t)i]; j++) d[j] += grad_value(rank, mstep, i, j);
                 if (cfg.pauses && rng() % 4 == 0) usleep(200 + rng() % 800);
-                CHILD_OK(zccl_bucket_mark_ready(plan, i));
+                ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
             }
-            CHILD_OK(zccl_bucket_finish(plan));
+            ZT_CHILD_OK(zccl_bucket_finish(plan));
             std::vector<int> log((size_t)nb + 1, -1);
             int nlog = 0;
-            CHILD_OK(zccl_bucket_launch_log(plan, log.data(), nb + 1, &nlog));
+            ZT_CHILD_OK(zccl_bucket_launch_log(plan, log.data(), nb + 1, &nlog));
             const bool communicated = cfg.mode == ZCCL_BUCKET_REDUCE_SCATTER || m == cfg.accum - 1;
-            CHILD_CHECK(nlog == (communicated ? nb : 0), "launched %d buckets in micro-step %d, want %d", nlog, mstep,
+            ZT_CHILD_CHECK(nlog == (communicated ? nb : 0), "launched %d buckets in micro-step %d, want %d", nlog, mstep,
                         communicated ? nb : 0);
             for (int k = 0; k < nlog; k++)
-                CHILD_CHECK(log[(size_t)k] == k, "micro-step %d: launch #%d was bucket %d (want bucket order)", mstep, k, log[(size_t)k]);
+                ZT_CHILD_CHECK(log[(size_t)k] == k, "micro-step %d: launch #%d was bucket %d (want bucket order)", mstep, k, log[(size_t)k]);
         }
         /* Reference: sum over ranks and the window's micro-steps, divided by nranks when averaging. */
         const double div = cfg.average ? nranks : 1;
@@ -266,7 +249,7 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
             for (size_t j = 0; j < model[(size_t)i]; j++) sumsq += ref(i, j) * ref(i, j);
         for (int b = 0; b < nb; b++) {
             zccl_bucket_info_t I;
-            CHILD_OK(zccl_bucket_info(plan, b, &I));
+            ZT_CHILD_OK(zccl_bucket_info(plan, b, &I));
             std::vector<double> expect(I.elems, 0.0); /* the reduced bucket, padding and gaps zero */
             for (int k = 0; k < I.nparams; k++) {
                 const int i = I.first_param - k;
@@ -274,33 +257,33 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
             }
             const double *shard = static_cast<const double *>(I.shard);
             for (size_t e = 0; e < I.shard_elems; e++)
-                CHILD_CHECK(shard[e] == expect[I.shard_offset + e], "window %d bucket %d shard element %zu: %g, want %g",
+                ZT_CHILD_CHECK(shard[e] == expect[I.shard_offset + e], "window %d bucket %d shard element %zu: %g, want %g",
                             w, b, e, shard[e], expect[I.shard_offset + e]);
             if (cfg.mode == ZCCL_BUCKET_ALLREDUCE) {
                 const double *full = static_cast<const double *>(I.buffer);
                 for (size_t e = 0; e < I.elems; e++)
-                    CHILD_CHECK(full[e] == expect[e], "window %d bucket %d element %zu: %g, want %g", w, b, e, full[e],
+                    ZT_CHILD_CHECK(full[e] == expect[e], "window %d bucket %d element %zu: %g, want %g", w, b, e, full[e],
                                 expect[e]);
             }
         }
         double norm = 0;
-        CHILD_OK(zccl_bucket_grad_norm(plan, &norm));
-        CHILD_CHECK(std::fabs(norm - std::sqrt(sumsq)) <= 1e-12 * std::sqrt(sumsq), "norm %.17g, want %.17g", norm,
+        ZT_CHILD_OK(zccl_bucket_grad_norm(plan, &norm));
+        ZT_CHILD_CHECK(std::fabs(norm - std::sqrt(sumsq)) <= 1e-12 * std::sqrt(sumsq), "norm %.17g, want %.17g", norm,
                     std::sqrt(sumsq));
         /* Clipping: scale the shards by 1/2 (exact) and check one element of each shard. */
-        CHILD_OK(zccl_bucket_scale_shards(plan, 0.5));
+        ZT_CHILD_OK(zccl_bucket_scale_shards(plan, 0.5));
         double norm2 = 0;
-        CHILD_OK(zccl_bucket_grad_norm(plan, &norm2));
-        CHILD_CHECK(std::fabs(norm2 - norm / 2) <= 1e-12 * norm, "after scaling by 1/2: norm %.17g, want %.17g", norm2,
+        ZT_CHILD_OK(zccl_bucket_grad_norm(plan, &norm2));
+        ZT_CHILD_CHECK(std::fabs(norm2 - norm / 2) <= 1e-12 * norm, "after scaling by 1/2: norm %.17g, want %.17g", norm2,
                     norm / 2);
     }
     zccl_bucket_stats_t st;
-    CHILD_OK(zccl_bucket_stats(plan, &st));
-    CHILD_CHECK(st.peak_in_flight >= 1 && st.peak_in_flight <= cfg.K, "peak in flight %d, K = %d", st.peak_in_flight,
+    ZT_CHILD_OK(zccl_bucket_stats(plan, &st));
+    ZT_CHILD_CHECK(st.peak_in_flight >= 1 && st.peak_in_flight <= cfg.K, "peak in flight %d, K = %d", st.peak_in_flight,
                 cfg.K);
     const uint64_t want_launches =
         (uint64_t)nb * (uint64_t)cfg.windows * (cfg.mode == ZCCL_BUCKET_REDUCE_SCATTER ? (uint64_t)cfg.accum : 1u);
-    CHILD_CHECK(st.launches == want_launches, "launches %llu, want %llu", (unsigned long long)st.launches,
+    ZT_CHILD_CHECK(st.launches == want_launches, "launches %llu, want %llu", (unsigned long long)st.launches,
                 (unsigned long long)want_launches);
     if (rank == 0)
         child_log(rank, "buckets %d, peak in flight %d (K %d), launches %llu, finish wait %.3f s, comm %.3f s", nb,
@@ -309,35 +292,29 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
     return 0;
 }
 
-Options opts(double deadline) {
-    Options o;
-    o.deadline_s = deadline;
-    return o;
-}
-
 TEST(ZeroBuckets, AllReduceRandomMarkOrderLaunchesInBucketOrder) {
     RunCfg c{ZCCL_BUCKET_ALLREDUCE, 2, 1, 3, false, true};
-    run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+    run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
 }
 
 TEST(ZeroBuckets, AllReduceAverageK1) {
     RunCfg c{ZCCL_BUCKET_ALLREDUCE, 1, 1, 2, true, true};
-    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
 }
 
 TEST(ZeroBuckets, AllReduceAccumulatesLocallyOverMicroSteps) {
     RunCfg c{ZCCL_BUCKET_ALLREDUCE, 2, 3, 2, false, true};
-    run_ranks(2, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+    run_ranks(2, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
 }
 
 TEST(ZeroBuckets, ReduceScatterShardsK2) {
     RunCfg c{ZCCL_BUCKET_REDUCE_SCATTER, 2, 1, 2, true, true};
-    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
 }
 
 TEST(ZeroBuckets, ReduceScatterAccumulatesShardsK1) {
     RunCfg c{ZCCL_BUCKET_REDUCE_SCATTER, 1, 3, 2, false, true};
-    run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(90));
+    run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
 }
 
 /* Many small buckets (about 100), K = 3, 4 ranks, marks in random order without pauses, 4 windows. */
@@ -355,11 +332,11 @@ TEST(ZeroBuckets, ManySmallBucketsStress) {
     c.first_bytes = 256;
     c.cap_bytes = 2048;
     c.pauses = false;
-    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, opts(120));
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(120));
     RunCfg rs = c;
     rs.mode = ZCCL_BUCKET_REDUCE_SCATTER;
     rs.accum = 2;
-    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, rs); }, opts(120));
+    run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, rs); }, deadline_options(120));
 }
 
 TEST(ZeroBuckets, MissingMarkNamesTheParameterAndThePlanRecovers) {
@@ -369,56 +346,56 @@ TEST(ZeroBuckets, MissingMarkNamesTheParameterAndThePlanRecovers) {
         o.first_bytes = 2048;
         o.cap_bytes = 16384;
         zccl_bucket_plan_t plan = nullptr;
-        CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
+        ZT_CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
         int bucket5 = -1;
-        CHILD_OK(zccl_bucket_param_loc(plan, 5, &bucket5, nullptr));
-        CHILD_OK(zccl_bucket_begin(plan, 1));
+        ZT_CHILD_OK(zccl_bucket_param_loc(plan, 5, &bucket5, nullptr));
+        ZT_CHILD_OK(zccl_bucket_begin(plan, 1));
         for (int i = n - 1; i >= 0; i--) {
             if (i == 5) continue; /* never marked */
-            if (i == 2) { CHILD_OK(zccl_bucket_mark_unused(plan, i)); continue; }
+            if (i == 2) { ZT_CHILD_OK(zccl_bucket_mark_unused(plan, i)); continue; }
             void *g;
-            CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
-            CHILD_OK(zccl_bucket_mark_ready(plan, i));
+            ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+            ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
         }
-        CHILD_CHECK(zccl_bucket_mark_ready(plan, 7) == ZCCL_INVALID_USAGE, "a second mark must fail");
+        ZT_CHILD_CHECK(zccl_bucket_mark_ready(plan, 7) == ZCCL_INVALID_USAGE, "a second mark must fail");
         zccl_result_t r = zccl_bucket_finish(plan);
         std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE, "finish returned %d: %s", (int)r, msg.c_str());
-        CHILD_CHECK(msg.find("parameter 5 ") != std::string::npos, "message does not name parameter 5: %s", msg.c_str());
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE, "finish returned %d: %s", (int)r, msg.c_str());
+        ZT_CHILD_CHECK(msg.find("parameter 5 ") != std::string::npos, "message does not name parameter 5: %s", msg.c_str());
         int log[64], nlog = 0;
-        CHILD_OK(zccl_bucket_launch_log(plan, log, 64, &nlog));
-        CHILD_CHECK(nlog == bucket5, "launched %d buckets, want those before bucket %d", nlog, bucket5);
+        ZT_CHILD_OK(zccl_bucket_launch_log(plan, log, 64, &nlog));
+        ZT_CHILD_CHECK(nlog == bucket5, "launched %d buckets, want those before bucket %d", nlog, bucket5);
         /* The plan still works: a complete micro-step, parameter 2 unused (its gradient stays zero). */
-        CHILD_OK(zccl_bucket_begin(plan, 1));
+        ZT_CHILD_OK(zccl_bucket_begin(plan, 1));
         for (int i = n - 1; i >= 0; i--) {
-            if (i == 2) { CHILD_OK(zccl_bucket_mark_unused(plan, i)); continue; }
+            if (i == 2) { ZT_CHILD_OK(zccl_bucket_mark_unused(plan, i)); continue; }
             void *g;
-            CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+            ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
             for (size_t j = 0; j < kModel[(size_t)i]; j++) static_cast<double *>(g)[j] += grad_value(rank, 0, i, j);
-            CHILD_OK(zccl_bucket_mark_ready(plan, i));
+            ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
         }
-        CHILD_OK(zccl_bucket_finish(plan));
+        ZT_CHILD_OK(zccl_bucket_finish(plan));
         for (int i = 0; i < n; i++) {
             int b;
             size_t off;
-            CHILD_OK(zccl_bucket_param_loc(plan, i, &b, &off));
+            ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &b, &off));
             zccl_bucket_info_t I;
-            CHILD_OK(zccl_bucket_info(plan, b, &I));
+            ZT_CHILD_OK(zccl_bucket_info(plan, b, &I));
             const double *g = static_cast<const double *>(I.buffer) + off;
             void *gp = nullptr; /* all-reduce mode: readable in place between micro-steps */
-            CHILD_OK(zccl_bucket_grad_ptr(plan, i, &gp));
-            CHILD_CHECK(gp == g, "grad_ptr after finish %p, bucket buffer + offset %p", gp, (const void *)g);
+            ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &gp));
+            ZT_CHILD_CHECK(gp == g, "grad_ptr after finish %p, bucket buffer + offset %p", gp, (const void *)g);
             for (size_t j = 0; j < kModel[(size_t)i]; j++) {
                 double want = 0;
                 if (i != 2)
                     for (int rr = 0; rr < nranks; rr++) want += grad_value(rr, 0, i, j);
-                CHILD_CHECK(g[j] == want, "param %d element %zu: %g, want %g", i, j, g[j], want);
+                ZT_CHILD_CHECK(g[j] == want, "param %d element %zu: %g, want %g", i, j, g[j], want);
             }
         }
-        CHILD_CHECK(zccl_bucket_finish(plan) == ZCCL_INVALID_USAGE, "finish without begin must fail");
+        ZT_CHILD_CHECK(zccl_bucket_finish(plan) == ZCCL_INVALID_USAGE, "finish without begin must fail");
         zccl_bucket_plan_destroy(plan);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 TEST(ZeroBuckets, ReduceScatterOutOfOrderBufferUseIsAnErrorNotAHang) {
@@ -430,32 +407,32 @@ TEST(ZeroBuckets, ReduceScatterOutOfOrderBufferUseIsAnErrorNotAHang) {
         o.mode = ZCCL_BUCKET_REDUCE_SCATTER;
         o.max_in_flight = 1;
         zccl_bucket_plan_t plan = nullptr;
-        CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
+        ZT_CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT64, &o, &plan));
         int p_in_b1 = -1;
         for (int i = n - 1; i >= 0 && p_in_b1 < 0; i--) {
             int b;
-            CHILD_OK(zccl_bucket_param_loc(plan, i, &b, nullptr));
+            ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &b, nullptr));
             if (b == 1) p_in_b1 = i;
         }
         /* K = 1: bucket 1 needs bucket 0's buffer, and bucket 0 (parameter n-1, ...) is not marked: first with
          * bucket 0 holding the buffer, then (second micro-step) with nobody holding it yet — bucket 0 will need it
          * when it launches, so bucket 1 must not take it. */
         for (int variant = 0; variant < 2; variant++) {
-            CHILD_OK(zccl_bucket_begin(plan, 1));
+            ZT_CHILD_OK(zccl_bucket_begin(plan, 1));
             void *g;
-            if (variant == 0) CHILD_OK(zccl_bucket_grad_ptr(plan, n - 1, &g));
+            if (variant == 0) ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, n - 1, &g));
             zccl_result_t r = zccl_bucket_grad_ptr(plan, p_in_b1, &g);
             std::string msg = zccl_get_last_error(nullptr);
-            CHILD_CHECK(r == ZCCL_INVALID_USAGE, "variant %d: grad_ptr returned %d: %s", variant, (int)r, msg.c_str());
-            CHILD_CHECK(msg.find("cannot launch before parameter " + std::to_string(n - 1)) != std::string::npos,
+            ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE, "variant %d: grad_ptr returned %d: %s", variant, (int)r, msg.c_str());
+            ZT_CHILD_CHECK(msg.find("cannot launch before parameter " + std::to_string(n - 1)) != std::string::npos,
                         "variant %d: message: %s", variant, msg.c_str());
             /* Complete the micro-step in order; all gradients 1, so every shard element of a parameter is nranks. */
             for (int i = n - 1; i >= 0; i--) {
-                CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+                ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
                 for (size_t j = 0; j < kModel[(size_t)i]; j++) static_cast<double *>(g)[j] += 1.0;
-                CHILD_OK(zccl_bucket_mark_ready(plan, i));
+                ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
             }
-            CHILD_OK(zccl_bucket_finish(plan));
+            ZT_CHILD_OK(zccl_bucket_finish(plan));
             Layout L = read_layout(plan, n);
             for (size_t b = 0; b < L.info.size(); b++) {
                 std::vector<double> expect(L.info[b].elems, 0.0);
@@ -465,16 +442,16 @@ TEST(ZeroBuckets, ReduceScatterOutOfOrderBufferUseIsAnErrorNotAHang) {
                 }
                 const double *sh = static_cast<const double *>(L.info[b].shard);
                 for (size_t e = 0; e < L.info[b].shard_elems; e++)
-                    CHILD_CHECK(sh[e] == expect[L.info[b].shard_offset + e], "variant %d bucket %zu element %zu: %g",
+                    ZT_CHILD_CHECK(sh[e] == expect[L.info[b].shard_offset + e], "variant %d bucket %zu element %zu: %g",
                                 variant, b, e, sh[e]);
             }
         }
-        CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, nullptr) == ZCCL_INVALID_ARGUMENT, "grad NULL must fail");
+        ZT_CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, nullptr) == ZCCL_INVALID_ARGUMENT, "grad NULL must fail");
         void *g;
-        CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, &g) == ZCCL_INVALID_USAGE, "reduce-scatter: no pointer between steps");
+        ZT_CHILD_CHECK(zccl_bucket_grad_ptr(plan, 0, &g) == ZCCL_INVALID_USAGE, "reduce-scatter: no pointer between steps");
         zccl_bucket_plan_destroy(plan);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 TEST(ZeroBuckets, RanksWithDifferentParametersFailAtCreation) {
@@ -484,17 +461,17 @@ TEST(ZeroBuckets, RanksWithDifferentParametersFailAtCreation) {
         zccl_bucket_plan_t plan = nullptr;
         zccl_result_t r = zccl_bucket_plan_create(comm, (int)numel.size(), numel.data(), ZCCL_FLOAT64, nullptr, &plan);
         std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && plan == nullptr, "create returned %d: %s", (int)r, msg.c_str());
-        CHILD_CHECK(msg.find("ranks passed different parameter lists") != std::string::npos, "message: %s", msg.c_str());
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && plan == nullptr, "create returned %d: %s", (int)r, msg.c_str());
+        ZT_CHILD_CHECK(msg.find("ranks passed different parameter lists") != std::string::npos, "message: %s", msg.c_str());
         zccl_zero3_t z = nullptr;
         r = zccl_zero3_create(comm, (int)numel.size(), numel.data(), ZCCL_FLOAT32, nullptr, &z);
         msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && z == nullptr, "zero3 create returned %d: %s", (int)r, msg.c_str());
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && z == nullptr, "zero3 create returned %d: %s", (int)r, msg.c_str());
         /* The communicator still works: the same lists on every rank succeed. */
-        CHILD_OK(zccl_bucket_plan_create(comm, (int)kModel.size(), kModel.data(), ZCCL_FLOAT64, nullptr, &plan));
+        ZT_CHILD_OK(zccl_bucket_plan_create(comm, (int)kModel.size(), kModel.data(), ZCCL_FLOAT64, nullptr, &plan));
         zccl_bucket_plan_destroy(plan);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 /* ---- ZeRO-3 ------------------------------------------------------------------------------------------------ */
@@ -507,7 +484,7 @@ int fill_shards(zccl_zero3_t z, int rank) {
     for (int l = 0; l < (int)kLayers.size(); l++) {
         void *s;
         size_t cnt, off;
-        CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+        ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
         for (size_t e = 0; e < cnt; e++) static_cast<double *>(s)[e] = param_value(l, off + e);
     }
     return 0;
@@ -516,48 +493,48 @@ int fill_shards(zccl_zero3_t z, int rank) {
 int check_layer(int rank, int l, const void *full) {
     const double *p = static_cast<const double *>(full);
     for (size_t i = 0; i < kLayers[(size_t)l]; i++)
-        CHILD_CHECK(p[i] == param_value(l, i), "layer %d element %zu: %g, want %g", l, i, p[i], param_value(l, i));
+        ZT_CHILD_CHECK(p[i] == param_value(l, i), "layer %d element %zu: %g, want %g", l, i, p[i], param_value(l, i));
     return 0;
 }
 
 TEST(Zero3, FetchGathersShardsAndPrefetchStaysWithinLiveBytes) {
     run_ranks(3, [](zccl_comm_t comm, int rank, int nranks) -> int {
         zccl_comm_t comm3 = nullptr; /* a communicator of its own, as zccl_zero.h recommends */
-        CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
+        ZT_CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
         const int L = (int)kLayers.size();
         size_t largest = 0;
         for (size_t n : kLayers) largest = std::max(largest, (n + (size_t)nranks - 1) / (size_t)nranks * (size_t)nranks * 8);
         zccl_zero3_options_t o = {};
         o.max_live_bytes = largest * 5 / 2;
         zccl_zero3_t z = nullptr;
-        CHILD_OK(zccl_zero3_create(comm3, L, kLayers.data(), ZCCL_FLOAT64, &o, &z));
+        ZT_CHILD_OK(zccl_zero3_create(comm3, L, kLayers.data(), ZCCL_FLOAT64, &o, &z));
         if (fill_shards(z, rank)) return 1;
         for (int step = 1; step <= 4; step++) {
-            CHILD_OK(zccl_zero3_begin(z));
+            ZT_CHILD_OK(zccl_zero3_begin(z));
             for (int l = 0; l < L; l++) { /* forward */
                 void *full;
-                CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
                 if (check_layer(rank, l, full)) return 1;
                 usleep(300);
-                CHILD_OK(zccl_zero3_release(z, l));
+                ZT_CHILD_OK(zccl_zero3_release(z, l));
             }
             for (int l = L - 1; l >= 0; l--) { /* backward */
                 void *full;
-                CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
                 if (check_layer(rank, l, full)) return 1;
                 usleep(300);
-                CHILD_OK(zccl_zero3_release(z, l));
+                ZT_CHILD_OK(zccl_zero3_release(z, l));
             }
-            CHILD_OK(zccl_zero3_end(z));
+            ZT_CHILD_OK(zccl_zero3_end(z));
         }
         zccl_zero3_stats_t st;
-        CHILD_OK(zccl_zero3_stats(z, &st));
-        CHILD_CHECK(st.peak_live_bytes <= o.max_live_bytes, "peak live %zu > limit %zu", st.peak_live_bytes,
+        ZT_CHILD_OK(zccl_zero3_stats(z, &st));
+        ZT_CHILD_CHECK(st.peak_live_bytes <= o.max_live_bytes, "peak live %zu > limit %zu", st.peak_live_bytes,
                     o.max_live_bytes);
-        CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after the steps", st.live_bytes);
-        CHILD_CHECK(st.gathers == 4u * 2u * (uint64_t)L, "gathers %llu", (unsigned long long)st.gathers);
+        ZT_CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after the steps", st.live_bytes);
+        ZT_CHILD_CHECK(st.gathers == 4u * 2u * (uint64_t)L, "gathers %llu", (unsigned long long)st.gathers);
         /* Steps 2-4: every fetch but the first few of a step was issued ahead. */
-        CHILD_CHECK(st.prefetched >= 3u * (2u * (uint64_t)L - 2u), "prefetch hits %llu", (unsigned long long)st.prefetched);
+        ZT_CHILD_CHECK(st.prefetched >= 3u * (2u * (uint64_t)L - 2u), "prefetch hits %llu", (unsigned long long)st.prefetched);
         if (rank == 0)
             child_log(rank, "peak live %zu of %zu bytes, prefetch hits %llu, wait %.4f s, gather %.4f s",
                       st.peak_live_bytes, o.max_live_bytes, (unsigned long long)st.prefetched, st.fetch_wait_s,
@@ -565,7 +542,7 @@ TEST(Zero3, FetchGathersShardsAndPrefetchStaysWithinLiveBytes) {
         zccl_zero3_destroy(z);
         zccl_comm_destroy(comm3);
         return 0;
-    }, opts(90));
+    }, deadline_options(90));
 }
 
 TEST(Zero3, MaxLiveBelowTheLargestLayerFailsOnEveryRank) {
@@ -577,77 +554,77 @@ TEST(Zero3, MaxLiveBelowTheLargestLayerFailsOnEveryRank) {
         zccl_zero3_t z = nullptr;
         zccl_result_t r = zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, &o, &z);
         std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(z == nullptr, "create succeeded on rank %d", rank);
+        ZT_CHILD_CHECK(z == nullptr, "create succeeded on rank %d", rank);
         if (rank == 1) {
-            CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "create returned %d: %s", (int)r, msg.c_str());
+            ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "create returned %d: %s", (int)r, msg.c_str());
             const std::string want = "max_live_bytes = " + std::to_string(largest - 1) +
                                      " (opts->max_live_bytes) is below the largest gathered layer (layer 1: " +
                                      std::to_string(largest) + " bytes";
-            CHILD_CHECK(msg.find(want) != std::string::npos, "message: %s", msg.c_str());
+            ZT_CHILD_CHECK(msg.find(want) != std::string::npos, "message: %s", msg.c_str());
         } else {
-            CHILD_CHECK(r == ZCCL_INVALID_USAGE, "create returned %d: %s", (int)r, msg.c_str());
-            CHILD_CHECK(msg.find("max_live_bytes is below the largest layer") != std::string::npos, "message: %s",
+            ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE, "create returned %d: %s", (int)r, msg.c_str());
+            ZT_CHILD_CHECK(msg.find("max_live_bytes is below the largest layer") != std::string::npos, "message: %s",
                         msg.c_str());
         }
         /* exactly the largest layer is accepted on every rank */
         o.max_live_bytes = largest;
-        CHILD_OK(zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, &o, &z));
+        ZT_CHILD_OK(zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, &o, &z));
         zccl_zero3_destroy(z);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 TEST(Zero3, DivergentOrderInStepOneIsAnErrorOnEveryRank) {
     run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
         zccl_zero3_t z = nullptr;
-        CHILD_OK(zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, nullptr, &z));
+        ZT_CHILD_OK(zccl_zero3_create(comm, (int)kLayers.size(), kLayers.data(), ZCCL_FLOAT64, nullptr, &z));
         if (fill_shards(z, rank)) return 1;
-        CHILD_OK(zccl_zero3_begin(z));
+        ZT_CHILD_OK(zccl_zero3_begin(z));
         void *full;
-        CHILD_OK(zccl_zero3_fetch(z, 0, &full));
-        CHILD_OK(zccl_zero3_release(z, 0));
+        ZT_CHILD_OK(zccl_zero3_fetch(z, 0, &full));
+        ZT_CHILD_OK(zccl_zero3_release(z, 0));
         const int l = (rank == 1) ? 2 : 1; /* rank 1 diverges at fetch #1 */
         zccl_result_t r = zccl_zero3_fetch(z, l, &full);
         std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE, "fetch returned %d: %s", (int)r, msg.c_str());
-        CHILD_CHECK(msg.find("step 1, fetch #1") != std::string::npos, "message: %s", msg.c_str());
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE, "fetch returned %d: %s", (int)r, msg.c_str());
+        ZT_CHILD_CHECK(msg.find("step 1, fetch #1") != std::string::npos, "message: %s", msg.c_str());
         zccl_zero3_destroy(z);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 TEST(Zero3, LaterStepOrderChangeNamesTheStep) {
     run_ranks(2, [](zccl_comm_t comm, int rank, int) -> int {
         zccl_zero3_t z = nullptr;
         const int L = (int)kLayers.size();
-        CHILD_OK(zccl_zero3_create(comm, L, kLayers.data(), ZCCL_FLOAT64, nullptr, &z));
+        ZT_CHILD_OK(zccl_zero3_create(comm, L, kLayers.data(), ZCCL_FLOAT64, nullptr, &z));
         if (fill_shards(z, rank)) return 1;
         void *full;
         for (int step = 1; step <= 2; step++) {
-            CHILD_OK(zccl_zero3_begin(z));
+            ZT_CHILD_OK(zccl_zero3_begin(z));
             for (int l = 0; l < L; l++) {
-                CHILD_OK(zccl_zero3_fetch(z, l, &full));
-                CHILD_OK(zccl_zero3_release(z, l));
+                ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                ZT_CHILD_OK(zccl_zero3_release(z, l));
             }
-            CHILD_OK(zccl_zero3_end(z));
+            ZT_CHILD_OK(zccl_zero3_end(z));
         }
-        CHILD_OK(zccl_zero3_begin(z));
-        CHILD_OK(zccl_zero3_fetch(z, 0, &full));
+        ZT_CHILD_OK(zccl_zero3_begin(z));
+        ZT_CHILD_OK(zccl_zero3_fetch(z, 0, &full));
         zccl_result_t r = zccl_zero3_fetch(z, 3, &full); /* recorded: layer 1 */
         std::string msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE, "fetch returned %d: %s", (int)r, msg.c_str());
-        CHILD_CHECK(msg.find("step 3, fetch #1 is layer 3") != std::string::npos, "message: %s", msg.c_str());
-        CHILD_CHECK(zccl_zero3_fetch(z, 0, &full) == ZCCL_INVALID_USAGE, "fetching a held layer must fail");
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE, "fetch returned %d: %s", (int)r, msg.c_str());
+        ZT_CHILD_CHECK(msg.find("step 3, fetch #1 is layer 3") != std::string::npos, "message: %s", msg.c_str());
+        ZT_CHILD_CHECK(zccl_zero3_fetch(z, 0, &full) == ZCCL_INVALID_USAGE, "fetching a held layer must fail");
         r = zccl_zero3_end(z);
         msg = zccl_get_last_error(nullptr);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && msg.find("step 3 ended after 1 fetches") != std::string::npos,
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && msg.find("step 3 ended after 1 fetches") != std::string::npos,
                     "end returned %d: %s", (int)r, msg.c_str());
         zccl_zero3_stats_t st;
-        CHILD_OK(zccl_zero3_stats(z, &st));
-        CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after end", st.live_bytes);
+        ZT_CHILD_OK(zccl_zero3_stats(z, &st));
+        ZT_CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after end", st.live_bytes);
         zccl_zero3_destroy(z);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 }  // namespace

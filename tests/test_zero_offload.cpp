@@ -38,23 +38,6 @@ using namespace zt;
 
 namespace {
 
-#define CHILD_CHECK(cond, ...)                                                      \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            child_log(rank, "%s:%d: check failed: %s", __FILE__, __LINE__, #cond);  \
-            child_log(rank, __VA_ARGS__);                                           \
-            return 1;                                                               \
-        }                                                                           \
-    } while (0)
-#define CHILD_OK(call)                                                                                         \
-    do {                                                                                                       \
-        zccl_result_t r_ = (call);                                                                             \
-        if (r_ != ZCCL_SUCCESS) {                                                                              \
-            child_log(rank, "%s:%d: %s failed: %s: %s", __FILE__, __LINE__, #call, zccl_get_error_string(r_), \
-                      zccl_get_last_error(nullptr));                                                           \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 const std::vector<size_t> kNumel = {37, 100, 5, 64, 19};
 const int kSteps = 4, kAccum = 2;
@@ -145,15 +128,15 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
     bo.mode = mode;
     bo.max_in_flight = 2;
     zccl_bucket_plan_t plan = nullptr;
-    CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), dt, &bo, &plan));
+    ZT_CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), dt, &bo, &plan));
     int nb = 0;
-    CHILD_OK(zccl_bucket_count(plan, &nb));
-    CHILD_CHECK(nb >= 3, "want several buckets, got %d", nb);
+    ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
+    ZT_CHILD_CHECK(nb >= 3, "want several buckets, got %d", nb);
     std::vector<zccl_bucket_info_t> info((size_t)nb);
     std::vector<int> pb((size_t)np);
     std::vector<size_t> poff((size_t)np);
-    for (int b = 0; b < nb; b++) CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
-    for (int i = 0; i < np; i++) CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
+    for (int b = 0; b < nb; b++) ZT_CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
+    for (int i = 0; i < np; i++) ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
     std::vector<std::vector<T>> params((size_t)nb);
     std::vector<void *> pptr((size_t)nb);
     for (int b = 0; b < nb; b++) {
@@ -171,7 +154,7 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
     if (offload) {
         zccl_zero_offload_options_t oo = {};
         oo.pin_memory = pin;
-        CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), decay.data(), &oo, &off));
+        ZT_CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), decay.data(), &oo, &off));
     } else {
         for (int b = 0; b < nb; b++) {
             m[(size_t)b].assign(info[(size_t)b].shard_elems, 0);
@@ -180,17 +163,17 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
     }
     for (int s = 0; s < kSteps; s++) {
         for (int u = 0; u < accum; u++) {
-            CHILD_OK(zccl_bucket_begin(plan, u == accum - 1));
+            ZT_CHILD_OK(zccl_bucket_begin(plan, u == accum - 1));
             for (int i = np - 1; i >= 0; i--) { /* backward: last parameter first */
                 T *g = nullptr;
-                CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
+                ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
                 for (size_t j = 0; j < kNumel[(size_t)i]; j++) g[j] = P::from(P::to(g[j]) + grad_value(rank, s, u, i, j));
-                CHILD_OK(zccl_bucket_mark_ready(plan, i));
+                ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
             }
-            CHILD_OK(zccl_bucket_finish(plan));
+            ZT_CHILD_OK(zccl_bucket_finish(plan));
         }
         if (offload) {
-            CHILD_OK(zccl_zero_offload_step(off, &kHp));
+            ZT_CHILD_OK(zccl_zero_offload_step(off, &kHp));
             continue;
         }
         const double bc1 = 1.0 - pow(kHp.beta1, s + 1), bc2 = 1.0 - pow(kHp.beta2, s + 1);
@@ -211,36 +194,36 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
                 x -= kHp.lr * ((double)m[(size_t)b][k] / bc1) / (sqrt((double)v[(size_t)b][k] / bc2) + kHp.eps);
                 p[k] = P::from(x);
             }
-            CHILD_OK(zccl_allgather(p, params[(size_t)b].data(), bi.shard_elems, dt, comm, nullptr));
+            ZT_CHILD_OK(zccl_allgather(p, params[(size_t)b].data(), bi.shard_elems, dt, comm, nullptr));
         }
     }
     const auto ref = reference<P>(nranks, accum);
     for (int i = 0; i < np; i++)
         for (size_t j = 0; j < kNumel[(size_t)i]; j++) {
             const T got = params[(size_t)pb[(size_t)i]][poff[(size_t)i] + j], want = ref[(size_t)i][j];
-            CHILD_CHECK(memcmp(&got, &want, sizeof got) == 0, "param %d elem %zu: %.17g, reference %.17g (offload %d)",
+            ZT_CHILD_CHECK(memcmp(&got, &want, sizeof got) == 0, "param %d elem %zu: %.17g, reference %.17g (offload %d)",
                         i, j, P::to(got), P::to(want), (int)offload);
         }
     if (offload) {
         zccl_zero_offload_stats_t st = {};
-        CHILD_OK(zccl_zero_offload_stats(off, &st));
+        ZT_CHILD_OK(zccl_zero_offload_stats(off, &st));
         size_t S = 0;
         for (auto &bi : info) S += bi.shard_elems;
-        CHILD_CHECK(st.steps == (uint64_t)kSteps, "steps %llu", (unsigned long long)st.steps);
-        CHILD_CHECK(st.host_state_bytes == 3 * S * sizeof(M), "state bytes %zu, want %zu", st.host_state_bytes,
+        ZT_CHILD_CHECK(st.steps == (uint64_t)kSteps, "steps %llu", (unsigned long long)st.steps);
+        ZT_CHILD_CHECK(st.host_state_bytes == 3 * S * sizeof(M), "state bytes %zu, want %zu", st.host_state_bytes,
                     3 * S * sizeof(M));
-        CHILD_CHECK(st.host_staging_bytes == S * sizeof(T), "staging bytes %zu", st.host_staging_bytes);
-        CHILD_CHECK(st.pinned_bytes == 0, "pinned %zu without a CUDA driver", st.pinned_bytes);
+        ZT_CHILD_CHECK(st.host_staging_bytes == S * sizeof(T), "staging bytes %zu", st.host_staging_bytes);
+        ZT_CHILD_CHECK(st.pinned_bytes == 0, "pinned %zu without a CUDA driver", st.pinned_bytes);
         /* every bucket's shard was copied as its collective completed, none by the step */
-        CHILD_CHECK(st.grad_copies_overlapped == (uint64_t)(kSteps * nb) && st.grad_copies_at_step == 0,
+        ZT_CHILD_CHECK(st.grad_copies_overlapped == (uint64_t)(kSteps * nb) && st.grad_copies_at_step == 0,
                     "copies overlapped %llu, at step %llu (want %d, 0)", (unsigned long long)st.grad_copies_overlapped,
                     (unsigned long long)st.grad_copies_at_step, kSteps * nb);
         size_t sb = 0, gb = 0;
-        CHILD_OK(zccl_zero_offload_host_bytes(plan, 0, &sb, &gb));
-        CHILD_CHECK(sb == st.host_state_bytes && gb == st.host_staging_bytes, "host_bytes %zu %zu", sb, gb);
+        ZT_CHILD_OK(zccl_zero_offload_host_bytes(plan, 0, &sb, &gb));
+        ZT_CHILD_CHECK(sb == st.host_state_bytes && gb == st.host_staging_bytes, "host_bytes %zu %zu", sb, gb);
         /* the window was stepped: a second step on it is refused, naming the cause */
         zccl_result_t r = zccl_zero_offload_step(off, &kHp);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "already used"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "already used"),
                     "second step: %d %s", (int)r, zccl_get_last_error(nullptr));
         zccl_zero_offload_destroy(off);
     }
@@ -248,37 +231,31 @@ int train_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, 
     return 0;
 }
 
-Options opts(double deadline) {
-    Options o;
-    o.deadline_s = deadline;
-    return o;
-}
-
 TEST(ZeroOffload, Zero2Float64OnAndOffMatchTheReference) {
     for (bool on : {false, true})
         run_ranks(3, [&](zccl_comm_t c, int r, int n) {
             return train_body<F64>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, on, 1);
-        }, opts(90));
+        }, deadline_options(90));
 }
 
 TEST(ZeroOffload, Zero1Float32OnAndOffMatchTheReference) {
     for (bool on : {false, true})
         run_ranks(3, [&](zccl_comm_t c, int r, int n) {
             return train_body<F32>(c, r, n, ZCCL_BUCKET_ALLREDUCE, on, 0);
-        }, opts(90));
+        }, deadline_options(90));
 }
 
 TEST(ZeroOffload, Zero2Float32TwoRanks) {
     run_ranks(2, [&](zccl_comm_t c, int r, int n) {
         return train_body<F32>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, true, 0);
-    }, opts(90));
+    }, deadline_options(90));
 }
 
 /* Mixed precision: bfloat16 parameters and gradients, float32 master and moments on the host. */
 TEST(ZeroOffload, Zero2Bfloat16WithFloat32MasterMatchesTheReference) {
     run_ranks(3, [&](zccl_comm_t c, int r, int n) {
         return train_body<BF16>(c, r, n, ZCCL_BUCKET_REDUCE_SCATTER, true, 0);
-    }, opts(90));
+    }, deadline_options(90));
 }
 
 TEST(ZeroOffload, ArgumentErrors) {
@@ -307,14 +284,14 @@ TEST(ZeroOffload, UsageErrorsNameTheirCause) {
         bo.first_bytes = 160;
         bo.cap_bytes = 480;
         zccl_bucket_plan_t plan = nullptr;
-        CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), ZCCL_FLOAT32, &bo, &plan));
+        ZT_CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), ZCCL_FLOAT32, &bo, &plan));
         int nb = 0;
-        CHILD_OK(zccl_bucket_count(plan, &nb));
+        ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
         std::vector<std::vector<float>> params((size_t)nb);
         std::vector<void *> pptr((size_t)nb);
         for (int b = 0; b < nb; b++) {
             zccl_bucket_info_t bi;
-            CHILD_OK(zccl_bucket_info(plan, b, &bi));
+            ZT_CHILD_OK(zccl_bucket_info(plan, b, &bi));
             params[(size_t)b].assign(bi.elems, 0.5f);
             pptr[(size_t)b] = params[(size_t)b].data();
         }
@@ -322,53 +299,53 @@ TEST(ZeroOffload, UsageErrorsNameTheirCause) {
         std::vector<size_t> too_many(kNumel);
         too_many[2] += 1;
         zccl_result_t r = zccl_zero_offload_create(plan, pptr.data(), too_many.data(), nullptr, &off);
-        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "decay_elems[2] = 6"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "decay_elems[2] = 6"),
                     "decay_elems: %d %s", (int)r, zccl_get_last_error(nullptr));
         std::vector<void *> holes(pptr);
         holes[1] = nullptr;
         r = zccl_zero_offload_create(plan, holes.data(), nullptr, nullptr, &off);
-        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is NULL"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is NULL"),
                     "NULL bucket: %d %s", (int)r, zccl_get_last_error(nullptr));
-        CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
+        ZT_CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
         r = zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off2);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "already has an offload") &&
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "already has an offload") &&
                         off2 == nullptr, "second offload: %d %s", (int)r, zccl_get_last_error(nullptr));
         r = zccl_zero_offload_step(off, &kHp);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "no gradient for bucket 0"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "no gradient for bucket 0"),
                     "step before any window: %d %s", (int)r, zccl_get_last_error(nullptr));
         zccl_zero_adamw_t bad = kHp;
         bad.beta1 = 1.0;
         r = zccl_zero_offload_step(off, &bad);
-        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "beta1 1"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "beta1 1"),
                     "beta1 = 1: %d %s", (int)r, zccl_get_last_error(nullptr));
-        CHILD_OK(zccl_bucket_begin(plan, 1));
+        ZT_CHILD_OK(zccl_bucket_begin(plan, 1));
         r = zccl_zero_offload_step(off, &kHp);
-        CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "micro-step of the plan is open"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && strstr(zccl_get_last_error(nullptr), "micro-step of the plan is open"),
                     "step in a micro-step: %d %s", (int)r, zccl_get_last_error(nullptr));
         for (int i = np - 1; i >= 0; i--) {
             float *g = nullptr;
-            CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
+            ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, (void **)&g));
             for (size_t j = 0; j < kNumel[(size_t)i]; j++) g[j] += 1.0f;
-            CHILD_OK(zccl_bucket_mark_ready(plan, i));
+            ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
         }
-        CHILD_OK(zccl_bucket_finish(plan));
-        CHILD_OK(zccl_zero_offload_step(off, &kHp)); /* works after the errors */
+        ZT_CHILD_OK(zccl_bucket_finish(plan));
+        ZT_CHILD_OK(zccl_zero_offload_step(off, &kHp)); /* works after the errors */
         /* AdamW's first step moves every element by lr (m/bc1 = g, sqrt(v/bc2) = |g|) after decay. */
         const double want = (0.5 - 0.01 * 0.1 * 0.5) - 0.01 * 0.25 / (0.25 + 1e-8); /* g = 2 ranks x 1 x 0.125 */
         for (int i = 0; i < np; i++) {
             int b;
             size_t o;
-            CHILD_OK(zccl_bucket_param_loc(plan, i, &b, &o));
-            CHILD_CHECK(params[(size_t)b][o] == (float)want, "param %d: %.9g, want %.9g", i,
+            ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &b, &o));
+            ZT_CHILD_CHECK(params[(size_t)b][o] == (float)want, "param %d: %.9g, want %.9g", i,
                         (double)params[(size_t)b][o], want);
         }
         zccl_zero_offload_destroy(off);
         /* destroyed: the plan takes another offload */
-        CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
+        ZT_CHILD_OK(zccl_zero_offload_create(plan, pptr.data(), nullptr, nullptr, &off));
         zccl_zero_offload_destroy(off);
         zccl_bucket_plan_destroy(plan);
         return 0;
-    }, opts(60));
+    }, deadline_options(60));
 }
 
 /* The fake driver's test hooks (tests/fake_cuda/fake_cuda.c), from the file zccl loaded. */
@@ -389,7 +366,7 @@ bool open_fake(Fake *f) {
  * on the device buffers. float32 (the fake driver runs the float32 SUM kernel). */
 int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
     Fake fk;
-    CHILD_CHECK(open_fake(&fk), "cannot open the fake driver %s", ZCCL_FAKE_CUDA_PATH);
+    ZT_CHILD_CHECK(open_fake(&fk), "cannot open the fake driver %s", ZCCL_FAKE_CUDA_PATH);
     const int np = (int)kNumel.size();
     zccl_bucket_options_t bo = {};
     bo.first_bytes = 160;
@@ -397,14 +374,14 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
     bo.align_elems = 4;
     bo.mode = ZCCL_BUCKET_REDUCE_SCATTER;
     zccl_bucket_plan_t plan = nullptr;
-    CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), ZCCL_FLOAT32, &bo, &plan));
+    ZT_CHILD_OK(zccl_bucket_plan_create(comm, np, kNumel.data(), ZCCL_FLOAT32, &bo, &plan));
     int nb = 0;
-    CHILD_OK(zccl_bucket_count(plan, &nb));
+    ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
     std::vector<zccl_bucket_info_t> info((size_t)nb);
     std::vector<int> pb((size_t)np);
     std::vector<size_t> poff((size_t)np);
-    for (int b = 0; b < nb; b++) CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
-    for (int i = 0; i < np; i++) CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
+    for (int b = 0; b < nb; b++) ZT_CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
+    for (int i = 0; i < np; i++) ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
     /* "device" buffers: host memory marked for the fake driver; the test writes them as a kernel would */
     std::vector<float *> dparams((size_t)nb), dgrad((size_t)nb), dshard((size_t)nb);
     for (int b = 0; b < nb; b++) {
@@ -429,10 +406,10 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
         std::vector<float> host(info[1].elems);
         mixed[1] = host.data();
         zccl_result_t r = zccl_zero_offload_create(plan, mixed.data(), decay.data(), &oo, &off);
-        CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is host"),
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "bucket_params[1] is host"),
                     "mixed memory: %d %s", (int)r, zccl_get_last_error(nullptr));
     }
-    CHILD_OK(zccl_zero_offload_create(plan, (void *const *)dparams.data(), decay.data(), &oo, &off));
+    ZT_CHILD_OK(zccl_zero_offload_create(plan, (void *const *)dparams.data(), decay.data(), &oo, &off));
     for (int s = 0; s < kSteps; s++) {
         for (int b = 0; b < nb; b++) {
             float *g = dgrad[(size_t)b];
@@ -441,31 +418,31 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
                 if (pb[(size_t)i] == b)
                     for (size_t j = 0; j < kNumel[(size_t)i]; j++)
                         for (int u = 0; u < kAccum; u++) g[poff[(size_t)i] + j] += (float)grad_value(rank, s, u, i, j);
-            CHILD_OK(zccl_reduce_scatter(g, dshard[(size_t)b], info[(size_t)b].shard_elems, ZCCL_FLOAT32, ZCCL_SUM,
+            ZT_CHILD_OK(zccl_reduce_scatter(g, dshard[(size_t)b], info[(size_t)b].shard_elems, ZCCL_FLOAT32, ZCCL_SUM,
                                          comm, nullptr));
-            CHILD_OK(zccl_zero_offload_grad_shard(off, b, dshard[(size_t)b]));
+            ZT_CHILD_OK(zccl_zero_offload_grad_shard(off, b, dshard[(size_t)b]));
         }
-        CHILD_OK(zccl_zero_offload_step(off, &kHp));
+        ZT_CHILD_OK(zccl_zero_offload_step(off, &kHp));
     }
     const auto ref = reference<F32>(nranks, kAccum);
     for (int i = 0; i < np; i++)
         for (size_t j = 0; j < kNumel[(size_t)i]; j++) {
             const float got = dparams[(size_t)pb[(size_t)i]][poff[(size_t)i] + j], want = ref[(size_t)i][j];
-            CHILD_CHECK(memcmp(&got, &want, sizeof got) == 0, "param %d elem %zu: %.9g, reference %.9g", i, j,
+            ZT_CHILD_CHECK(memcmp(&got, &want, sizeof got) == 0, "param %d elem %zu: %.9g, reference %.9g", i, j,
                         (double)got, (double)want);
         }
     zccl_zero_offload_stats_t st = {};
-    CHILD_OK(zccl_zero_offload_stats(off, &st));
+    ZT_CHILD_OK(zccl_zero_offload_stats(off, &st));
     size_t S = 0;
     for (auto &bi : info) S += bi.shard_elems;
-    CHILD_CHECK(st.params_on_device == 1, "parameters not seen as device memory");
+    ZT_CHILD_CHECK(st.params_on_device == 1, "parameters not seen as device memory");
     /* per step: one device-to-host copy per bucket (grad_shard), plus the initial read of the parameters is
      * waited for at creation (not counted) */
-    CHILD_CHECK(st.device_copies == (uint64_t)(kSteps * nb), "device copies %llu, want %d",
+    ZT_CHILD_CHECK(st.device_copies == (uint64_t)(kSteps * nb), "device copies %llu, want %d",
                 (unsigned long long)st.device_copies, kSteps * nb);
-    CHILD_CHECK(st.host_staging_bytes == 2 * S * sizeof(float), "staging %zu, want %zu", st.host_staging_bytes,
+    ZT_CHILD_CHECK(st.host_staging_bytes == 2 * S * sizeof(float), "staging %zu, want %zu", st.host_staging_bytes,
                 2 * S * sizeof(float));
-    CHILD_CHECK(st.pinned_bytes == st.host_state_bytes + st.host_staging_bytes,
+    ZT_CHILD_CHECK(st.pinned_bytes == st.host_state_bytes + st.host_staging_bytes,
                 "pinned %zu of %zu + %zu (the fake driver pins)", st.pinned_bytes, st.host_state_bytes,
                 st.host_staging_bytes);
     zccl_zero_offload_destroy(off);
@@ -483,7 +460,7 @@ int fake_device_body(zccl_comm_t comm, int rank, int nranks) {
 
 TEST(ZeroOffload, FakeDeviceGradientsAndParametersMatchTheReference) {
     if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
-    Options o = opts(120);
+    Options o = deadline_options(120);
     o.env = {{"ZCCL_CUDA_LIBRARY", std::string(ZCCL_FAKE_CUDA_PATH)}};
     run_ranks(3, fake_device_body, o);
 }

@@ -117,6 +117,16 @@ int zl_random_secret(char out[33])
     return 0;
 }
 
+int zl_parse_long(const char *s, int base, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, base);
+    if (errno || end == s || *end != '\0' || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
 int zl_free_port(const char *addr, const char *name)
 {
     struct addrinfo hints, *res = NULL;

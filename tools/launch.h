@@ -55,6 +55,12 @@ int zl_random_secret(char out[33]);
  */
 int zl_free_port(const char *addr, const char *name);
 
+/*
+ * Parses all of s as a number in base (10; 0: C's prefixes, 0x.. and 0..) into *out. Returns 0, or -1 when s is not
+ * such a number or lies outside [min, max].
+ */
+int zl_parse_long(const char *s, int base, long min, long max, long *out);
+
 /* Short name of a signal ("SIGTERM"), or "signal N" in a static buffer for unknown ones. */
 const char *zl_signame(int sig);
 

@@ -171,16 +171,6 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
-static int parse_long(const char *s, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 0);
-    if (errno || end == s || *end != '\0' || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
 static int find_type(const char *s)
 {
     for (int i = 0; i < NTYPES; i++)
@@ -224,7 +214,7 @@ static int set_option(struct cfg *c, char opt, const char *val, const char *optn
     size_t sz = 0;
 #define NUM(min, max, what)                                                                                       \
 do {                                                                                                          \
-    if (parse_long(val, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
+    if (zl_parse_long(val, 0, (min), (max), &v) != 0) return bad("%s: '%s' is not " what, optname, val);            \
 } while (0)
     switch (opt) {
     case 'b':

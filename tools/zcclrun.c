@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -55,16 +56,18 @@ static void usage(FILE *f)
             "                       a random one in 20000-59999 when the first host is remote)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
-            "  --bind WHAT          bind rank i, before it starts, to core / NUMA node / package i mod count\n"
-            "                       (WHAT: core, numa, package or none; default none), like mpirun --bind-to;\n"
-            "                       --bind numa binds memory to that node too (machines with several nodes)\n"
+            "  --bind WHAT          bind local rank i, before it starts, to core / NUMA node / package i mod count\n"
+            "                       of the CPUs " NAME " may use (WHAT: core, numa, package or none), like mpirun\n"
+            "                       --bind-to; --bind numa binds memory to that node too (machines with several\n"
+            "                       nodes). Default: core where a host's ranks fit its cores, else none (said at\n"
+            "                       ZCCL_DEBUG=INFO); --bind none turns binding off, --bind core forces it\n"
             "  --report-bindings    print each rank's binding on stderr\n"
             "  --version            print the version and exit\n"
             "  -h, --help           show this help\n"
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
-            "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (the --bind\n"
-            "value). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
+            "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (what the rank\n"
+            "is bound to: core, numa, package or none). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
             "network namespace (as 'ip netns exec NAME' would start it) with hostname NAME in a UTS namespace of\n"
             "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root. A rank on a\n"
             "remote host gets the same variables and every ZCCL_*/NCCL_* one of " NAME "'s environment on the\n"
@@ -84,16 +87,6 @@ static int bad(const char *fmt, const char *a, const char *b)
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\nTry '" NAME " --help' for more information.\n");
     return 2;
-}
-
-static int parse_int(const char *s, long min, long max, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < min || v > max) return -1;
-    *out = v;
-    return 0;
 }
 
 /* Resolves prog as execvp would. Returns 0 if found and executable, 127 if not found, 126 if not executable. */
@@ -146,7 +139,11 @@ enum bind_kind { BIND_NONE, BIND_CORE, BIND_NUMA, BIND_PACKAGE };
 static const char *const bind_words[] = {"none", "core", "numa", "package"};
 
 struct bind_plan {
-    enum bind_kind kind;
+    enum bind_kind kind;    /* BIND_NONE: nothing is bound (only --report-bindings needs the plan) */
+    int by_default;         /* no --bind: kind is BIND_CORE, but only the ranks of a host whose ranks fit are bound */
+    int nranks;
+    const int *local_rank;  /* per rank: rank within its host; NULL: the rank itself (one host) */
+    const int *local_size;  /* per rank: ranks on its host; NULL: nranks */
     hwloc_topology_t topo;
     hwloc_bitmap_t avail;   /* PUs the launcher may run on (its own binding): what ranks can be bound within */
     int nobjs;              /* objects ranks are spread over, in logical order */
@@ -154,6 +151,24 @@ struct bind_plan {
     hwloc_bitmap_t *sets;   /* objs[k]->cpuset & avail: what rank r is bound to, k = r mod nobjs */
     int membind;            /* --bind numa with more than one NUMA node: bind memory to the node as well */
 };
+
+/* Local rank r's object: ranks are counted per host, as each host of a --hostfile is a machine of its own. */
+static int bind_index(const struct bind_plan *p, int r)
+{
+    return (p->local_rank ? p->local_rank[r] : r) % p->nobjs;
+}
+
+static int host_ranks(const struct bind_plan *p, int r)
+{
+    return p->local_size ? p->local_size[r] : p->nranks;
+}
+
+/* Whether zcclrun binds rank r: always under --bind core|numa|package; by default where its host's ranks fit the
+ * cores (more ranks than cores would share them, and a rank bound to a busy core cannot move to an idle one). */
+static int rank_bound(const struct bind_plan *p, int r)
+{
+    return p->kind != BIND_NONE && (!p->by_default || host_ranks(p, r) <= p->nobjs);
+}
 
 struct hostplan;
 struct job {
@@ -198,13 +213,21 @@ static int collect_objs(struct bind_plan *p, hwloc_obj_type_t type)
 }
 
 /*
- * Loads the topology and works out what each rank is bound to. Prints the oversubscription warning. Returns 0, or
- * 1 after printing an error.
+ * Loads the topology and works out what each rank is bound to (bind_index, rank_bound). Prints the
+ * oversubscription warning (not for the default, which binds only where the ranks fit). Returns 0, or 1 after
+ * printing an error.
  */
-static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int nranks)
+static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int by_default, int nranks, const int *local_rank,
+                        const int *local_size)
 {
     memset(p, 0, sizeof *p);
     p->kind = kind;
+    p->by_default = by_default;
+    p->nranks = nranks;
+    p->local_rank = local_rank;
+    p->local_size = local_size;
+    int most = 0; /* ranks on the fullest host */
+    for (int r = 0; r < nranks; r++) most = host_ranks(p, r) > most ? host_ranks(p, r) : most;
     if (hwloc_topology_init(&p->topo) != 0) {
         fprintf(stderr, NAME ": hwloc_topology_init: %s\n", strerror(errno));
         return 1;
@@ -246,15 +269,15 @@ static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int nranks)
     p->membind = kind == BIND_NUMA && p->objs[0]->type == HWLOC_OBJ_NUMANODE &&
                  hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE) > 1;
 
-    /* Oversubscription: more ranks than cores (--bind core), or than PUs on one NUMA node / package. */
+    /* Oversubscription: more ranks on a host than cores (--bind core), or than PUs on one NUMA node / package. */
     char lab[48];
-    if (kind == BIND_CORE && nranks > p->nobjs) {
+    if (kind == BIND_CORE && !by_default && most > p->nobjs) {
         fprintf(stderr,
-                NAME ": warning: %d ranks but only %d core%s: cores are oversubscribed (rank i is bound to core "
-                "i mod %d)\n", nranks, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
+                NAME ": warning: %d ranks on a host but only %d core%s: cores are oversubscribed (local rank i is "
+                "bound to core i mod %d)\n", most, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
     } else if (kind != BIND_CORE) {
-        for (int k = 0; k < p->nobjs && k < nranks; k++) {
-            int on = nranks / p->nobjs + (k < nranks % p->nobjs);
+        for (int k = 0; k < p->nobjs && k < most; k++) {
+            int on = most / p->nobjs + (k < most % p->nobjs);
             int pus = hwloc_bitmap_weight(p->sets[k]);
             if (on > pus) {
                 obj_label(p->objs[k], lab, sizeof lab);
@@ -304,12 +327,12 @@ static void bind_report(const struct bind_plan *p, int nranks)
 {
     char pus[256], line[768], lab[48];
     for (int r = 0; r < nranks; r++) {
-        if (p->kind == BIND_NONE) {
+        if (!rank_bound(p, r)) {
             hwloc_bitmap_list_snprintf(pus, sizeof pus, p->avail);
             fprintf(stderr, NAME ": rank %d not bound (PUs %s)\n", r, pus);
             continue;
         }
-        int k = r % p->nobjs;
+        int k = bind_index(p, r);
         hwloc_obj_t o = p->objs[k];
         obj_label(o, lab, sizeof lab);
         hwloc_bitmap_list_snprintf(pus, sizeof pus, p->sets[k]);
@@ -323,7 +346,7 @@ static void bind_report(const struct bind_plan *p, int nranks)
 /* In the rank, after fork: the CPU binding (and memory policy) is kept across execvp. Returns 0, or 1 on error. */
 static int bind_self(const struct bind_plan *p, int rank)
 {
-    int k = rank % p->nobjs;
+    int k = bind_index(p, rank);
     char lab[48];
     if (hwloc_set_cpubind(p->topo, p->sets[k], HWLOC_CPUBIND_PROCESS) != 0) {
         int e = errno;
@@ -426,7 +449,7 @@ static int hostfile_read(const char *path, struct hostplan *hp)
         }
         while ((tok = strtok_r(NULL, " \t\r\n", &save)) != NULL) {
             long v;
-            if (strncmp(tok, "slots=", 6) != 0 || parse_int(tok + 6, 1, ZL_MAX_RANKS, &v) != 0) {
+            if (strncmp(tok, "slots=", 6) != 0 || zl_parse_long(tok + 6, 10, 1, ZL_MAX_RANKS, &v) != 0) {
                 fprintf(stderr, NAME ": %s:%d: '%s': expected slots=M with M from 1 to %d\n", path, lineno, tok,
                         ZL_MAX_RANKS);
                 rc = 2;
@@ -747,22 +770,60 @@ static int exec_rank(int rank, void *arg)
 {
     struct job *job = arg;
     char **argv = job->argv;
-    if (job->hosts) {
-        const struct host *h = &job->hosts->hosts[job->hosts->host_of[rank]];
-        if (h->ssh) return exec_remote(rank, h->ssh, job->ssh, argv); /* binding is the remote host's affair */
-        if (h->ns && enter_host(h->ns, rank) != 0) return 1;
+    const struct host *h = job->hosts ? &job->hosts->hosts[job->hosts->host_of[rank]] : NULL;
+    /* Binding is the remote host's affair: zcclrun binds only the ranks it starts on this machine. */
+    const int bound = job->bind && !(h && h->ssh) && rank_bound(job->bind, rank);
+    if (setenv("ZCCL_LOCAL_BIND", bound ? bind_words[job->bind->kind] : "none", 1) != 0) {
+        fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
+        return 1;
     }
-    if (job->bind && bind_self(job->bind, rank) != 0) return 1;
+    if (h && h->ssh) return exec_remote(rank, h->ssh, job->ssh, argv);
+    if (h && h->ns && enter_host(h->ns, rank) != 0) return 1;
+    if (bound && bind_self(job->bind, rank) != 0) return 1;
     execvp(argv[0], argv);
     int e = errno;
     fprintf(stderr, NAME ": cannot execute %s: %s\n", argv[0], strerror(e));
     return e == ENOENT ? 127 : 126;
 }
 
+/* zcclrun's INFO lines follow the ranks' log level (ZCCL_DEBUG, else NCCL_DEBUG, as the library reads them). */
+static int info_enabled(void)
+{
+    const char *v = getenv("ZCCL_DEBUG");
+    if (!v) v = getenv("NCCL_DEBUG");
+    return v && (!strcasecmp(v, "INFO") || !strcasecmp(v, "TRACE"));
+}
+
+/* Without --bind, says per host whether its ranks were bound (they fit its cores) or not. */
+static void bind_default_info(const struct bind_plan *p, const struct hostplan *hp)
+{
+    for (int k = 0; k < (hp ? hp->nhosts : 1); k++) {
+        int r = 0;
+        while (hp && r < p->nranks && hp->host_of[r] != k) r++;
+        if (r == p->nranks) continue; /* a host of the hostfile that got no rank */
+        const struct host *h = hp ? &hp->hosts[k] : NULL;
+        char where[96];
+        snprintf(where, sizeof where, "%s%s", !h ? "this host" : h->ns ? "host netns:" : h->ssh ? "host ssh:" : "host ",
+                 !h ? "" : h->ns ? h->ns : h->ssh ? h->ssh : "localhost");
+        const int n = host_ranks(p, r);
+        if (h && h->ssh)
+            fprintf(stderr, NAME ": INFO: %d rank%s on %s: binding is that host's affair\n", n, n == 1 ? "" : "s",
+                    where);
+        else if (rank_bound(p, r))
+            fprintf(stderr, NAME ": INFO: %d rank%s on %s, %d core%s: local rank i bound to core i (the default "
+                    "where the ranks fit the cores; --bind none turns it off)\n", n, n == 1 ? "" : "s", where,
+                    p->nobjs, p->nobjs == 1 ? "" : "s");
+        else
+            fprintf(stderr, NAME ": INFO: %d ranks on %s but %d core%s: the ranks are not bound (--bind core binds "
+                    "them anyway, i mod %d)\n", n, where, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct zl_opts o = {.nranks = 1, .name = NAME};
-    enum bind_kind bind = BIND_NONE;
+    enum bind_kind bind = BIND_CORE; /* without --bind: where a host's ranks fit its cores (bind_given 0) */
+    int bind_given = 0;
     const char *hostfile = NULL;
     const char *ssh_cmd = "ssh -x -o BatchMode=yes"; /* --ssh: the remote shell for ssh hosts */
     int nranks_given = 0;
@@ -815,7 +876,7 @@ int main(int argc, char **argv)
         long v;
         switch (which) {
         case O_N:
-            if (parse_int(val, LONG_MIN, LONG_MAX, &v) != 0)
+            if (zl_parse_long(val, 10, LONG_MIN, LONG_MAX, &v) != 0)
                 return bad("%s: '%s' is not a number", opt, val);
             if (v < 1 || v > ZL_MAX_RANKS) {
                 char lim[16];
@@ -834,7 +895,8 @@ int main(int argc, char **argv)
             ssh_cmd = val;
             break;
         case O_PORT:
-            if (parse_int(val, 1, 65535, &v) != 0) return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
+            if (zl_parse_long(val, 10, 1, 65535, &v) != 0)
+                return bad("--port: '%s' is not a port number (1-65535)%s", val, "");
             o.port = (int)v;
             break;
         case O_ADDR:
@@ -855,6 +917,7 @@ int main(int argc, char **argv)
             while (k < 4 && strcmp(val, bind_words[k]) != 0) k++;
             if (k == 4) return bad("%s: '%s' is not one of core, numa, package, none", opt, val);
             bind = (enum bind_kind)k;
+            bind_given = 1;
             break;
         }
         default:
@@ -866,10 +929,6 @@ int main(int argc, char **argv)
     int rc = check_program(prog_argv[0]);
     if (rc != 0) return rc;
 
-    if (setenv("ZCCL_LOCAL_BIND", bind_words[bind], 1) != 0) {
-        fprintf(stderr, NAME ": setenv: %s\n", strerror(errno));
-        return 1;
-    }
     struct hostplan hp = {0};
     char master_addr[256];
     if (hostfile) {
@@ -921,12 +980,20 @@ int main(int argc, char **argv)
     struct job job = {.argv = prog_argv, .bind = NULL, .hosts = hostfile ? &hp : NULL, .ssh = ssh_argv};
     int use_hwloc = bind != BIND_NONE || report_bindings;
     if (use_hwloc) {
-        if (bind_prepare(&plan, bind, o.nranks) != 0) {
+        if (bind_prepare(&plan, bind, !bind_given, o.nranks, o.local_rank, o.local_size) != 0) {
             bind_free(&plan);
-            return 1;
+            if (bind_given || report_bindings) {
+                hostplan_free(&hp);
+                free(ssh_copy);
+                return 1;
+            }
+            fprintf(stderr, NAME ": the ranks run unbound (--bind none does not read the topology)\n");
+            use_hwloc = 0;
+        } else {
+            if (bind != BIND_NONE) job.bind = &plan;
+            if (!bind_given && info_enabled()) bind_default_info(&plan, job.hosts);
+            if (report_bindings) bind_report(&plan, o.nranks);
         }
-        if (bind != BIND_NONE) job.bind = &plan;
-        if (report_bindings) bind_report(&plan, o.nranks);
     }
     rc = zl_launch(&o, exec_rank, &job);
     if (use_hwloc) bind_free(&plan);

@@ -68,6 +68,14 @@ void zccl__config_warn_unknown(void);
 /** Refuses the call o (include/zccl.h "Invalid calls"): returns res to the caller, and on a communicator of several
  *  ranks still issues o marked refused so that the peers fail it too (collectives.c). */
 zccl_result_t zccl__coll_refuse_op(zccl_op_t o, zccl_stream_t stream, zccl_result_t res);
+/** One validation step of a public entry point, in a function with the partly filled op `o` and its `stream` in
+ *  scope: a failure refuses the call (zccl__coll_refuse_op), so the peers fail it too instead of pairing their call
+ *  with this rank's next one, and returns its result. */
+#define ZCCL__TRY_OR_REFUSE(call)                                                                              \
+    do {                                                                                                       \
+        zccl_result_t try_res__ = (call);                                                                      \
+        if (try_res__ != ZCCL_SUCCESS) return zccl__coll_refuse_op(o, stream, try_res__);                      \
+    } while (0)
 /** A count-0 call: nothing moves but it takes its sequence number and joins ZCCL_CHECK (collectives.c). */
 zccl_result_t zccl__coll_noop(zccl_op_t o, zccl_stream_t stream);
 

@@ -6,13 +6,7 @@
 #include <string.h>
 #include "api.h"
 
-/* A failed validation step refuses the call (zccl__coll_refuse_op): the peers fail it too instead of pairing their
- * call with this rank's next one. */
-#define TRY(call)                                                                                     \
-    do {                                                                                              \
-        zccl_result_t try_res__ = (call);                                                             \
-        if (try_res__ != ZCCL_SUCCESS) return zccl__coll_refuse_op(o, stream, try_res__);             \
-    } while (0)
+#define TRY ZCCL__TRY_OR_REFUSE
 
 ZCCL_API zccl_result_t zccl_alltoall(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
                                      zccl_comm_t comm, zccl_stream_t stream) {
@@ -105,46 +99,41 @@ ZCCL_API zccl_result_t zccl_alltoallv(const void *sendbuf, const size_t *sendcou
     return zccl__api_issue(&o, stream); /* the op owns v now */
 }
 
-ZCCL_API zccl_result_t zccl_gather(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
-                                   int root, zccl_comm_t comm, zccl_stream_t stream) {
-    const char *fn = "zccl_gather";
+/*
+ * Gather and scatter: the root's `whole` buffer (recvbuf of a gather, sendbuf of a scatter) holds nranks blocks of
+ * count elements, every rank's `block` buffer one; on the root the block may sit in place at block `root` of the
+ * whole buffer. Off the root the whole buffer is not used, and the op forgets it.
+ */
+static zccl_result_t rooted(zccl_coll_t coll, const char *fn, const void *sendbuf, void *recvbuf, size_t count,
+                            zccl_datatype_t datatype, int root, zccl_comm_t comm, zccl_stream_t stream) {
+    const bool gather = coll == ZCCL_COLL_GATHER;
     size_t total;
-    zccl_op_t o = {.coll = ZCCL_COLL_GATHER, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype,
+    zccl_op_t o = {.coll = coll, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype,
                    .op = ZCCL_SUM, .root = root, .comm = comm};
     TRY(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
     TRY(zccl__check_root(fn, "root", comm, root));
     if (count == 0) return zccl__coll_noop(o, stream);
-    const bool is_root = comm->rank == root;
-    const size_t sbytes = total / (size_t)comm->nranks;
-    TRY(zccl__check_buf(fn, "sendbuf", sendbuf));
-    if (is_root) {
-        TRY(zccl__check_buf(fn, "recvbuf", recvbuf));
-        o.in_place = (const char *)sendbuf == (const char *)recvbuf + (size_t)root * sbytes;
-        TRY(zccl__check_overlap(fn, sendbuf, sbytes, recvbuf, total, o.in_place));
-    } else {
+    const size_t bbytes = total / (size_t)comm->nranks;
+    const char *block = gather ? sendbuf : recvbuf, *whole = gather ? recvbuf : sendbuf;
+    TRY(zccl__check_buf(fn, gather ? "sendbuf" : "recvbuf", block));
+    if (comm->rank == root) {
+        TRY(zccl__check_buf(fn, gather ? "recvbuf" : "sendbuf", whole));
+        o.in_place = block == whole + (size_t)root * bbytes;
+        TRY(zccl__check_overlap(fn, sendbuf, gather ? bbytes : total, recvbuf, gather ? total : bbytes, o.in_place));
+    } else if (gather) {
         o.recvbuf = NULL;
-    }
-    return zccl__api_issue(&o, stream);
-}
-
-ZCCL_API zccl_result_t zccl_scatter(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
-                                    int root, zccl_comm_t comm, zccl_stream_t stream) {
-    const char *fn = "zccl_scatter";
-    size_t total;
-    zccl_op_t o = {.coll = ZCCL_COLL_SCATTER, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dt = datatype,
-                   .op = ZCCL_SUM, .root = root, .comm = comm};
-    TRY(zccl__check_common(fn, comm, count, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM, &total));
-    TRY(zccl__check_root(fn, "root", comm, root));
-    if (count == 0) return zccl__coll_noop(o, stream);
-    const bool is_root = comm->rank == root;
-    const size_t rbytes = total / (size_t)comm->nranks;
-    TRY(zccl__check_buf(fn, "recvbuf", recvbuf));
-    if (is_root) {
-        TRY(zccl__check_buf(fn, "sendbuf", sendbuf));
-        o.in_place = (const char *)recvbuf == (const char *)sendbuf + (size_t)root * rbytes;
-        TRY(zccl__check_overlap(fn, sendbuf, total, recvbuf, rbytes, o.in_place));
     } else {
         o.sendbuf = NULL;
     }
     return zccl__api_issue(&o, stream);
+}
+
+ZCCL_API zccl_result_t zccl_gather(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                   int root, zccl_comm_t comm, zccl_stream_t stream) {
+    return rooted(ZCCL_COLL_GATHER, "zccl_gather", sendbuf, recvbuf, count, datatype, root, comm, stream);
+}
+
+ZCCL_API zccl_result_t zccl_scatter(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                    int root, zccl_comm_t comm, zccl_stream_t stream) {
+    return rooted(ZCCL_COLL_SCATTER, "zccl_scatter", sendbuf, recvbuf, count, datatype, root, comm, stream);
 }

@@ -354,12 +354,7 @@ static zccl_result_t noop(zccl_op_t o, zccl_stream_t stream) {
 
 zccl_result_t zccl__coll_noop(zccl_op_t o, zccl_stream_t stream) { return noop(o, stream); }
 
-/* Runs a validation step of the public function whose partly filled op is `o`: a failure refuses the call. */
-#define TRY(call)                                                                       \
-    do {                                                                                \
-        zccl_result_t try_res__ = (call);                                               \
-        if (try_res__ != ZCCL_SUCCESS) return refuse(o, stream, try_res__);             \
-    } while (0)
+#define TRY ZCCL__TRY_OR_REFUSE
 
 ZCCL_API zccl_result_t zccl_allreduce(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
                                       zccl_redop_t op, zccl_comm_t comm, zccl_stream_t stream) {

@@ -667,17 +667,25 @@ static int bad_input(ncclComm_t comm, int rank, int n) {
 }
 
 /* ---- processes ------------------------------------------------------------------------------------------------ */
-static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
-    g_rank = rank;
-    ncclUniqueId id;
+/* Rank 0 makes the unique id and writes it to the pipe once for every other rank; the others read it. Returns 0, or
+ * the rank's exit status after saying what failed. */
+static int share_id(int rank, int n, int id_fd_r, int id_fd_w, ncclUniqueId *id) {
     if (rank == 0) {
-        CHECK(ncclGetUniqueId(&id));
+        CHECK(ncclGetUniqueId(id));
         for (int q = 1; q < n; q++)
-            if (write(id_fd_w, &id, sizeof id) != (ssize_t)sizeof id) { failf("pipe write"); return 1; }
-    } else if (read(id_fd_r, &id, sizeof id) != (ssize_t)sizeof id) {
+            if (write(id_fd_w, id, sizeof *id) != (ssize_t)sizeof *id) { failf("pipe write"); return 1; }
+    } else if (read(id_fd_r, id, sizeof *id) != (ssize_t)sizeof *id) {
         failf("pipe read");
         return 1;
     }
+    return 0;
+}
+
+static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
+    g_rank = rank;
+    ncclUniqueId id;
+    int id_rc = share_id(rank, n, id_fd_r, id_fd_w, &id);
+    if (id_rc != 0) return id_rc;
     int v = 0;
     CHECK(ncclGetVersion(&v));
     if (v != NCCL_VERSION_CODE) failf("ncclGetVersion: %d, header says %d", v, NCCL_VERSION_CODE);
@@ -713,12 +721,8 @@ static int world_rank(int rank, int n, int id_fd_r, int id_fd_w) {
 static int timeout_rank(int rank, int n, int id_fd_r, int id_fd_w) {
     g_rank = rank;
     ncclUniqueId id;
-    if (rank == 0) {
-        CHECK(ncclGetUniqueId(&id));
-        if (write(id_fd_w, &id, sizeof id) != (ssize_t)sizeof id) return 1;
-    } else if (read(id_fd_r, &id, sizeof id) != (ssize_t)sizeof id) {
-        return 1;
-    }
+    int id_rc = share_id(rank, n, id_fd_r, id_fd_w, &id);
+    if (id_rc != 0) return id_rc;
     ncclComm_t comm = NULL;
     CHECK(ncclCommInitRank(&comm, n, id, rank));
     const char *t = getenv("ZCCL_TIMEOUT_MS");
@@ -822,14 +826,8 @@ static int devptr_rank(int rank, int n, int id_fd_r, int id_fd_w) {
         return 1;
     }
     ncclUniqueId id;
-    if (rank == 0) {
-        CHECK(ncclGetUniqueId(&id));
-        for (int q = 1; q < n; q++)
-            if (write(id_fd_w, &id, sizeof id) != (ssize_t)sizeof id) { failf("pipe write"); return 1; }
-    } else if (read(id_fd_r, &id, sizeof id) != (ssize_t)sizeof id) {
-        failf("pipe read");
-        return 1;
-    }
+    int id_rc = share_id(rank, n, id_fd_r, id_fd_w, &id);
+    if (id_rc != 0) return id_rc;
     ncclComm_t comm;
     CHECK(ncclCommInitRank(&comm, n, id, rank));
     cudaStream_t S = (cudaStream_t)user_stream(NULL);

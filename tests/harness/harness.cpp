@@ -49,6 +49,24 @@ void child_log(int rank, const char *fmt, ...) {
     (void)w;
 }
 
+void check_failed(int rank, const char *file, int line, const char *cond, const char *fmt, ...) {
+    char msg[1600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (rank >= 0) {
+        child_log(rank, "%s:%d: check failed: %s: %s", file, line, cond, msg);
+        return;
+    }
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf, "%s:%d: check failed: %s: %s\n", file, line, cond, msg);
+    size_t len = n < 0 ? 0 : std::min((size_t)n, sizeof buf - 1);
+    if (len && buf[len - 1] != '\n') buf[len - 1] = '\n';
+    ssize_t w = write(2, buf, len); /* one write, as child_log */
+    (void)w;
+}
+
 /* ------------------------------------------------------------------------------------------------------------ */
 
 std::string ProcStatus::describe() const {

@@ -126,6 +126,13 @@ struct Options {
     bool expect_success = true;
 };
 
+/** The default options with deadline_s seconds for the ranks. */
+inline Options deadline_options(double deadline_s) {
+    Options o;
+    o.deadline_s = deadline_s;
+    return o;
+}
+
 /**
  * Runs body on nranks forked ranks (see the file comment) and waits for them with opts.deadline_s.
  * Records a GoogleTest failure naming the failed ranks, their status and output tails when opts.expect_success.
@@ -184,9 +191,41 @@ int free_tcp_port();
 /** Child-side helper: printf-like diagnostic on stderr prefixed with "[rank R pid P] ". Thread-safe enough. */
 void child_log(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/** Child-side report of a failed check: "FILE:LINE: check failed: COND: MESSAGE" on stderr in one write, prefixed
+ *  as child_log's lines are when rank >= 0. Used by the ZT_ check macros below. */
+void check_failed(int rank, const char *file, int line, const char *cond, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
 /** Monotonic seconds. */
 double now_s();
 
 }  // namespace zt
+
+/*
+ * Checks for code that runs in a child process (a rank body, a forked helper), where GoogleTest assertions would go
+ * unseen: when cond is false, report it (zt::check_failed, with a printf-style message) and return 1 from the
+ * enclosing function, which the parent sees as the child's failed exit status.
+ *   ZT_CHECK(cond, fmt, ...)        report on stderr
+ *   ZT_CHILD_CHECK(cond, fmt, ...)  report prefixed with the rank (a variable `rank` in scope), as child_log does
+ *   ZT_OK(call), ZT_CHILD_OK(call)  call must return ZCCL_SUCCESS; the report quotes its result and last error
+ */
+#define ZT_FAIL_IF(who, failed, what, ...)                                                                     \
+    do {                                                                                                       \
+        if (failed) {                                                                                          \
+            zt::check_failed(who, __FILE__, __LINE__, what, __VA_ARGS__);                                      \
+            return 1;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+#define ZT_CHECK_AS(who, cond, ...) ZT_FAIL_IF(who, !(cond), #cond, __VA_ARGS__)
+#define ZT_OK_AS(who, call)                                                                                    \
+    do {                                                                                                       \
+        zccl_result_t zt_res_ = (call);                                                                        \
+        ZT_FAIL_IF(who, zt_res_ != ZCCL_SUCCESS, #call, "%s: %s", zccl_get_error_string(zt_res_),              \
+                   zccl_get_last_error(nullptr));                                                              \
+    } while (0)
+#define ZT_CHECK(cond, ...) ZT_CHECK_AS(-1, cond, __VA_ARGS__)
+#define ZT_CHILD_CHECK(cond, ...) ZT_CHECK_AS(rank, cond, __VA_ARGS__)
+#define ZT_OK(call) ZT_OK_AS(-1, call)
+#define ZT_CHILD_OK(call) ZT_OK_AS(rank, call)
 
 #endif
