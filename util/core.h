@@ -167,8 +167,9 @@ extern const zccl_cfg_desc_t zccl__set_socket_ifname;
 uint64_t zccl__now_ns(void);
 /**
  * CPUs the `local` ranks of this host share, for the choices that depend on ranks per core (polling, the staged
- * path): the CPUs of this process's affinity mask; but when the mask holds a single CPU (a launcher bound each rank
- * to a core of its own: mpirun's and zccl-bench -np's default, zcclrun --bind core), `local`: one core per rank.
+ * path): the CPUs of this process's affinity mask; but when the mask holds a single CPU, or only the hardware threads
+ * of one core on a machine with more (a launcher bound each rank to a core of its own: mpirun's, zccl-bench -np's and
+ * zcclrun's default), `local`: one core per rank.
  */
 int zccl__cpus_for_ranks(int local);
 /** size_t multiply with overflow detection: returns false on overflow. */

@@ -106,10 +106,47 @@ void zccl__log(zccl_log_level_t level, unsigned subsys, const char *file, int li
                 log_tag ? "] " : "", msg);
 }
 
+/* True when every CPU of `set` is a hardware thread of one core: the kernel's list of the first CPU's SMT siblings
+ * (sysfs topology/thread_siblings_list, "0,56" or "0-1") covers the set. A rank bound to a core of a hyperthreaded
+ * host has a two-CPU mask, and that is still one core per rank. */
+static bool one_core_mask(const cpu_set_t *set) {
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+        if (CPU_ISSET(c, set)) first = c;
+    if (first < 0) return false;
+    char path[96], list[256];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list", first);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const bool got = fgets(list, sizeof list, f) != NULL;
+    fclose(f);
+    if (!got) return false;
+    cpu_set_t sib;
+    CPU_ZERO(&sib);
+    for (char *p = list; *p && *p != '\n';) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return false;
+        if (*end == '-') {
+            p = end + 1;
+            b = strtol(p, &end, 10);
+            if (end == p) return false;
+        }
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++) CPU_SET((int)c, &sib);
+        p = *end == ',' ? end + 1 : end;
+    }
+    cpu_set_t both;
+    CPU_AND(&both, set, &sib);
+    return CPU_EQUAL(&both, set);
+}
+
 int zccl__cpus_for_ranks(int local) {
     cpu_set_t set;
-    const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    return n == 1 && local > 1 ? local : n;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const int n = CPU_COUNT(&set);
+    /* A mask of one core's hardware threads that is not the whole machine: the launcher bound this rank. */
+    const bool bound = n == 1 || (n < (int)sysconf(_SC_NPROCESSORS_ONLN) && one_core_mask(&set));
+    return bound && local > 1 ? local : n;
 }
 
 uint64_t zccl__now_ns(void) {
