@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "engine.h"
+#include "engine_stage.h"
 #include "kernels.h"
 #include "notice.h"
 
@@ -135,13 +137,16 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
     return ZCCL_SUCCESS;
 }
 
-/* Advances every transfer that may move (transfers of one channel go in schedule order). */
-static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, bool *all_done, bool *moved) {
+/* Advances every transfer that may move (transfers of one channel go in schedule order; a staged chunk whose copy
+ * has not run waits, h). */
+static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, const zccl_phase_hooks_t *h,
+                               bool *all_done, bool *moved) {
     *all_done = true;
     *moved = false;
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
         *all_done = false;
+        if (h && !h->ready(h->ctx, i)) continue;
         bool blocked = false;
         for (size_t j = 0; j < i && !blocked; j++)
             blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
@@ -154,13 +159,25 @@ static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase) {
+zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase,
+                                 const zccl_phase_hooks_t *h) {
     uint64_t idle = 0, idle_since = 0, last_progress = zccl__now_ns();
     for (;;) {
-        bool all_done, moved;
-        ZCCL_CHECK(poll_once(comm, x, nx, &all_done, &moved));
+        bool all_done, moved, ticked = false, busy = false;
+        if (h) ZCCL_CHECK(h->tick(h->ctx, &ticked, &busy));
+        ZCCL_CHECK(poll_once(comm, x, nx, h, &all_done, &moved));
         if (all_done) return ZCCL_SUCCESS;
-        if (moved) { idle = 0; continue; }
+        if (moved || ticked) { idle = 0; continue; }
+        if (busy) { /* a copy the wire waits for runs on the GPU: no socket or doorbell will say when it is done */
+            if ((++idle & 63) == 0) {
+                if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
+                    return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
+                                       comm->rank, (unsigned long long)comm->seq);
+                sched_yield();
+            }
+            __builtin_ia32_pause();
+            continue;
+        }
         /* Poll for up to spin_ns (a peer one step behind answers within microseconds), reading the clock only every
          * 64 polls; then sleep. */
         if (idle++ == 0) idle_since = zccl__now_ns();
@@ -175,7 +192,7 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
         uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
         __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
-        zccl_result_t res = poll_once(comm, x, nx, &all_done, &moved);
+        zccl_result_t res = poll_once(comm, x, nx, h, &all_done, &moved);
         if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
         __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
         ZCCL_CHECK(res);
@@ -226,6 +243,8 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     const zccl_mem_ops_t *mops = zccl__mem_ops(mt);
     void *scratch = NULL;
     if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
+    bool pipelined = false;
+    if (mt != ZCCL_MEM_HOST) ZCCL_CHECK(zccl__stage_pipelined(comm, mt, &pipelined));
     if (mt == ZCCL_MEM_HOST) {
         ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
         scratch = comm->scratch;
@@ -300,9 +319,13 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
+        if (nx && pipelined) { /* engine_stage.c: chunks whose copies overlap the wire */
+            if ((res = zccl__stage_run_phase(comm, mt, xs, nx, p)) != ZCCL_SUCCESS) break;
+            continue;
+        }
         if (nx && mt != ZCCL_MEM_HOST && (res = stage_xfers(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
         if (nx) {
-            res = run_phase(comm, xs, nx, p);
+            res = zccl__engine_phase(comm, xs, nx, p, NULL);
             if (res != ZCCL_SUCCESS) break;
         }
         if (nx && mt != ZCCL_MEM_HOST && (res = finish_recvs(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
@@ -313,5 +336,5 @@ out:
 }
 
 zccl_result_t zccl__engine_run_xfers(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx) {
-    return nx ? run_phase(comm, x, nx, 0) : ZCCL_SUCCESS;
+    return nx ? zccl__engine_phase(comm, x, nx, 0, NULL) : ZCCL_SUCCESS;
 }
