@@ -271,7 +271,7 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
             zccl_result_t res = zccl_allreduce(s.data(), r.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL);
             const std::string msg = zccl_get_last_error(NULL);
             PCHECK(res != ZCCL_SUCCESS, "rank %d: a call mixing host and device ranks succeeded", rank);
-            PCHECK(msg.find("device memory") != std::string::npos || msg.find("rank") != std::string::npos,
+            PCHECK(msg.find("device memory") != std::string::npos,
                    "rank %d: the error does not say why: %s", rank, msg.c_str());
             if (rank == 0) {
                 f.unmark(s.data());
