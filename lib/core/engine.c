@@ -245,6 +245,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
     bool pipelined = false;
     if (mt != ZCCL_MEM_HOST) ZCCL_CHECK(zccl__stage_pipelined(comm, mt, &pipelined));
+    const uint64_t copies0 = comm->mem_stage.stage_copies;
     if (mt == ZCCL_MEM_HOST) {
         ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
         scratch = comm->scratch;
@@ -332,6 +333,12 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     }
 out:
     if (xs != xs_local) free(xs);
+    if (mt != ZCCL_MEM_HOST) /* which path a device call took, and what it cost in host staging copies */
+        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: path %s, %llu host staging copies (%llu in all)",
+                  comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq,
+                  pipelined ? "staged-pipelined" : "staged",
+                  (unsigned long long)(comm->mem_stage.stage_copies - copies0),
+                  (unsigned long long)comm->mem_stage.stage_copies);
     return res;
 }
 
