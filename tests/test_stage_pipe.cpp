@@ -256,8 +256,10 @@ TEST(StagePipeSync, DepthZeroIsTheSynchronousPathWithTheSameResults) {
 
 /* Rank 0 on device memory, the others on host memory, in one all-reduce: device calls split their transfers, so the
  * ranks would disagree on the wire; the call descriptor says "on device memory" and every rank fails, none returns
- * success; the next call (all on host memory) works. */
+ * success. Also with ZCCL_STAGE_DEPTH=0 (the synchronous path no longer stages the descriptors, so they are
+ * compared there too). */
 TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
+    for (const char *depth : {"2", "0"})
     for (int nr : {2, 3}) {
         zt::run_ranks(nr, [](zccl_comm_t comm, int rank, int nranks) -> int {
             Fake f;
@@ -279,7 +281,7 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
             }
             (void)nranks;
             return 0;
-        }, opts("tcp", "2"));
+        }, opts("tcp", depth));
     }
 }
 
@@ -340,4 +342,29 @@ TEST(FakeCudaGdr, DmaBufExportAndAttributes) {
     EXPECT_EQ(child({{"FAKE_CUDA_CC", "80"}, {"FAKE_CUDA_DMABUF", "0"}}, [] { return dmabuf_body(false); }), 0);
 }
 
+}  // namespace
+
+namespace {
+/* Two ranks on device memory calling different all-reduces (counts 1000 and 1001): the call descriptors are not
+ * staged, so they are compared on arrival and every rank fails naming both calls, on the pipelined path and on the
+ * synchronous one (which used to stage them and so never compared them). */
+TEST(StagePipeMixed, DifferentDeviceCallsFailNamingBothOnBothPaths) {
+    for (const char *depth : {"2", "0"}) {
+        zt::Options o = opts("tcp", depth);
+        o.env.push_back({"ZCCL_TIMEOUT_MS", "10000"});
+        o.deadline_s = 60;
+        zt::run_ranks(2, [](zccl_comm_t comm, int rank, int) -> int {
+            Fake f;
+            PCHECK(open_fake(&f), "fake symbols");
+            const size_t count = 1000 + (size_t)rank;
+            Dev<float> s(&f, count, 1.f), r(&f, count, -1.f);
+            zccl_result_t res = zccl_allreduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL);
+            const std::string msg = zccl_get_last_error(NULL);
+            PCHECK(res != ZCCL_SUCCESS, "rank %d: different calls succeeded", rank);
+            PCHECK(msg.find("different collectives") != std::string::npos && msg.find("count 1001") != std::string::npos,
+                   "rank %d: %s", rank, msg.c_str());
+            return 0;
+        }, o);
+    }
+}
 }  // namespace

@@ -213,6 +213,8 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
 static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     zccl__mem_stage_phase(&comm->mem_stage);
     for (size_t i = 0; i < nx; i++) {
+        /* Call descriptors are host memory the engine owns: not staged, so they are compared on arrival. */
+        if (is_desc_recv(comm, &x[i]) || (x[i].is_send && x[i].src == (const uint8_t *)&comm->desc_mine)) continue;
         if (x[i].is_send) {
             ZCCL_CHECK(zccl__mem_stage_send(&comm->mem_stage, mt, x[i].src, x[i].bytes, &x[i].src));
         } else {
@@ -228,7 +230,7 @@ static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zcc
 /* The phase's receives (all complete) enter their device buffers: copied, or reduced with their operand. */
 static zccl_result_t finish_recvs(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     for (size_t i = 0; i < nx; i++)
-        if (!x[i].is_send)
+        if (!x[i].is_send && x[i].dev_dst) /* dev_dst NULL: a descriptor, not staged */
             ZCCL_CHECK(zccl__mem_stage_recv_done(&comm->mem_stage, mt, x[i].dev_dst, x[i].dev_op2, x[i].dst,
                                                  x[i].bytes, x[i].dt, x[i].op, x[i].divisor));
     return ZCCL_SUCCESS;
