@@ -68,6 +68,7 @@ static void drv_load(void) {
     OPT(cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
     OPT(cuStreamGetCtx, "cuStreamGetCtx");
     OPT(cuCtxGetDevice, "cuCtxGetDevice");
+    OPT(cuStreamDestroy, "cuStreamDestroy_v2");
 #undef REQ
 #undef OPT
     if (miss) { dlclose(h); return; }

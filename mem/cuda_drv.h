@@ -76,6 +76,8 @@ typedef struct zccl_cuda_drv {
     CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
     CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
     CUresult (*cuCtxGetDevice)(CUdevice *);
+    /* Optional: pipelined staging (mem_pipe.c) destroys its streams with the communicator. */
+    CUresult (*cuStreamDestroy)(CUstream);                                                        /* _v2 */
 } zccl_cuda_drv_t;
 
 /** The loaded driver (tries once, thread-safe; cuInit(0) included), or NULL with *why set to the reason. */
@@ -93,6 +95,10 @@ void zccl__cuda_note_device(int device);
  * cuMemFree, which waits for the whole device on some drivers: released blocks are kept and reused until none is). */
 bool zccl__cuda_in_ordered_call(void);
 long zccl__cuda_ordered_pending(void);
+/** Queues the reduction kernel dst = a OP b (count elements of dt) on `stream` without waiting for it
+ *  (mem_pipe.c's pipelined staging; the ops table's reduce waits). Errors: launch failures, named. */
+zccl_result_t zccl__mem_cuda_reduce_on(CUstream stream, void *dst, const void *a, const void *b, size_t count,
+                                       zccl_datatype_t dt, zccl_redop_t op, uint32_t divisor);
 /** Binds the CUDA table to `device` (its internal stream, its kernels) before any stream-ordered wait exists. */
 zccl_result_t zccl__mem_cuda_prepare(int device);
 

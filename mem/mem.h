@@ -113,6 +113,8 @@ typedef struct zccl_mem_stage {
     void *direct;             /* the one-pass path's bounce buffer (regmem.c), memory type direct_type */
     size_t direct_bytes;
     zccl_mem_type_t direct_type;
+    struct zccl_mem_pipe *pipe; /* pipelined staging's streams, tickets and bounce ring (mem_pipe.c), or NULL */
+    uint64_t stage_copies;      /* copies between device memory and host staging so far (both paths, every chunk) */
 } zccl_mem_stage_t;
 
 /** The schedule's scratch buffer of bytes in memory type t. */

@@ -137,6 +137,22 @@ static zccl_result_t cuda_reduce(void *dst, const void *a, const void *b, size_t
     return launch(d, f_reduce[dt][op], "the reduction kernel", count, params);
 }
 
+zccl_result_t zccl__mem_cuda_reduce_on(CUstream on, void *dst, const void *a, const void *b, size_t count,
+                                       zccl_datatype_t dt, zccl_redop_t op, uint32_t divisor) {
+    if (!count) return ZCCL_SUCCESS;
+    if ((unsigned)dt >= ZCCL_NUM_TYPES || (unsigned)op >= ZCCL_NUM_OPS)
+        return zccl__error(ZCCL_INTERNAL_ERROR, "CUDA reduce: datatype %d or op %d out of range", (int)dt, (int)op);
+    const zccl_cuda_drv_t *d;
+    ZCCL_CHECK(ready(&d, true));
+    if (op == ZCCL_AVG) op = ZCCL_SUM;
+    void *params[] = {&dst, &a, &b, &count, &divisor};
+    CUresult r = d->cuLaunchKernel(f_reduce[dt][op], grid_for(count, 16), 1, 1, ZCCL_CUDA_THREADS, 1, 1, 0, on, params,
+                                   NULL);
+    if (r != ZCU_SUCCESS)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "launching the reduction kernel failed: %s", zccl__cuda_errstr(r));
+    return ZCCL_SUCCESS;
+}
+
 static zccl_result_t cuda_premul(void *dst, const void *src, size_t count, zccl_datatype_t dt, const void *scalar) {
     if (!count) return ZCCL_SUCCESS;
     if ((unsigned)dt >= ZCCL_NUM_TYPES)

@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include "mem.h"
+#include "mem_pipe.h"
 
 zccl_result_t zccl__mem_stage_scratch(zccl_mem_stage_t *st, zccl_mem_type_t t, size_t bytes, void **out) {
     if (st->scratch && st->scratch_type == t && st->scratch_bytes >= bytes) {
@@ -87,6 +88,7 @@ zccl_result_t zccl__mem_stage_send(zccl_mem_stage_t *st, zccl_mem_type_t t, cons
     uint8_t *h = NULL;
     ZCCL_CHECK(zccl__mem_stage_host(st, bytes, &h));
     ZCCL_CHECK(zccl__mem_ops(t)->copy(h, src, bytes));
+    st->stage_copies++;
     *host = h;
     return ZCCL_SUCCESS;
 }
@@ -95,6 +97,7 @@ zccl_result_t zccl__mem_stage_recv_done(zccl_mem_stage_t *st, zccl_mem_type_t t,
                                         const void *host, size_t bytes, zccl_datatype_t dt, zccl_redop_t op,
                                         uint32_t divisor) {
     const zccl_mem_ops_t *m = zccl__mem_ops(t);
+    if (t != ZCCL_MEM_HOST) st->stage_copies++;
     if (!op2) return m->copy(dst, host, bytes);
     if (t == ZCCL_MEM_HOST) return m->reduce(dst, op2, host, bytes / zccl_type_size(dt), dt, op, divisor);
     if (st->bounce_bytes < bytes) { /* the received operand goes to the device first, then the kernel combines */
@@ -110,6 +113,7 @@ zccl_result_t zccl__mem_stage_recv_done(zccl_mem_stage_t *st, zccl_mem_type_t t,
 }
 
 void zccl__mem_stage_free(zccl_mem_stage_t *st) {
+    zccl__mem_pipe_free(st);
     zccl__mem_stage_phase(st);
     if (st->scratch) zccl__mem_ops(st->scratch_type)->free(st->scratch);
     if (st->bounce) zccl__mem_cuda.free(st->bounce);

@@ -72,6 +72,10 @@ const std::map<std::string, std::string> kNcclNames = {
     {"NCCL_IB_TIMEOUT", "ZCCL_IB_TIMEOUT"},
     {"NCCL_IB_RETRY_CNT", "ZCCL_IB_RETRY_CNT"},
     {"NCCL_IB_QPS_PER_CONNECTION", "ZCCL_IB_QPS_PER_CONN"},
+    {"NCCL_NET_GDR_LEVEL", "ZCCL_NET_GDR_LEVEL"},
+    {"NCCL_NET_GDR_READ", "ZCCL_NET_GDR_READ"},
+    {"NCCL_DMABUF_ENABLE", "ZCCL_DMABUF_ENABLE"},
+    {"NCCL_GDR_FLUSH_DISABLE", "ZCCL_GDR_FLUSH_DISABLE"},
 };
 
 }  // namespace

@@ -50,7 +50,8 @@ TEST_P(SettingsMatch, OneRankDifferentFailsInitEverywhereNamingIt) {
 INSTANTIATE_TEST_SUITE_P(Settings, SettingsMatch,
                          ::testing::Values(Case{"ZCCL_CHECK", "1"}, Case{"ZCCL_SHM_SLOTS", "4"},
                                            Case{"ZCCL_TRANSPORT", "tcp"}, Case{"ZCCL_RS_ROUND_BYTES", "64K"},
-                                           Case{"ZCCL_ALGO", "ring"}),
+                                           Case{"ZCCL_ALGO", "ring"}, Case{"ZCCL_STAGE_DEPTH", "0"},
+                                           Case{"ZCCL_STAGE_CHUNK_BYTES", "1M"}),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name).substr(5); });
 
 TEST(SettingsMatchOk, PerRankDebugLevelMayDiffer) {

@@ -20,7 +20,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "topo.h"
+#include "gdr.h"
 #include "zccl_version.h"
+
+static void print_gdr(const zccl_topo_t *t);
 
 extern char **environ;
 
@@ -364,6 +367,32 @@ static void text_matrix(const zccl_topo_t *t) {
             if (strcmp(cls, zccl_topo_path_name(path)) == 0) printf(" (%s)\n", cls);
             else printf(" (%s; NCCL class %s)\n", cls, zccl_topo_path_name(path));
         }
+        print_gdr(t);
+    }
+}
+
+/* Per GPU: would device buffers move NIC <-> GPU directly (the path rule with the settings in force)? */
+static void print_gdr(const zccl_topo_t *t) {
+    zccl_gdr_cfg_t cfg;
+    if (zccl__gdr_cfg(&cfg) != ZCCL_SUCCESS) {
+        printf("\nGPUDirect RDMA: %s\n", zccl__last_error());
+        return;
+    }
+    zccl_nic_gdr_t nic = {.nic_dmabuf = -1};
+    zccl__gdr_probe_peermem("/", &nic);
+    printf("\nGPUDirect RDMA by the path rule (ZCCL_GDR=%s, ZCCL_NET_GDR_LEVEL=%s; the NIC's dma-buf and the GPU's "
+           "attributes are probed when a communicator opens the NIC; this machine: %s)\n",
+           cfg.mode < 0 ? "auto" : cfg.mode ? "1" : "0", zccl_topo_path_name(cfg.level), nic.peermem_what);
+    for (int i = 0; i < zccl_topo_dev_count(t, ZCCL_TOPO_DEV_GPU); i++) {
+        const zccl_topo_dev_t *g = zccl_topo_dev(t, ZCCL_TOPO_DEV_GPU, i);
+        int k = -1;
+        zccl_path_t path;
+        char why[160];
+        bool ok = zccl_topo_gdr_pair(t, g, cfg.level, &k, &path, why, sizeof why);
+        const char *verdict = cfg.mode == 0 ? "no" : ok ? "yes" : cfg.mode == 1 && k >= 0 ? "yes (forced)" : "no";
+        printf("  GPU%-3d %-12s", i, verdict);
+        if (k >= 0) printf(" NIC%d", k);
+        printf(": %s%s\n", cfg.mode == 0 ? "ZCCL_GDR=0; " : "", why);
     }
 }
 

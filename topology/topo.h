@@ -282,6 +282,18 @@ int zccl_topo_nearest_nics(const zccl_topo_t *topo, const zccl_topo_dev_t *dev, 
 /** NICs of the model that are RDMA-capable (zccl_topo_dev_t.rdma); 0 means GPU/NIC pairing falls back to any NIC. */
 int zccl_topo_rdma_nic_count(const zccl_topo_t *topo);
 
+/**
+ * GPUDirect RDMA's path rule (topo_gdr.c): whether `gpu` would move data straight to and from the NIC it pairs with
+ * (zccl_topo_nearest_nics; the first of ties), which must be RDMA-capable and within `level` (LOC <= PIX <= PXB <=
+ * PHB <= SYS). *nic gets that NIC's index (-1: none), *path the class, why (len bytes) a sentence saying why or why
+ * not. The NIC's and GPU's own support is probed elsewhere (transport/ib_gdr_probe.c).
+ */
+bool zccl_topo_gdr_pair(const zccl_topo_t *topo, const zccl_topo_dev_t *gpu, zccl_path_t level, int *nic,
+                        zccl_path_t *path, char *why, size_t len);
+/** Parses a GDR level as NCCL_NET_GDR_LEVEL takes it: LOC, PIX, PXB, PHB (or NODE), SYS in any case, or NCCL's
+ *  numbers 0..4 (larger: SYS). Returns 0, or -1 for anything else. */
+int zccl_topo_gdr_level_parse(const char *s, zccl_path_t *out);
+
 /* ---- nvidia-smi's view: NVLink counts and the NODE class ---------------------------------------------------- */
 
 /**

@@ -277,7 +277,7 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
     me->addr = ib->addr;
     me->probe_addr = (uint64_t)(uintptr_t)ib->probe_dst;
     me->probe_rkey = ib->probe_dst_mr->rkey;
-    ib->gdr = zccl__ib_gdr_detect();
+    ib->gdr = zccl__ib_gdr_detect(ib->pd);
     ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB device %s port %d (%s), GID index %d, rdma_cm on %s; GPUDirect RDMA: %s",
               comm->rank, ib->dev, ib->port, ib->link == 2 ? "RoCE" : "InfiniBand", ib->gid_index, as,
               zccl__ib_gdr_mode_name(ib->gdr));

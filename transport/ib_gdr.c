@@ -1,21 +1,23 @@
 /*
- * ib_gdr.c — GPUDirect RDMA: registering GPU memory with the RDMA device so the NIC reads and writes it directly.
+ * ib_gdr.c — GPUDirect RDMA on an open RDMA device: the dma-buf probe and the registration of device memory
+ * (issue 24; settings and the peer-memory probe are ib_gdr_probe.c's, docs/gpu.md "GPUDirect RDMA").
  *
- * Two kernel paths exist (NVIDIA, "GPUDirect RDMA" documentation): dma-buf, where the CUDA driver exports the
- * range as a dma-buf file descriptor (cuMemGetHandleForAddressRange, CUDA 11.7+) and the RDMA device registers it
- * with ibv_reg_dmabuf_mr (Linux 5.12+, rdma-core 34+); and the nvidia-peermem module, with which plain ibv_reg_mr
- * accepts device pointers. Detection: dma-buf when the build has CUDA's headers and libcuda.so.1 loads; else
- * peer memory when /sys/module/nvidia_peermem exists; else none, and GPU buffers would have to be staged through
- * pinned host memory.
- *
- * This code is compiled where /usr/local/cuda/include/cuda.h exists (ZCCL_HAVE_CUDA) but has only been exercised
- * on machines without a GPU, where it reports "none": no machine with both a GPU and an RDMA NIC was available.
- * libcuda is opened with dlopen, so zccl does not depend on the CUDA driver. zccl's collectives read and reduce
- * buffers on the CPU, so today only the registration is GPU-aware (see docs/ib.md).
+ * Two kernel paths exist: dma-buf, where the CUDA driver exports a page-aligned device range as a dma-buf file
+ * descriptor (cuMemGetHandleForAddressRange) and the RDMA device registers it with ibv_reg_dmabuf_mr (offset 0,
+ * iova = the range's virtual address, so work requests use device addresses as for any MR; the MR's addr field is
+ * the offset then, never an address); and the peer-memory module, with which plain ibv_reg_mr accepts device
+ * pointers. The CUDA side goes through the memory layer's driver (ZCCL_CUDA_LIBRARY, so the fake driver of the tests
+ * answers in the soft-RoCE VM too). zccl's verbs data path still stages device buffers through host memory
+ * (pipelined, lib/core/engine_stage.c): only the probe and the registration are GPU-aware (docs/ib.md).
  */
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "ib.h"
+#include "gdr.h"
+#include "mem.h"
+#include "mem_gdr.h"
 
 const char *zccl__ib_gdr_mode_name(zccl_gdr_mode_t m) {
     return m == ZCCL_GDR_DMABUF ? "dma-buf (ibv_reg_dmabuf_mr)"
@@ -23,55 +25,61 @@ const char *zccl__ib_gdr_mode_name(zccl_gdr_mode_t m) {
 }
 
 #ifdef ZCCL_HAVE_IB
-#include <dlfcn.h>
-#include <errno.h>
 #include "ib_verbs.h"
-#ifdef ZCCL_HAVE_CUDA
-#include <cuda.h>
-typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
-typedef CUresult (*get_handle_fn)(void *, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
-static get_attr_fn cu_get_attr;
-static get_handle_fn cu_get_handle;
-#endif
 
-zccl_gdr_mode_t zccl__ib_gdr_detect(void) {
-#ifdef ZCCL_HAVE_CUDA
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h) {
-        cu_get_attr = (get_attr_fn)dlsym(h, "cuPointerGetAttribute");
-        cu_get_handle = (get_handle_fn)dlsym(h, "cuMemGetHandleForAddressRange");
-        if (cu_get_attr && cu_get_handle) return ZCCL_GDR_DMABUF;
-        if (cu_get_attr && access("/sys/module/nvidia_peermem", F_OK) == 0) return ZCCL_GDR_PEERMEM;
+/* ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0): a device that supports dma-buf gets as far as the fd and fails with EBADF;
+ * one that does not fails with EOPNOTSUPP or EPROTONOSUPPORT (rxe: no dma-buf). */
+int zccl__ib_gdr_probe_dmabuf(struct ibv_pd *pd, char *why, size_t len) {
+    errno = 0;
+    struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0);
+    const int e = errno;
+    if (mr) { /* cannot happen with fd -1; do not leak it if it does */
+        ibv_dereg_mr(mr);
+        snprintf(why, len, "dma-buf probe registered fd -1: treated as unsupported");
+        return 0;
     }
-#endif
-    return ZCCL_GDR_NONE;
+    if (e == EBADF) { snprintf(why, len, "dma-buf supported (probe: EBADF)"); return 1; }
+    snprintf(why, len, "no dma-buf on this RDMA device (probe: %s)", strerror(e ? e : EOPNOTSUPP));
+    return 0;
+}
+
+zccl_gdr_mode_t zccl__ib_gdr_detect(struct ibv_pd *pd) {
+    zccl_gdr_cfg_t cfg;
+    if (zccl__gdr_cfg(&cfg) != ZCCL_SUCCESS) return ZCCL_GDR_NONE; /* zccl_config_describe names the bad value */
+    zccl_nic_gdr_t nic = {.nic_dmabuf = -1};
+    zccl__gdr_probe_peermem("/", &nic);
+    nic.nic_dmabuf = pd ? zccl__ib_gdr_probe_dmabuf(pd, nic.nic_why, sizeof nic.nic_why) : -1;
+    ZCCL_INFO(ZCCL_LOG_IB, "GPUDirect RDMA probe: NIC %s; %s", pd ? nic.nic_why : "not probed", nic.peermem_what);
+    if (cfg.mode == 0) return ZCCL_GDR_NONE;
+    if (cfg.dmabuf && nic.nic_dmabuf == 1) return ZCCL_GDR_DMABUF;
+    return nic.peermem ? ZCCL_GDR_PEERMEM : ZCCL_GDR_NONE;
 }
 
 struct ibv_mr *zccl__ib_reg(struct ibv_pd *pd, zccl_gdr_mode_t gdr, void *addr, size_t len) {
     const int flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-#ifdef ZCCL_HAVE_CUDA
-    if (gdr != ZCCL_GDR_NONE && cu_get_attr) {
-        unsigned int type = 0;
-        if (cu_get_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)addr) == CUDA_SUCCESS &&
-            type == CU_MEMORYTYPE_DEVICE) {
-            if (gdr == ZCCL_GDR_PEERMEM) return ibv_reg_mr(pd, addr, len, flags);
+    zccl_mem_type_t type = ZCCL_MEM_HOST;
+    int dev = -1;
+    if (gdr != ZCCL_GDR_NONE && zccl__mem_query(addr, &type, &dev) == ZCCL_SUCCESS && type == ZCCL_MEM_CUDA) {
+        if (gdr == ZCCL_GDR_DMABUF) {
             int fd = -1;
-            struct ibv_mr *mr = NULL;
-            errno = 0;
-            if (cu_get_handle(&fd, (CUdeviceptr)(uintptr_t)addr, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) ==
-                CUDA_SUCCESS) {
-                /* The range is page-aligned by the cache, so the dma-buf starts at addr: offset 0, iova = addr. */
-                mr = ibv_reg_dmabuf_mr(pd, 0, len, (uint64_t)(uintptr_t)addr, fd, flags);
-                close(fd);
+            if (zccl__mem_gpu_dmabuf_fd(addr, len, &fd) == ZCCL_SUCCESS) {
+                /* remote read too: the flush reads one landed byte back over a loopback QP */
+                struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, len, (uint64_t)(uintptr_t)addr, fd,
+                                                      flags | IBV_ACCESS_REMOTE_READ);
+                const int e = errno;
+                close(fd); /* the MR holds the dma-buf; the fd is not needed any more */
+                if (mr) return mr;
+                errno = e;
             }
-            /* A driver or kernel without dma-buf support: the peer-memory module, if loaded, still works. */
-            if (!mr && access("/sys/module/nvidia_peermem", F_OK) == 0) mr = ibv_reg_mr(pd, addr, len, flags);
-            if (!mr && !errno) errno = ENOTSUP;
-            return mr; /* NULL: the caller stages through host memory */
+        }
+        /* The peer-memory module, when loaded, takes device pointers (also after a refused dma-buf). */
+        zccl_nic_gdr_t nic;
+        zccl__gdr_probe_peermem("/", &nic);
+        if (!nic.peermem && gdr != ZCCL_GDR_PEERMEM) {
+            if (!errno) errno = ENOTSUP;
+            return NULL; /* the caller stages through host memory */
         }
     }
-#endif
-    (void)gdr;
-    return ibv_reg_mr(pd, addr, len, flags);
+    return ibv_reg_mr(pd, addr, len, type == ZCCL_MEM_CUDA ? flags | IBV_ACCESS_REMOTE_READ : flags);
 }
 #endif /* ZCCL_HAVE_IB */

@@ -135,7 +135,9 @@ uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
 zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns);
 
 /* ib_gdr.c */
-zccl_gdr_mode_t zccl__ib_gdr_detect(void);
+zccl_gdr_mode_t zccl__ib_gdr_detect(struct ibv_pd *pd);
+/** ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0): 1 when it fails with EBADF (dma-buf supported), else 0; why says it. */
+int zccl__ib_gdr_probe_dmabuf(struct ibv_pd *pd, char *why, size_t len);
 /** Registers [addr, addr+len) for local and remote write: GPU memory through dma-buf or peer memory when the
  *  build and machine allow it, host memory with ibv_reg_mr. NULL (errno set) when it cannot be registered. */
 struct ibv_mr *zccl__ib_reg(struct ibv_pd *pd, zccl_gdr_mode_t gdr, void *addr, size_t len);

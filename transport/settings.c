@@ -44,3 +44,20 @@ ZCCL_SETTING(zccl__set_socket_user_timeout_ms) = {.name = "ZCCL_SOCKET_USER_TIME
                 "is lost (TCP_USER_TIMEOUT with keepalive), even with ZCCL_TIMEOUT_MS=0; 0 = the kernel's defaults "
                 "(about 15 minutes)",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 24ll * 3600 * 1000};
+
+/* GPUDirect RDMA (transport/ib_gdr_probe.c, transport/gdr.h, docs/gpu.md "GPUDirect RDMA"). */
+ZCCL_SETTING(zccl__set_gdr) = {.name = "ZCCL_GDR", .deflt = "auto",
+        .help = "GPUDirect RDMA for device buffers over verbs: auto (where the NIC and GPU support it and their PCIe "
+        "path is within ZCCL_NET_GDR_LEVEL), 1 (wherever NIC and GPU support it, any path), 0 (never: staged)"};
+ZCCL_SETTING(zccl__set_net_gdr_level) = {.name = "ZCCL_NET_GDR_LEVEL", .deflt = "PXB",
+        .help = "farthest GPU-NIC PCIe path for GPUDirect RDMA: LOC, PIX, PXB, PHB, SYS (or NCCL's 0..4)",
+        .nccl = "NCCL_NET_GDR_LEVEL"};
+ZCCL_SETTING(zccl__set_net_gdr_read) = {.name = "ZCCL_NET_GDR_READ", .deflt = "-1",
+        .help = "1: the NIC reads device memory for sends; 0: sends staged, receives still direct; -1: from compute "
+        "capability 8.0 on", .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1, .nccl = "NCCL_NET_GDR_READ"};
+ZCCL_SETTING(zccl__set_dmabuf_enable) = {.name = "ZCCL_DMABUF_ENABLE", .deflt = "1",
+        .help = "1: register device memory as dma-buf (ibv_reg_dmabuf_mr) where the NIC and GPU can; 0: only the "
+        "peer-memory module", .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .nccl = "NCCL_DMABUF_ENABLE"};
+ZCCL_SETTING(zccl__set_gdr_flush_disable) = {.name = "ZCCL_GDR_FLUSH_DISABLE", .deflt = "0",
+        .help = "1: no flush (1-byte RDMA read) after data lands in device memory, also before Hopper",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .nccl = "NCCL_GDR_FLUSH_DISABLE"};

@@ -23,6 +23,9 @@
 #include "socket.h"
 #include "topo.h"
 
+/* Settings every rank must share (lib/core/comm.c: must_match): at most this many rows. */
+#define ZCCL_CFG_MATCH_MAX 32
+
 /** How a rank can be reached over the IB verbs transport (transport/ib*.c); addr family 0 = no usable device. */
 typedef struct {
     zccl_sockaddr_t addr;  /* rdma_cm listening address: the IP of the chosen port's interface (IPoIB or RoCE) */
@@ -47,7 +50,7 @@ typedef struct {
     uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
     zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
     zccl_ib_peer_info_t ib; /* IB verbs transport endpoint */
-    uint32_t cfg_hash[16];  /* hash of each setting every rank must share (api/comm_init.c), compared at init */
+    uint32_t cfg_hash[ZCCL_CFG_MATCH_MAX];  /* hash of each setting every rank must share (api/comm_init.c), compared at init */
 } zccl_peer_info_t;
 
 /** Header a rank sends (TCP data connections, the communicator's shrink notice) after the handshake on a rank-to-rank connection. */

@@ -82,6 +82,7 @@ static void make_desc(const struct zccl_comm *comm, const zccl_op_t *o, uint64_t
     d->root = has_root ? o->root : -1;
     if (o->barrier) d->flags |= ZCCL_DESC_BARRIER;
     if (o->refused) d->flags |= ZCCL_DESC_REFUSED;
+    if (o->mem != ZCCL_MEM_HOST) d->flags |= ZCCL_DESC_DEVICE; /* device calls split their transfers (engine_stage.c) */
     if (o->vcounts) { /* FNV-1a over the counts; the total goes in count */
         uint64_t h = 1469598103934665603ull, total = 0;
         for (int r = 0; r < comm->nranks; r++) {

@@ -13,6 +13,7 @@
 #include "api.h"
 #include "comm.h"
 #include "tuner.h"
+#include "gdr.h"
 
 extern char **environ;
 
@@ -178,5 +179,6 @@ ZCCL_API size_t zccl_config_describe(char *buf, size_t len) {
                      zccl__ib_built() ? "IB transport: built (libibverbs, librdmacm)"
                                       : "IB transport: absent (built without libibverbs/librdmacm)");
     if (n > 0) need += (size_t)n;
+    need += zccl__gdr_describe(buf && need < len ? buf + need : NULL, buf && need < len ? len - need : 0);
     return need;
 }

@@ -23,6 +23,7 @@ void zccl__desc_describe(const zccl_call_desc_t *d, char *buf, size_t len) {
     char op[24] = "", root[24] = "";
     if (d->op != 0xff) snprintf(op, sizeof op, ", op %s", d->op < ZCCL_NUM_OPS ? op_names[d->op] : "?");
     if (d->root >= 0) snprintf(root, sizeof root, ", root %d", (int)d->root);
-    snprintf(buf, len, "#%llu %s%s(count %llu, %s%s%s)", (unsigned long long)d->seq, name, d->vhash ? "_v" : "",
-             (unsigned long long)d->count, d->dt < ZCCL_NUM_TYPES && dt_names[d->dt] ? dt_names[d->dt] : "?", op, root);
+    snprintf(buf, len, "#%llu %s%s(count %llu, %s%s%s)%s", (unsigned long long)d->seq, name, d->vhash ? "_v" : "",
+             (unsigned long long)d->count, d->dt < ZCCL_NUM_TYPES && dt_names[d->dt] ? dt_names[d->dt] : "?", op, root,
+             (d->flags & ZCCL_DESC_DEVICE) ? " on device memory" : "");
 }

@@ -12,6 +12,7 @@
 
 #define ZCCL_DESC_BARRIER 1u /* flags: the all-reduce is zccl_barrier */
 #define ZCCL_DESC_REFUSED 2u /* flags: the rank refused this call locally (ZCCL_CHECK marker) */
+#define ZCCL_DESC_DEVICE 4u  /* flags: the call is on device memory (its transfers move in staging chunks) */
 
 /** Wire format (no padding): compared bytewise. op 0xff: none; root -1: none. */
 typedef struct {

@@ -106,18 +106,18 @@ void zccl__comm_poison(struct zccl_comm *comm, uint64_t seq) {
 /* Settings that shape the protocol or the schedules: ranks that disagree on one would stall at init or fail in the
  * middle of a collective with a confusing message, so every rank publishes a hash of each and init compares them. */
 
-/* The rows marked must_match, in table order (the same on every rank running this build); at most 16. */
-static size_t must_match(zccl_cfg_id_t out[16]) {
+/* The rows marked must_match, in table order (the same on every rank running this build); at most ZCCL_CFG_MATCH_MAX. */
+static size_t must_match(zccl_cfg_id_t out[ZCCL_CFG_MATCH_MAX]) {
     size_t n = 0;
-    for (size_t i = 0; i < zccl__cfg_count() && n < 16; i++)
+    for (size_t i = 0; i < zccl__cfg_count() && n < ZCCL_CFG_MATCH_MAX; i++)
         if (zccl__cfg_at(i)->must_match) out[n++] = zccl__cfg_at(i);
     return n;
 }
 
-void zccl__comm_cfg_hashes(uint32_t out[16]) {
-    zccl_cfg_id_t m[16];
+void zccl__comm_cfg_hashes(uint32_t out[ZCCL_CFG_MATCH_MAX]) {
+    zccl_cfg_id_t m[ZCCL_CFG_MATCH_MAX];
     const size_t n = must_match(m);
-    memset(out, 0, 16 * sizeof *out);
+    memset(out, 0, ZCCL_CFG_MATCH_MAX * sizeof *out);
     for (size_t i = 0; i < n; i++) {
         uint32_t h = 2166136261u; /* FNV-1a of the value as the rank sees it (its default when unset) */
         for (const char *p = zccl__cfg_str(m[i]); *p; p++) h = (h ^ (uint8_t)*p) * 16777619u;
@@ -127,7 +127,7 @@ void zccl__comm_cfg_hashes(uint32_t out[16]) {
 
 /* Every rank holds the same table, so every rank fails alike, before any transport is set up. */
 zccl_result_t zccl__comm_check_settings(struct zccl_comm *comm) {
-    zccl_cfg_id_t m[16];
+    zccl_cfg_id_t m[ZCCL_CFG_MATCH_MAX];
     const size_t n = must_match(m);
     for (int r = 1; r < comm->nranks; r++)
         for (size_t i = 0; i < n; i++)

@@ -94,7 +94,7 @@ void *zccl__comm_service_main(void *arg);
 /** The word peers read with process_vm_readv to learn whether single-copy works between them. */
 extern volatile uint64_t zccl__cma_probe_word;
 /** Hashes of the settings marked must_match, as this rank sees them (published in zccl_peer_info_t). */
-void zccl__comm_cfg_hashes(uint32_t out[16]);
+void zccl__comm_cfg_hashes(uint32_t out[ZCCL_CFG_MATCH_MAX]);
 /** Fails naming the first must_match setting whose hash differs between two ranks. */
 zccl_result_t zccl__comm_check_settings(struct zccl_comm *comm);
 /** Stops the service thread, tears every transport down, closes and frees what the core attached. */
@@ -132,6 +132,10 @@ extern const zccl_cfg_desc_t zccl__set_spin_us;
 #define ZCCL_CFG_SPIN_US (&zccl__set_spin_us)
 extern const zccl_cfg_desc_t zccl__set_stream_spin_us;
 #define ZCCL_CFG_STREAM_SPIN_US (&zccl__set_stream_spin_us)
+extern const zccl_cfg_desc_t zccl__set_stage_chunk_bytes;
+#define ZCCL_CFG_STAGE_CHUNK_BYTES (&zccl__set_stage_chunk_bytes)
+extern const zccl_cfg_desc_t zccl__set_stage_depth;
+#define ZCCL_CFG_STAGE_DEPTH (&zccl__set_stage_depth)
 extern const zccl_cfg_desc_t zccl__set_chunk_bytes;
 #define ZCCL_CFG_CHUNK_BYTES (&zccl__set_chunk_bytes)
 extern const zccl_cfg_desc_t zccl__set_rs_round_bytes;

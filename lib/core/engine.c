@@ -7,12 +7,14 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "engine.h"
+#include "engine_stage.h"
 #include "kernels.h"
 #include "notice.h"
 
@@ -135,13 +137,16 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
     return ZCCL_SUCCESS;
 }
 
-/* Advances every transfer that may move (transfers of one channel go in schedule order). */
-static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, bool *all_done, bool *moved) {
+/* Advances every transfer that may move (transfers of one channel go in schedule order; a staged chunk whose copy
+ * has not run waits, h). */
+static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, const zccl_phase_hooks_t *h,
+                               bool *all_done, bool *moved) {
     *all_done = true;
     *moved = false;
     for (size_t i = 0; i < nx; i++) {
         if (x[i].complete) continue;
         *all_done = false;
+        if (h && !h->ready(h->ctx, i)) continue;
         bool blocked = false;
         for (size_t j = 0; j < i && !blocked; j++)
             blocked = !x[j].complete && x[j].peer == x[i].peer && x[j].is_send == x[i].is_send;
@@ -154,13 +159,25 @@ static zccl_result_t poll_once(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase) {
+zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, size_t phase,
+                                 const zccl_phase_hooks_t *h) {
     uint64_t idle = 0, idle_since = 0, last_progress = zccl__now_ns();
     for (;;) {
-        bool all_done, moved;
-        ZCCL_CHECK(poll_once(comm, x, nx, &all_done, &moved));
+        bool all_done, moved, ticked = false, busy = false;
+        if (h) ZCCL_CHECK(h->tick(h->ctx, &ticked, &busy));
+        ZCCL_CHECK(poll_once(comm, x, nx, h, &all_done, &moved));
         if (all_done) return ZCCL_SUCCESS;
-        if (moved) { idle = 0; continue; }
+        if (moved || ticked) { idle = 0; continue; }
+        if (busy) { /* a copy the wire waits for runs on the GPU: no socket or doorbell will say when it is done */
+            if ((++idle & 63) == 0) {
+                if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
+                    return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
+                                       comm->rank, (unsigned long long)comm->seq);
+                sched_yield();
+            }
+            __builtin_ia32_pause();
+            continue;
+        }
         /* Poll for up to spin_ns (a peer one step behind answers within microseconds), reading the clock only every
          * 64 polls; then sleep. */
         if (idle++ == 0) idle_since = zccl__now_ns();
@@ -175,7 +192,7 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
         uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
         __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
-        zccl_result_t res = poll_once(comm, x, nx, &all_done, &moved);
+        zccl_result_t res = poll_once(comm, x, nx, h, &all_done, &moved);
         if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
         __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
         ZCCL_CHECK(res);
@@ -196,6 +213,8 @@ static zccl_result_t run_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx
 static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     zccl__mem_stage_phase(&comm->mem_stage);
     for (size_t i = 0; i < nx; i++) {
+        /* Call descriptors are host memory the engine owns: not staged, so they are compared on arrival. */
+        if (is_desc_recv(comm, &x[i]) || (x[i].is_send && x[i].src == (const uint8_t *)&comm->desc_mine)) continue;
         if (x[i].is_send) {
             ZCCL_CHECK(zccl__mem_stage_send(&comm->mem_stage, mt, x[i].src, x[i].bytes, &x[i].src));
         } else {
@@ -211,7 +230,7 @@ static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zcc
 /* The phase's receives (all complete) enter their device buffers: copied, or reduced with their operand. */
 static zccl_result_t finish_recvs(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     for (size_t i = 0; i < nx; i++)
-        if (!x[i].is_send)
+        if (!x[i].is_send && x[i].dev_dst) /* dev_dst NULL: a descriptor, not staged */
             ZCCL_CHECK(zccl__mem_stage_recv_done(&comm->mem_stage, mt, x[i].dev_dst, x[i].dev_op2, x[i].dst,
                                                  x[i].bytes, x[i].dt, x[i].op, x[i].divisor));
     return ZCCL_SUCCESS;
@@ -226,6 +245,9 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     const zccl_mem_ops_t *mops = zccl__mem_ops(mt);
     void *scratch = NULL;
     if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
+    bool pipelined = false;
+    if (mt != ZCCL_MEM_HOST) ZCCL_CHECK(zccl__stage_pipelined(comm, mt, &pipelined));
+    const uint64_t copies0 = comm->mem_stage.stage_copies;
     if (mt == ZCCL_MEM_HOST) {
         ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
         scratch = comm->scratch;
@@ -300,18 +322,28 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
+        if (nx && pipelined) { /* engine_stage.c: chunks whose copies overlap the wire */
+            if ((res = zccl__stage_run_phase(comm, mt, xs, nx, p)) != ZCCL_SUCCESS) break;
+            continue;
+        }
         if (nx && mt != ZCCL_MEM_HOST && (res = stage_xfers(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
         if (nx) {
-            res = run_phase(comm, xs, nx, p);
+            res = zccl__engine_phase(comm, xs, nx, p, NULL);
             if (res != ZCCL_SUCCESS) break;
         }
         if (nx && mt != ZCCL_MEM_HOST && (res = finish_recvs(comm, mt, xs, nx)) != ZCCL_SUCCESS) break;
     }
 out:
     if (xs != xs_local) free(xs);
+    if (mt != ZCCL_MEM_HOST) /* which path a device call took, and what it cost in host staging copies */
+        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: path %s, %llu host staging copies (%llu in all)",
+                  comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq,
+                  pipelined ? "staged-pipelined" : "staged",
+                  (unsigned long long)(comm->mem_stage.stage_copies - copies0),
+                  (unsigned long long)comm->mem_stage.stage_copies);
     return res;
 }
 
 zccl_result_t zccl__engine_run_xfers(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx) {
-    return nx ? run_phase(comm, x, nx, 0) : ZCCL_SUCCESS;
+    return nx ? zccl__engine_phase(comm, x, nx, 0, NULL) : ZCCL_SUCCESS;
 }

@@ -32,3 +32,13 @@ ZCCL_SETTING(zccl__set_check) = {.name = "ZCCL_CHECK", .deflt = "0",
 ZCCL_SETTING(zccl__set_ring_order) = {.name = "ZCCL_RING_ORDER", .deflt = "topo",
                              .help = "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
                              "an explicit permutation such as 3,1,0,2", .must_match = true};
+
+/* Pipelined staging of device calls (engine_stage.c, docs/gpu.md): both shape the wire (every rank splits a device
+ * call's transfers alike), so they must match. Defaults measured with the throttled fake driver (bench/stage_bench). */
+ZCCL_SETTING(zccl__set_stage_chunk_bytes) = {.name = "ZCCL_STAGE_CHUNK_BYTES", .deflt = "512K",
+        .help = "device calls through host staging: bytes per chunk; the copy of one chunk to or from the GPU "
+        "overlaps the transfer of others", .kind = ZCCL_CFG_BYTES, .lo = 4096, .hi = 1ll << 30, .must_match = true};
+ZCCL_SETTING(zccl__set_stage_depth) = {.name = "ZCCL_STAGE_DEPTH", .deflt = "4",
+        .help = "device calls through host staging: chunks per sending channel copied ahead of the wire; 0: no "
+        "pipelining (each phase's sends copied out whole before it, receives copied in after it)",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1024, .must_match = true};

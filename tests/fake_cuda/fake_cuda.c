@@ -6,12 +6,18 @@
  * for real, any other kernel launch fails (CUDA_ERROR_NOT_SUPPORTED) so a test sees which kernel zccl chose.
  * fake_cuda_fail_next(n) makes the n-th following driver call fail, to exercise zccl's error paths.
  * CUDA IPC across processes is emulated in the block at the end of the file (cuMemAlloc memory is a memfd mapping).
+ * Streams made with cuStreamCreate run their copies, kernels and event records later, in order, on a thread of their
+ * own ("copy engine" block at the end), with host<->device copies throttled to FAKE_CUDA_COPY_MBPS per direction
+ * (a PCIe link); FAKE_CUDA_SYNC=1 runs everything at once as before. Device attributes (compute capability, dma-buf
+ * and GPUDirect RDMA support) and cuMemGetHandleForAddressRange (a dma-buf fd: the allocation's memfd) are set by
+ * FAKE_CUDA_CC, FAKE_CUDA_DMABUF, FAKE_CUDA_GDR, FAKE_CUDA_DMABUF_EXPORT (block "GDR attributes").
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FAKE_API __attribute__((visibility("default")))
 typedef int CUresult;
@@ -24,6 +30,20 @@ static int fk_event_not_ready(void *e);
 static CUresult fk_stream_sync(void *s);
 static void fk_check_device_wide_wait(void);
 static void fk_event_destroy(void *e);
+
+/* The copy engine (cuStreamCreate streams run later, on a thread; the block at the end of this file). */
+static int ce_is_stream(void *s);
+static void ce_enqueue_copy(void *s, void *dst, const void *src, size_t n, int dir);
+static void ce_enqueue_kernel(void *s, int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div);
+static void ce_enqueue_record(void *s, void *e);
+static int ce_event_pending(void *e);
+static CUresult ce_stream_sync(void *s);
+static void ce_sync_all(void);
+static int ce_event_destroy_later(void *e);
+static CUresult ce_stream_create(void **s);
+static int ce_dir(const void *dst, const void *src);
+static CUresult fk_run_reduce(int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div);
+static int gdr_attribute(int attr, int *v);
 
 typedef struct { uintptr_t lo, hi; int dev; } range_t;
 #define FAKE_MAX_RANGES 65536 /* marked "device" ranges alive at once; running out aborts (never silently host) */
@@ -98,7 +118,12 @@ FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long
     return 0;
 }
 FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
-FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) { (void)attr; (void)dev; *v = 4; return 0; }
+FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+    (void)dev;
+    if (gdr_attribute(attr, v)) return 0;
+    *v = 4;
+    return 0;
+}
 static void *fake_ctx = (void *)0x1;
 static __thread void *cur_ctx;
 FAKE_API CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { /* device d > 0: context 0x100 + d */
@@ -127,20 +152,29 @@ FAKE_API CUresult cuMemFree_v2(unsigned long long p) {
     return 0;
 }
 FAKE_API CUresult cuMemcpyAsync(unsigned long long dst, unsigned long long src, size_t n, void *stream) {
-    (void)stream;
     CUresult f = maybe_fail();
     if (f) return f;
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    if (ce_is_stream(stream)) ce_enqueue_copy(stream, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n,
+                                              ce_dir((void *)(uintptr_t)dst, (const void *)(uintptr_t)src));
+    else memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     stats.copies++;
     fake_ipc_note((const uintptr_t[]){(uintptr_t)dst, (uintptr_t)src}, 2, 1);
     return 0;
 }
-FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; *s = (void *)0x2; return 0; }
-FAKE_API CUresult cuStreamSynchronize(void *s) { return fk_is_stream(s) ? fk_stream_sync(s) : 0; }
-FAKE_API CUresult cuCtxSynchronize(void) { stats.ctx_syncs++; fk_check_device_wide_wait(); return maybe_fail(); }
+FAKE_API CUresult cuStreamCreate(void **s, unsigned flags) { (void)flags; return ce_stream_create(s); }
+FAKE_API CUresult cuStreamSynchronize(void *s) {
+    if (ce_is_stream(s)) return ce_stream_sync(s);
+    return fk_is_stream(s) ? fk_stream_sync(s) : 0;
+}
+FAKE_API CUresult cuCtxSynchronize(void) {
+    stats.ctx_syncs++;
+    fk_check_device_wide_wait();
+    ce_sync_all();
+    return maybe_fail();
+}
 FAKE_API CUresult cuEventCreate(void **e, unsigned flags) {
     (void)flags;
-    *e = calloc(1, 64); /* an event of its own: its pending records are counted in it */
+    *e = calloc(1, 64); /* an event of its own: its pending records are counted in it (8 longs, see fk/ce blocks) */
     return maybe_fail();
 }
 FAKE_API CUresult cuEventRecord(void *e, void *s) {
@@ -148,15 +182,24 @@ FAKE_API CUresult cuEventRecord(void *e, void *s) {
     CUresult f = maybe_fail();
     if (f) return f;
     if (fk_is_stream(s)) fk_enqueue_record(s, e);
+    else if (ce_is_stream(s)) ce_enqueue_record(s, e);
     return 0;
 }
 FAKE_API CUresult cuEventQuery(void *e) {
     CUresult f = maybe_fail();
     if (f) return f;
     if (stats.event_pending > 0) { stats.event_pending--; return 600; /* CUDA_ERROR_NOT_READY */ }
+    if (ce_event_pending(e)) return 600;
     return fk_event_not_ready(e);
 }
-FAKE_API CUresult cuEventDestroy_v2(void *e) { fk_event_destroy(e); return 0; }
+FAKE_API CUresult cuEventSynchronize(void *e) {
+    for (int i = 0; i < 400000 && (ce_event_pending(e) || fk_event_not_ready(e) == 600); i++) usleep(50);
+    return ce_event_pending(e) ? 999 : fk_event_not_ready(e);
+}
+FAKE_API CUresult cuEventDestroy_v2(void *e) {
+    if (!ce_event_destroy_later(e)) fk_event_destroy(e);
+    return 0;
+}
 FAKE_API CUresult cuStreamWaitValue32_v2(void *s, unsigned long long addr, uint32_t v, unsigned flags) {
     (void)flags;
     stats.waits++;
@@ -190,7 +233,7 @@ FAKE_API CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
 }
 FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                  unsigned bz, unsigned shmem, void *stream, void **params, void **extra) {
-    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)stream; (void)extra;
+    (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)extra;
     const char *name = f;
     CUresult fl = maybe_fail();
     if (fl) return fl;
@@ -205,7 +248,15 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     stats.last_count = n;
     stats.last_divisor = div;
     fake_ipc_note((const uintptr_t[]){(uintptr_t)dst, (uintptr_t)a, (uintptr_t)b}, 3, 0);
-    if (op != 0) return 801;
+    if (op != 0 || (dt != 7 && dt != 2)) return 801;
+    if (ce_is_stream(stream)) { /* runs later, in the stream's order */
+        ce_enqueue_kernel(stream, dt, dst, a, b, n, div);
+        return 0;
+    }
+    return fk_run_reduce(dt, dst, a, b, n, div);
+}
+
+static CUresult fk_run_reduce(int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div) {
     if (dt == 7) { /* float32 SUM (AVG: divisor) */
         for (size_t i = 0; i < n; i++) {
             float r = ((const float *)a)[i] + ((const float *)b)[i];
@@ -606,7 +657,10 @@ FAKE_API void fake_cuda_order_stats(long out[4]) {
 }
 
 FAKE_API CUresult cuStreamGetCtx(void *s, void **ctx) {
-    if (!s || s == (void *)0x2) { *ctx = cur_ctx ? cur_ctx : fake_ctx; return 0; } /* default / zccl's stream */
+    if (!s || s == (void *)0x2 || ce_is_stream(s)) { /* the default stream, or one of cuStreamCreate (zccl's) */
+        *ctx = cur_ctx ? cur_ctx : fake_ctx;
+        return 0;
+    }
     if (!fk_is_stream(s)) return 400; /* CUDA_ERROR_INVALID_HANDLE */
     *ctx = ((fk_stream_t *)s)->ctx;
     return 0;
@@ -618,3 +672,322 @@ FAKE_API CUresult cuCtxGetDevice(int *dev) {
     return 0;
 }
 /* ==== end of the stream-order block ==== */
+
+
+/* ==== Copy engine (issue 24): streams of cuStreamCreate run their work later, on a thread, in order ============
+ *
+ * Each stream has a thread that executes its queue: copies (cuMemcpyAsync), the emulated reduction kernels
+ * (cuLaunchKernel) and event records (cuEventRecord: the event is done once the thread passes the record). A copy
+ * between host and device memory holds its direction's "link" (host-to-device and device-to-host are separate, as a
+ * PCIe link is full duplex) for bytes / FAKE_CUDA_COPY_MBPS (decimal MB/s; unset or 0: no throttle) and writes its
+ * destination only at the end of that time, so a reader that does not wait for the copy's event sees old bytes.
+ * Device-to-device copies and kernels are not throttled. cuStreamSynchronize waits for the queue to drain,
+ * cuCtxSynchronize for every stream's. FAKE_CUDA_SYNC=1: cuStreamCreate returns the old fixed handle and every
+ * operation runs at once in the caller's thread. fake_cuda_ce_stats reports the copies by direction and the most
+ * copies that were ever queued or running at once across the streams (overlap shows as > 1).
+ */
+#include <errno.h>
+
+enum { CE_COPY, CE_KERNEL, CE_RECORD };
+enum { CE_D2D = 0, CE_H2D = 1, CE_D2H = 2, CE_H2H = 3 };
+typedef struct ce_item {
+    int kind, dir, dt;
+    void *dst;
+    const void *src, *b;
+    size_t n;
+    uint32_t div;
+    long *event;
+    struct ce_item *next;
+} ce_item_t;
+typedef struct ce_stream {
+    unsigned magic;
+    ce_item_t *head, *tail;
+    long queued, executed;
+    pthread_t th;
+    struct ce_stream *next;
+} ce_stream_t;
+#define CE_MAGIC 0xce0c0de5u
+/* Event layout (8 longs from cuEventCreate): [0..2] the stream-order block's, [3] records queued on copy-engine
+ * streams, [4] records executed, [5] destroyed while a record was queued (the thread frees it). */
+
+static pthread_mutex_t ce_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ce_cv = PTHREAD_COND_INITIALIZER;
+static ce_stream_t *ce_streams;
+static double ce_link_free[4]; /* per direction: when the link is free again (CLOCK_MONOTONIC seconds) */
+typedef struct { long copies[4]; long bytes[4]; long kernels, max_in_flight, in_flight; } fake_cuda_ce_stats_t;
+static fake_cuda_ce_stats_t ce_stats;
+
+FAKE_API void fake_cuda_ce_stats(fake_cuda_ce_stats_t *out) {
+    pthread_mutex_lock(&ce_mu);
+    *out = ce_stats;
+    pthread_mutex_unlock(&ce_mu);
+}
+
+static double ce_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double ce_mbps(void) {
+    static double v = -1;
+    if (v < 0) {
+        const char *e = getenv("FAKE_CUDA_COPY_MBPS");
+        v = e ? atof(e) : 0.0;
+        if (v < 0) v = 0;
+    }
+    return v;
+}
+
+static int ce_is_stream(void *s) {
+    if (!s || s == (void *)0x2) return 0;
+    pthread_mutex_lock(&ce_mu);
+    int found = 0;
+    for (ce_stream_t *c = ce_streams; c && !found; c = c->next) found = (void *)c == s;
+    pthread_mutex_unlock(&ce_mu);
+    return found;
+}
+
+static int ce_dir(const void *dst, const void *src) {
+    pthread_mutex_lock(&mu);
+    const int dd = find((uintptr_t)dst) != NULL, sd = find((uintptr_t)src) != NULL;
+    pthread_mutex_unlock(&mu);
+    return dd && sd ? CE_D2D : dd ? CE_H2D : sd ? CE_D2H : CE_H2H;
+}
+
+static void ce_sleep_until(double t) {
+    for (;;) {
+        const double left = t - ce_now();
+        if (left <= 0) return;
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void ce_run(ce_item_t *it) {
+    if (it->kind == CE_COPY) {
+        const double mbps = ce_mbps();
+        if (mbps > 0 && (it->dir == CE_H2D || it->dir == CE_D2H)) {
+            pthread_mutex_lock(&ce_mu);
+            const double now = ce_now(), start = ce_link_free[it->dir] > now ? ce_link_free[it->dir] : now;
+            const double end = start + (double)it->n / (mbps * 1e6);
+            ce_link_free[it->dir] = end;
+            pthread_mutex_unlock(&ce_mu);
+            ce_sleep_until(end); /* the bytes arrive when the link has carried them */
+        }
+        memmove(it->dst, it->src, it->n);
+    } else if (it->kind == CE_KERNEL) {
+        fk_run_reduce(it->dt, it->dst, it->src, it->b, it->n, it->div);
+    }
+}
+
+static void *ce_main(void *arg) {
+    ce_stream_t *c = arg;
+    pthread_mutex_lock(&ce_mu);
+    for (;;) {
+        while (!c->head) pthread_cond_wait(&ce_cv, &ce_mu);
+        ce_item_t *it = c->head;
+        pthread_mutex_unlock(&ce_mu);
+        ce_run(it);
+        pthread_mutex_lock(&ce_mu);
+        if (it->kind == CE_RECORD) {
+            it->event[4]++;
+            if (it->event[5] && it->event[4] == it->event[3]) free(it->event);
+        }
+        if (it->kind == CE_COPY) ce_stats.in_flight--;
+        c->head = it->next;
+        if (!c->head) c->tail = NULL;
+        c->executed++;
+        free(it);
+        pthread_cond_broadcast(&ce_cv);
+    }
+    return NULL;
+}
+
+static void ce_after_fork_child(void);
+static void ce_before_fork(void);
+static void ce_after_fork_parent(void);
+static void ce_register_fork(void) { pthread_atfork(ce_before_fork, ce_after_fork_parent, ce_after_fork_child); }
+
+/* A child of fork() (the test harness forks ranks) has the streams but not their threads: start them again. */
+static void ce_after_fork_child(void) {
+    pthread_mutex_init(&ce_mu, NULL);
+    pthread_cond_init(&ce_cv, NULL);
+    for (ce_stream_t *c = ce_streams; c; c = c->next) {
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&c->th, &at, ce_main, c) != 0) abort();
+        pthread_attr_destroy(&at);
+    }
+}
+static void ce_before_fork(void) { pthread_mutex_lock(&ce_mu); }
+static void ce_after_fork_parent(void) { pthread_mutex_unlock(&ce_mu); }
+
+static CUresult ce_stream_create(void **s) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ce_register_fork);
+    const char *sync = getenv("FAKE_CUDA_SYNC");
+    if (sync && atoi(sync) == 1) { *s = (void *)0x2; return 0; }
+    ce_stream_t *c = calloc(1, sizeof *c);
+    if (!c) return 2;
+    c->magic = CE_MAGIC;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    const int rc = pthread_create(&c->th, &at, ce_main, c);
+    pthread_attr_destroy(&at);
+    if (rc != 0) { free(c); return 2; }
+    pthread_mutex_lock(&ce_mu);
+    c->next = ce_streams;
+    ce_streams = c;
+    pthread_mutex_unlock(&ce_mu);
+    *s = c;
+    return 0;
+}
+
+static void ce_push(void *s, ce_item_t *it) {
+    ce_stream_t *c = s;
+    pthread_mutex_lock(&ce_mu);
+    it->next = NULL;
+    if (c->tail) c->tail->next = it;
+    else c->head = it;
+    c->tail = it;
+    c->queued++;
+    if (it->kind == CE_COPY) {
+        ce_stats.copies[it->dir]++;
+        ce_stats.bytes[it->dir] += (long)it->n;
+        if (++ce_stats.in_flight > ce_stats.max_in_flight) ce_stats.max_in_flight = ce_stats.in_flight;
+    }
+    if (it->kind == CE_KERNEL) ce_stats.kernels++;
+    if (it->kind == CE_RECORD) it->event[3]++;
+    pthread_cond_broadcast(&ce_cv);
+    pthread_mutex_unlock(&ce_mu);
+}
+
+static void ce_enqueue_copy(void *s, void *dst, const void *src, size_t n, int dir) {
+    ce_item_t *it = calloc(1, sizeof *it);
+    if (!it) abort();
+    *it = (ce_item_t){.kind = CE_COPY, .dir = dir, .dst = dst, .src = src, .n = n};
+    ce_push(s, it);
+}
+
+static void ce_enqueue_kernel(void *s, int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div) {
+    ce_item_t *it = calloc(1, sizeof *it);
+    if (!it) abort();
+    *it = (ce_item_t){.kind = CE_KERNEL, .dt = dt, .dst = dst, .src = a, .b = b, .n = n, .div = div};
+    ce_push(s, it);
+}
+
+static void ce_enqueue_record(void *s, void *e) {
+    ce_item_t *it = calloc(1, sizeof *it);
+    if (!it) abort();
+    *it = (ce_item_t){.kind = CE_RECORD, .event = e};
+    ce_push(s, it);
+}
+
+static int ce_event_pending(void *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&ce_mu);
+    const long *ev = e;
+    const int p = ev[3] > ev[4];
+    pthread_mutex_unlock(&ce_mu);
+    return p;
+}
+
+static int ce_event_destroy_later(void *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&ce_mu);
+    long *ev = e;
+    const int later = ev[3] > ev[4];
+    if (later) ev[5] = 1;
+    pthread_mutex_unlock(&ce_mu);
+    return later;
+}
+
+static CUresult ce_stream_sync(void *s) {
+    ce_stream_t *c = s;
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 60; /* a queue that never drains: the GPU would hang; a test gets an error instead */
+    pthread_mutex_lock(&ce_mu);
+    int rc = 0;
+    while (c->executed < c->queued && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&ce_cv, &ce_mu, &dl);
+    const int done = c->executed >= c->queued;
+    pthread_mutex_unlock(&ce_mu);
+    return done ? 0 : 999;
+}
+
+static void ce_sync_all(void) {
+    pthread_mutex_lock(&ce_mu);
+    for (ce_stream_t *c = ce_streams; c; c = c->next)
+        while (c->executed < c->queued) pthread_cond_wait(&ce_cv, &ce_mu);
+    pthread_mutex_unlock(&ce_mu);
+}
+
+FAKE_API CUresult cuStreamDestroy_v2(void *s) { /* work queued before still runs (the thread stays) */
+    if (ce_is_stream(s)) ce_stream_sync(s);
+    return 0;
+}
+
+FAKE_API CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
+    (void)flags;
+    /* Only the ordering zccl relies on: the stream's later work starts after the event's last record ran. */
+    if (e && ce_is_stream(s)) {
+        for (int i = 0; i < 1200000 && ce_event_pending(e); i++) usleep(50);
+    }
+    return 0;
+}
+/* ==== end of the copy engine ==== */
+
+/* ==== GDR attributes (issue 24): what the simulated GPU supports, and dma-buf export ==========================
+ * FAKE_CUDA_CC      compute capability as major*10+minor (default 90: Hopper; 80: Ampere, needs the GDR flush)
+ * FAKE_CUDA_DMABUF  CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (default 1)
+ * FAKE_CUDA_GDR     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (default 1)
+ * FAKE_CUDA_DMABUF_EXPORT=0  cuMemGetHandleForAddressRange refuses (CUDA_ERROR_NOT_SUPPORTED)
+ * cuMemGetHandleForAddressRange(DMA_BUF_FD) on a page-aligned range of a cuMemAlloc allocation returns a dup of the
+ * allocation's memfd (a real fd the caller must close; an RDMA stack without dma-buf sees an ordinary file); memory
+ * marked device by the test (not from cuMemAlloc), misaligned or out-of-range requests fail with
+ * CUDA_ERROR_INVALID_VALUE, as the driver does. fake_cuda_dmabuf_exports counts the fds handed out. */
+static long dmabuf_exports;
+FAKE_API long fake_cuda_dmabuf_exports(void) { return __atomic_load_n(&dmabuf_exports, __ATOMIC_RELAXED); }
+
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+static int gdr_attribute(int attr, int *v) {
+    const int cc = env_int("FAKE_CUDA_CC", 90);
+    switch (attr) {
+    case 75: *v = cc / 10; return 1;                        /* COMPUTE_CAPABILITY_MAJOR */
+    case 76: *v = cc % 10; return 1;                        /* COMPUTE_CAPABILITY_MINOR */
+    case 116: *v = env_int("FAKE_CUDA_GDR", 1) != 0; return 1;    /* GPU_DIRECT_RDMA_SUPPORTED */
+    case 124: *v = env_int("FAKE_CUDA_DMABUF", 1) != 0; return 1; /* DMA_BUF_SUPPORTED */
+    default: return 0;
+    }
+}
+
+FAKE_API CUresult cuMemGetHandleForAddressRange(void *handle, unsigned long long dptr, size_t size, int type,
+                                                unsigned long long flags) {
+    (void)flags;
+    CUresult f = maybe_fail();
+    if (f) return f;
+    if (type != 1) return 1;                                     /* only CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
+    if (!env_int("FAKE_CUDA_DMABUF_EXPORT", 1) || !env_int("FAKE_CUDA_DMABUF", 1)) return 801;
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!size || dptr % page || size % page) return 1;           /* CUDA_ERROR_INVALID_VALUE: not page-aligned */
+    pthread_mutex_lock(&mu);
+    int fd = -1;
+    for (int i = 0; i < nipc; i++)
+        if (!ipc_allocs[i].opened && dptr >= ipc_allocs[i].base && dptr + size <= ipc_allocs[i].base + ipc_allocs[i].map)
+            fd = ipc_allocs[i].fd;
+    pthread_mutex_unlock(&mu);
+    if (fd < 0) return 1;
+    const int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0) return 2;
+    *(int *)handle = d;
+    __atomic_fetch_add(&dmabuf_exports, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+/* ==== end of the GDR attributes ==== */

@@ -1,0 +1,248 @@
+/*
+ * test_gdr.cpp — GPUDirect RDMA's settings, probes and path rule (topology/topo_gdr.c, transport/ib_gdr_probe.c,
+ * mem/mem_gdr.c; docs/gpu.md "GPUDirect RDMA"), without a GPU or an RDMA NIC: the rule on hand-written topology
+ * files, the level grammar (NCCL names and numbers, NCCL_* names mapped), the peer-memory probe on a fake sysfs tree,
+ * the decision with the fake CUDA driver's attributes (flush before Hopper), the dma-buf export's errors, and the
+ * lines zccl-topo and zccl_config_describe print.
+ */
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "gdr.h"
+#include "mem_gdr.h"
+#include "topo.h"
+}
+#include "zccl.h"
+
+namespace {
+
+struct TopoDeleter {
+    void operator()(zccl_topo_t *t) const { zccl_topo_destroy(t); }
+};
+using Topo = std::unique_ptr<zccl_topo_t, TopoDeleter>;
+
+Topo load(const char *name) {
+    zccl_topo_t *raw = nullptr;
+    const std::string path = std::string(ZCCL_TEST_TOPO_DIR) + "/" + name;
+    EXPECT_EQ(zccl_topo_create_file(path.c_str(), 0, &raw), ZCCL_SUCCESS) << path;
+    return Topo(raw);
+}
+
+int child(const std::vector<std::pair<const char *, const char *>> &env, const std::function<int()> &fn) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (auto &e : env) setenv(e.first, e.second, 1);
+        _exit(fn());
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+#define GCHECK(cond, ...)                                                                                         \
+    do {                                                                                                       \
+        if (!(cond)) {                                                                                         \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                           \
+            fprintf(stderr, __VA_ARGS__);                                                                      \
+            fprintf(stderr, "\n");                                                                             \
+            return 1;                                                                                          \
+        }                                                                                                      \
+    } while (0)
+
+std::string run(const std::string &env_and_cmd) {
+    std::string out;
+    FILE *p = popen((env_and_cmd + " 2>&1").c_str(), "r");
+    if (!p) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+    return out;
+}
+
+TEST(Gdr, LevelGrammarNamesAndNcclNumbers) {
+    zccl_path_t l;
+    const std::pair<const char *, zccl_path_t> ok[] = {{"LOC", ZCCL_PATH_LOC}, {"pix", ZCCL_PATH_PIX},
+                                                       {"PXB", ZCCL_PATH_PXB}, {"PHB", ZCCL_PATH_PHB},
+                                                       {"node", ZCCL_PATH_PHB}, {"SYS", ZCCL_PATH_SYS},
+                                                       {"0", ZCCL_PATH_LOC}, {"2", ZCCL_PATH_PXB},
+                                                       {"4", ZCCL_PATH_SYS}, {"7", ZCCL_PATH_SYS}};
+    for (auto &c : ok) {
+        ASSERT_EQ(zccl_topo_gdr_level_parse(c.first, &l), 0) << c.first;
+        EXPECT_EQ(l, c.second) << c.first;
+    }
+    for (const char *bad : {"", "PXN", "-1", "2x", "NET"}) EXPECT_EQ(zccl_topo_gdr_level_parse(bad, &l), -1) << bad;
+}
+
+TEST(Gdr, PathRuleOnTopologyFiles) {
+    Topo t = load("gpus-nics-only.xml"); /* GPU0, GPU1 PIX to NIC0; GPU2, GPU3 PHB */
+    ASSERT_TRUE(t);
+    char why[160];
+    int nic;
+    zccl_path_t path;
+    const zccl_topo_dev_t *g0 = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 0), *g2 = zccl_topo_dev(t.get(), ZCCL_TOPO_DEV_GPU, 2);
+    EXPECT_TRUE(zccl_topo_gdr_pair(t.get(), g0, ZCCL_PATH_PXB, &nic, &path, why, sizeof why)) << why;
+    EXPECT_EQ(nic, 0);
+    EXPECT_EQ(path, ZCCL_PATH_PIX);
+    EXPECT_FALSE(zccl_topo_gdr_pair(t.get(), g0, ZCCL_PATH_LOC, &nic, &path, why, sizeof why));
+    EXPECT_NE(std::string(why).find("farther than the GDR level LOC"), std::string::npos) << why;
+    EXPECT_FALSE(zccl_topo_gdr_pair(t.get(), g2, ZCCL_PATH_PXB, &nic, &path, why, sizeof why));
+    EXPECT_EQ(path, ZCCL_PATH_PHB);
+    EXPECT_NE(std::string(why).find("PHB"), std::string::npos) << why;
+    EXPECT_TRUE(zccl_topo_gdr_pair(t.get(), g2, ZCCL_PATH_PHB, &nic, &path, why, sizeof why)) << why;
+    Topo e = load("eth-only.xml");
+    ASSERT_TRUE(e);
+    EXPECT_FALSE(zccl_topo_gdr_pair(e.get(), zccl_topo_dev(e.get(), ZCCL_TOPO_DEV_GPU, 0), ZCCL_PATH_SYS, &nic, &path,
+                                    why, sizeof why));
+    EXPECT_NE(std::string(why).find("no RDMA-capable NIC"), std::string::npos) << why;
+}
+
+TEST(Gdr, ZcclTopoSaysPerGpuWhetherAndWhyNot) {
+    const std::string tool = std::string(ZCCL_TOOLS_DIR) + "/zccl-topo --nccl-xml " + ZCCL_TEST_TOPO_DIR +
+                             "/gpus-nics-only.xml";
+    std::string out = run("env -u ZCCL_GDR -u ZCCL_NET_GDR_LEVEL -u NCCL_NET_GDR_LEVEL " + tool);
+    EXPECT_NE(out.find("ZCCL_GDR=auto, ZCCL_NET_GDR_LEVEL=PXB"), std::string::npos) << out;
+    EXPECT_NE(out.find("GPU0   yes          NIC0: GPU-NIC path PIX"), std::string::npos) << out;
+    EXPECT_NE(out.find("GPU2   no           NIC0: GPU-NIC path PHB is farther"), std::string::npos) << out;
+    out = run("env -u ZCCL_NET_GDR_LEVEL NCCL_NET_GDR_LEVEL=PHB " + tool); /* NCCL's name, mapped */
+    EXPECT_NE(out.find("GPU2   yes          NIC0"), std::string::npos) << out;
+    out = run("env ZCCL_GDR=0 " + tool);
+    EXPECT_NE(out.find("GPU0   no           NIC0: ZCCL_GDR=0"), std::string::npos) << out;
+    out = run("env ZCCL_GDR=1 " + tool);
+    EXPECT_NE(out.find("GPU2   yes (forced)"), std::string::npos) << out;
+    out = run("env ZCCL_GDR=maybe " + tool);
+    EXPECT_NE(out.find("ZCCL_GDR=maybe: expected auto, 0 or 1"), std::string::npos) << out;
+}
+
+TEST(Gdr, SettingsErrorsNameTheVariable) {
+    EXPECT_EQ(child({{"ZCCL_GDR", "2"}}, [] {
+        zccl_gdr_cfg_t c;
+        return zccl__gdr_cfg(&c) == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "ZCCL_GDR=2") ? 0 : 1;
+    }), 0);
+    EXPECT_EQ(child({{"NCCL_NET_GDR_LEVEL", "PXN"}}, [] {
+        unsetenv("ZCCL_NET_GDR_LEVEL");
+        zccl_gdr_cfg_t c;
+        return zccl__gdr_cfg(&c) == ZCCL_INVALID_ARGUMENT &&
+                       strstr(zccl_get_last_error(nullptr), "NCCL_NET_GDR_LEVEL=PXN") ? 0 : 1;
+    }), 0);
+    EXPECT_EQ(child({{"NCCL_GDR_FLUSH_DISABLE", "1"}, {"NCCL_DMABUF_ENABLE", "0"}, {"NCCL_NET_GDR_READ", "0"}}, [] {
+        unsetenv("ZCCL_GDR_FLUSH_DISABLE");
+        unsetenv("ZCCL_DMABUF_ENABLE");
+        unsetenv("ZCCL_NET_GDR_READ");
+        zccl_gdr_cfg_t c;
+        return zccl__gdr_cfg(&c) == ZCCL_SUCCESS && c.flush_disable && !c.dmabuf && c.read_setting == 0 ? 0 : 1;
+    }), 0);
+}
+
+TEST(Gdr, PeerMemoryProbeReadsSysfs) {
+    char dir[] = "/tmp/zccl-gdr-XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir));
+    const std::string root = dir;
+    zccl_nic_gdr_t n;
+    zccl__gdr_probe_peermem(root.c_str(), &n);
+    EXPECT_FALSE(n.peermem) << n.peermem_what;
+    for (const char *d : {"/sys", "/sys/module", "/sys/module/nvidia_peermem"}) mkdir((root + d).c_str(), 0755);
+    FILE *f = fopen((root + "/sys/module/nvidia_peermem/version").c_str(), "w");
+    ASSERT_TRUE(f);
+    fputs("1.0\n", f);
+    fclose(f);
+    zccl__gdr_probe_peermem(root.c_str(), &n);
+    EXPECT_TRUE(n.peermem);
+    EXPECT_NE(std::string(n.peermem_what).find("nvidia_peermem"), std::string::npos) << n.peermem_what;
+    unlink((root + "/sys/module/nvidia_peermem/version").c_str());
+    rmdir((root + "/sys/module/nvidia_peermem").c_str());
+    rmdir((root + "/sys/module").c_str());
+    rmdir((root + "/sys").c_str());
+    rmdir(dir);
+}
+
+/* With the fake driver: dma-buf on both sides -> gdr, flush before Hopper only; no dma-buf and no peer memory ->
+ * staged, naming both; ZCCL_GDR=0 -> staged. */
+int decide_body(bool want_gdr, bool want_flush, const char *want_text, int nic_dmabuf, bool peermem) {
+    zccl_gdr_cfg_t c;
+    GCHECK(zccl__gdr_cfg(&c) == ZCCL_SUCCESS, "%s", zccl_get_last_error(nullptr));
+    zccl_nic_gdr_t nic = {};
+    nic.nic_dmabuf = nic_dmabuf;
+    nic.peermem = peermem;
+    snprintf(nic.peermem_what, sizeof nic.peermem_what, "%s", peermem ? "peer memory (test)" : "no peer memory (test)");
+    bool flush = false;
+    char buf[400];
+    const bool g = zccl__gdr_decide(&c, &nic, 0, &flush, buf, sizeof buf);
+    GCHECK(g == want_gdr && flush == want_flush && strstr(buf, want_text), "gdr %d flush %d: %s", g, flush, buf);
+    return 0;
+}
+
+TEST(Gdr, DecisionWithTheFakeDriverAttributes) {
+    const char *lib = ZCCL_FAKE_CUDA_PATH;
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
+                    [] { return decide_body(true, true, "gdr (dma-buf", 1, false); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "90"}},
+                    [] { return decide_body(true, false, "flush not needed", 1, false); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}, {"ZCCL_GDR_FLUSH_DISABLE", "1"}},
+                    [] { return decide_body(true, false, "ZCCL_GDR_FLUSH_DISABLE", 1, false); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
+                    [] { return decide_body(false, false, "staged: neither dma-buf (NIC no", 0, false); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF", "0"}},
+                    [] { return decide_body(true, false, "gdr (peer memory", 1, true); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"ZCCL_GDR", "0"}},
+                    [] { return decide_body(false, false, "staged: ZCCL_GDR=0", 1, true); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}},
+                    [] { return decide_body(false, false, "staged: no CUDA driver", 1, true); }), 0);
+}
+
+/* Bad input to the export: misaligned ranges, memory the driver did not allocate, a driver that refuses. */
+TEST(Gdr, DmaBufExportErrorsNameTheCause) {
+    const char *lib = ZCCL_FAKE_CUDA_PATH;
+    auto body = [](bool refuse) -> int {
+        zccl_gpu_gdr_t g;
+        zccl__mem_gpu_gdr(0, &g);
+        GCHECK(g.driver && g.export_entry, "%s", g.why);
+        void *d = nullptr;
+        GCHECK(zccl_mem_alloc_cuda(&d, 1 << 16) == ZCCL_SUCCESS, "alloc: %s", zccl_get_last_error(nullptr));
+        int fd = -1;
+        const long page = sysconf(_SC_PAGESIZE);
+        if (refuse) {
+            GCHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_INVALID_USAGE &&
+                       strstr(zccl_get_last_error(nullptr), "cannot be exported"), "%s", zccl_get_last_error(nullptr));
+            return 0;
+        }
+        GCHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_SUCCESS && fd >= 0, "%s",
+               zccl_get_last_error(nullptr));
+        close(fd);
+        GCHECK(zccl__mem_gpu_dmabuf_fd((char *)d + 1, (size_t)page, &fd) == ZCCL_INVALID_ARGUMENT &&
+                   strstr(zccl_get_last_error(nullptr), "page-aligned"), "%s", zccl_get_last_error(nullptr));
+        GCHECK(zccl__mem_gpu_dmabuf_fd(d, 100, &fd) == ZCCL_INVALID_ARGUMENT, "size 100");
+        std::vector<char> host(3 * (size_t)page);
+        char *aligned = (char *)(((uintptr_t)host.data() + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
+        GCHECK(zccl__mem_gpu_dmabuf_fd(aligned, (size_t)page, &fd) == ZCCL_INVALID_USAGE, "host memory exported");
+        zccl_mem_free_cuda(d);
+        return 0;
+    };
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}}, [&] { return body(false); }), 0);
+    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF_EXPORT", "0"}}, [&] { return body(true); }), 0);
+}
+
+TEST(Gdr, ConfigDescribeSaysIt) {
+    EXPECT_EQ(child({{"ZCCL_GDR", "0"}, {"NCCL_NET_GDR_LEVEL", "PIX"}}, [] {
+        unsetenv("ZCCL_NET_GDR_LEVEL");
+        std::string s(zccl_config_describe(nullptr, 0) + 1, '\0');
+        zccl_config_describe(&s[0], s.size());
+        return s.find("GPUDirect RDMA: ZCCL_GDR=0, path level PIX") != std::string::npos &&
+                       s.find("NCCL_NET_GDR_LEVEL") != std::string::npos ? 0 : 1;
+    }), 0);
+}
+
+}  // namespace
