@@ -760,8 +760,8 @@ zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle);
  * (the first term is half a step of the code grid: 1/(2Q) of amax for the integer codes, half an ulp of the fp8 code
  * relative to |x_i| plus half the spacing of its subnormals; 2^-21 amax covers float32 rounding of the scale, the
  * quotient and the product; 2^-140 covers blocks whose scale is subnormal or rounds to zero.)
- * Wire bytes of a shard of n elements: 4 * ceil(n / B) + n (int8, fp8) or ceil(n / 2) (int4), rounded up to a multiple
- * of 8 (zccl_wire_bytes). For B = 128: int8 sends 25.8% of float32's bytes and 51.6% of float16's, int4 13.3% and
+ * Wire bytes of a shard of n elements: a 16-byte header (the call's count, the wire, B), then 4 * ceil(n / B) + n
+ * (int8, fp8) or ceil(n / 2) (int4), rounded up to a multiple of 8 (zccl_wire_bytes). For B = 128: int8 sends 25.8% of float32's bytes and 51.6% of float16's, int4 13.3% and
  * 26.6%.
  *
  * NaN and infinity propagate, at block granularity: a block holding a NaN or an infinity is sent with the scale NaN,
@@ -792,7 +792,10 @@ typedef enum {
  *  - Every rank gets bitwise-identical output (all-gather, all-reduce): each rank decodes the same wire bytes,
  *    its own contribution included (the owner of a shard uses the decoded value of what it sent, not its input).
  *  - Every rank passes the same wire (a different wire is a different datatype of the inner call, so the ranks fail
- *    naming both calls, as for any calls that differ), and ZCCL_QUANT_BLOCK must match (checked at creation).
+ *    naming both calls, as for any calls that differ), and ZCCL_QUANT_BLOCK must match (checked at creation). Every
+ *    wire string carries the call's count, wire and B, which every receiving rank checks: ranks whose counts differ
+ *    all fail with ZCCL_INVALID_USAGE naming both calls, before any output is written (the communicator stays usable).
+ *  - Not from inside a stream's own thread (a ZeRO plan's completion hook): the call waits for that stream.
  *  - Internally a call is two or three collectives of the communicator (each takes a sequence number).
  *  Errors: the common ones (see "Collectives"), plus ZCCL_INVALID_ARGUMENT naming 'wire' (out of range), 'datatype'
  *  (not a float type the formats take), 'op' (not SUM or AVG with a quantized wire), 'count' (its wire size
@@ -846,7 +849,7 @@ zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, size_t cou
 
 /**
  * Bytes that one shard of count elements takes on the wire in format wire with the block size in force
- * (ZCCL_QUANT_BLOCK): 4 * ceil(count / B) + payload, rounded up to 8 (see zccl_wire_t). ZCCL_WIRE_FULL: 0 (the
+ * (ZCCL_QUANT_BLOCK): 16 (header) + 4 * ceil(count / B) + payload, rounded up to 8 (see zccl_wire_t). ZCCL_WIRE_FULL: 0 (the
  * datatype decides). 0 for a wire out of range; SIZE_MAX when the size overflows.
  */
 size_t zccl_wire_bytes(zccl_wire_t wire, size_t count);

@@ -369,3 +369,33 @@ TEST(QuantColl, DifferentWiresFailOnEveryRank) {
         return 0;
     }, o);
 }
+
+/* Counts that differ by less than the padding give the same wire size, so the call descriptors agree: the headers
+ * inside the wire strings still make every rank fail, naming both calls, and the communicator stays usable. */
+TEST(QuantColl, CountsThatDifferFailOnEveryRank) {
+    Options o;
+    o.deadline_s = 60;
+    run_ranks(3, [](zccl_comm_t comm, int rank, int n) {
+        std::vector<float> f(3 * 1002, 1.0f), g(3 * 1002, 0.0f);
+        const size_t c = rank == 2 ? 1002 : 1001; /* int8, B = 128: both 1040 wire bytes + 16 */
+        const zccl_result_t r1 = zccl_allgather_wire(f.data(), g.data(), c, ZCCL_FLOAT32, ZCCL_WIRE_INT8, comm, NULL);
+        const std::string m1 = zccl_get_last_error(comm);
+        const zccl_result_t r2 = zccl_reduce_scatter_wire(f.data(), g.data(), c, ZCCL_FLOAT32, ZCCL_SUM,
+                                                          ZCCL_WIRE_INT8, comm, NULL);
+        const zccl_result_t r3 = zccl_allreduce_wire(f.data(), g.data(), 3 * c, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8,
+                                                     comm, NULL);
+        if (r1 != ZCCL_INVALID_USAGE || r2 != ZCCL_INVALID_USAGE || r3 != ZCCL_INVALID_USAGE ||
+            m1.find("count 100") == std::string::npos) {
+            child_log(rank, "got %d %d %d, '%s' (wanted ZCCL_INVALID_USAGE naming the counts on every rank)", (int)r1,
+                      (int)r2, (int)r3, m1.c_str());
+            return 1;
+        }
+        float v = 2.0f;
+        if (zccl_allreduce_wire(&v, &v, 1, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL) != ZCCL_SUCCESS ||
+            std::fabs(v - 2.0f * n) > 0.1f) {
+            child_log(rank, "the communicator does not work after the refused calls: %s", zccl_get_last_error(comm));
+            return 1;
+        }
+        return 0;
+    }, o);
+}

@@ -29,9 +29,39 @@ static zccl_datatype_t inner_type(zccl_wire_t w) {
     }
 }
 
+/* Every wire string starts with a header naming what it encodes, so that ranks whose counts differ by less than the
+ * padding (same wire size, so the call descriptors agree) fail on every rank instead of decoding garbage: each rank
+ * checks the headers of every string it receives, and every rank receives one from every rank. */
+typedef struct {
+    uint64_t count; /* the call's count argument (the vector, not the shard) */
+    uint32_t wire, block;
+} wire_hdr_t;
+#define HDR ((size_t)sizeof(wire_hdr_t))
+
+static void put_hdr(uint8_t *p, size_t count, zccl_wire_t wire, size_t B) {
+    const wire_hdr_t h = {.count = count, .wire = (uint32_t)wire, .block = (uint32_t)B};
+    memcpy(p, &h, sizeof h);
+}
+
+/* Checks the n headers (stride w) against this rank's call. */
+static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, size_t n, size_t me, size_t count,
+                                zccl_wire_t wire, size_t B) {
+    for (size_t r = 0; r < n; r++) {
+        wire_hdr_t h;
+        memcpy(&h, all + r * w, sizeof h);
+        if (h.count != count || h.wire != (uint32_t)wire || h.block != (uint32_t)B)
+            return zccl__error(ZCCL_INVALID_USAGE, "%s: rank %zu called with count %llu, wire %s, block %u; rank %zu "
+                               "(this rank) with count %zu, wire %s, block %zu: every rank must pass the same", fn, r,
+                               (unsigned long long)h.count, h.wire < ZCCL_NUM_WIRES ? zccl__quant_name(h.wire) : "?",
+                               h.block, me, count, zccl__quant_name(wire), B);
+    }
+    return ZCCL_SUCCESS;
+}
+
 ZCCL_API size_t zccl_wire_bytes(zccl_wire_t wire, size_t count) {
     if (!zccl__quant_is_quantized(wire)) return 0;
-    return zccl__quant_bytes(wire, count, zccl__quant_block());
+    const size_t q = zccl__quant_bytes(wire, count, zccl__quant_block());
+    return q == SIZE_MAX || q == 0 ? q : q + HDR;
 }
 
 ZCCL_API const char *zccl_wire_name(zccl_wire_t wire) {
@@ -56,9 +86,9 @@ static zccl_result_t check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wi
     if (zccl__group_open())
         return zccl__error(ZCCL_INVALID_USAGE, "%s: quantized collectives run their inner collectives at once and "
                            "cannot be part of a zccl_group_start/zccl_group_end group", fn);
-    const size_t w = zccl__quant_bytes(wire, shard, zccl__quant_block());
+    const size_t q = zccl__quant_bytes(wire, shard, zccl__quant_block()), w = q == SIZE_MAX ? q : q + HDR;
     size_t total;
-    if (w == SIZE_MAX || !zccl__mul_ok(w, mult, &total) || total > SIZE_MAX / 4)
+    if (q == SIZE_MAX || !zccl__mul_ok(w, mult, &total) || total > SIZE_MAX / 4)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu elements x %zu shards: the %s wire "
                            "strings overflow the address space", fn, shard, mult, zccl__quant_name(wire));
     (void)comm;
@@ -130,11 +160,14 @@ ZCCL_API zccl_result_t zccl_allgather_wire(const void *sendbuf, void *recvbuf, s
     REFUSE_IF(check_host(fn, sendbuf, recvbuf));
     REFUSE_IF(alloc_all(fn, w, w * n, 0, &wsend, &wrecv, &acc));
     const size_t B = zccl__quant_block();
-    zccl__quant_encode(wire, sendbuf, datatype, sendcount, B, wsend);
+    put_hdr(wsend, sendcount, wire, B);
+    zccl__quant_encode(wire, sendbuf, datatype, sendcount, B, wsend + HDR);
     zccl_result_t res = settle_stream(stream);
     if (res == ZCCL_SUCCESS) res = zccl_allgather(wsend, wrecv, w, idt, comm, NULL);
+    if (res == ZCCL_SUCCESS) res = check_hdrs(fn, wrecv, w, n, me, sendcount, wire, B);
     if (res == ZCCL_SUCCESS)
-        for (size_t r = 0; r < n; r++) zccl__quant_decode(wire, wrecv + r * w, sendcount, B, (char *)recvbuf + r * sbytes, datatype);
+        for (size_t r = 0; r < n; r++)
+            zccl__quant_decode(wire, wrecv + r * w + HDR, sendcount, B, (char *)recvbuf + r * sbytes, datatype);
     free(wsend);
     free(wrecv);
     return res;
@@ -144,7 +177,7 @@ ZCCL_API zccl_result_t zccl_allgather_wire(const void *sendbuf, void *recvbuf, s
 static void reduce_strings(zccl_wire_t wire, const uint8_t *wrecv, size_t w, size_t n, size_t cnt, size_t B,
                            zccl_redop_t op, float *acc) {
     memset(acc, 0, cnt * sizeof *acc);
-    for (size_t q = 0; q < n; q++) zccl__quant_decode_add(wire, wrecv + q * w, cnt, B, acc);
+    for (size_t q = 0; q < n; q++) zccl__quant_decode_add(wire, wrecv + q * w + HDR, cnt, B, acc);
     if (op == ZCCL_AVG) {
         const float d = (float)n;
         for (size_t i = 0; i < cnt; i++) acc[i] = acc[i] / d;
@@ -176,10 +209,13 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_wire(const void *sendbuf, void *recvb
     REFUSE_IF(check_host(fn, sendbuf, recvbuf));
     REFUSE_IF(alloc_all(fn, w * n, w * n, recvcount * sizeof(float), &wsend, &wrecv, &acc));
     const size_t B = zccl__quant_block();
-    for (size_t q = 0; q < n; q++)
-        zccl__quant_encode(wire, (const char *)sendbuf + q * rbytes, datatype, recvcount, B, wsend + q * w);
+    for (size_t q = 0; q < n; q++) {
+        put_hdr(wsend + q * w, recvcount, wire, B);
+        zccl__quant_encode(wire, (const char *)sendbuf + q * rbytes, datatype, recvcount, B, wsend + q * w + HDR);
+    }
     zccl_result_t res = settle_stream(stream);
     if (res == ZCCL_SUCCESS) res = zccl_alltoall(wsend, wrecv, w, idt, comm, NULL);
+    if (res == ZCCL_SUCCESS) res = check_hdrs(fn, wrecv, w, n, me, recvcount, wire, B);
     if (res == ZCCL_SUCCESS) {
         reduce_strings(wire, wrecv, w, n, recvcount, B, op, acc);
         zccl__quant_narrow(acc, recvcount, datatype, recvbuf);
@@ -217,24 +253,28 @@ ZCCL_API zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, s
     const size_t B = zccl__quant_block(), es = zccl_type_size(datatype);
 #define SHARD_LEN(q) ((q) * L >= count ? 0 : count - (q) * L < L ? count - (q) * L : L)
     for (size_t q = 0; q < n; q++) {
-        const size_t c = SHARD_LEN(q), used = zccl__quant_bytes(wire, c, B);
-        zccl__quant_encode(wire, (const char *)sendbuf + q * L * es, datatype, c, B, wsend + q * w);
+        const size_t c = SHARD_LEN(q), used = HDR + zccl__quant_bytes(wire, c, B);
+        put_hdr(wsend + q * w, count, wire, B);
+        zccl__quant_encode(wire, (const char *)sendbuf + q * L * es, datatype, c, B, wsend + q * w + HDR);
         memset(wsend + q * w + used, 0, w - used);
     }
     zccl_result_t res = settle_stream(stream);
     if (res == ZCCL_SUCCESS) res = zccl_alltoall(wsend, wrecv, w, idt, comm, NULL);
+    /* every rank sees every rank's header here, so all of them stop before the all-gather alike */
+    if (res == ZCCL_SUCCESS) res = check_hdrs(fn, wrecv, w, n, me, count, wire, B);
     if (res == ZCCL_SUCCESS) {
         /* Reduce this rank's shard, requantize it into its own place of the all-gather buffer, gather in place. */
-        const size_t mine = SHARD_LEN(me), used = zccl__quant_bytes(wire, mine, B);
+        const size_t mine = SHARD_LEN(me), used = HDR + zccl__quant_bytes(wire, mine, B);
         reduce_strings(wire, wrecv, w, n, mine, B, op, acc);
         uint8_t *own = wrecv + me * w;
-        zccl__quant_encode(wire, acc, ZCCL_FLOAT32, mine, B, own);
+        put_hdr(own, count, wire, B);
+        zccl__quant_encode(wire, acc, ZCCL_FLOAT32, mine, B, own + HDR);
         memset(own + used, 0, w - used);
         res = zccl_allgather(own, wrecv, w, idt, comm, NULL);
     }
     if (res == ZCCL_SUCCESS)
         for (size_t q = 0; q < n; q++)
-            zccl__quant_decode(wire, wrecv + q * w, SHARD_LEN(q), B, (char *)recvbuf + q * L * es, datatype);
+            zccl__quant_decode(wire, wrecv + q * w + HDR, SHARD_LEN(q), B, (char *)recvbuf + q * L * es, datatype);
 #undef SHARD_LEN
     free(wsend);
     free(wrecv);
