@@ -792,8 +792,8 @@ typedef enum {
  *  - Every rank gets bitwise-identical output (all-gather, all-reduce): each rank decodes the same wire bytes,
  *    its own contribution included (the owner of a shard uses the decoded value of what it sent, not its input).
  *  - Every rank passes the same wire (a different wire is a different datatype of the inner call, so the ranks fail
- *    naming both calls, as for any calls that differ), and ZCCL_QUANT_BLOCK must match (checked at creation). Every
- *    wire string carries the call's count, wire and B, which every receiving rank checks: ranks whose counts differ
+ *    naming both calls, as for any calls that differ), and ZCCL_QUANT_BLOCK must be the same on every rank. Every
+ *    wire string carries the call's count, wire and B, which every receiving rank checks: ranks whose counts or B differ
  *    all fail with ZCCL_INVALID_USAGE naming both calls, before any output is written (the communicator stays usable).
  *  - Not from inside a stream's own thread (a ZeRO plan's completion hook): the call waits for that stream.
  *  - Internally a call is two or three collectives of the communicator (each takes a sequence number).

@@ -399,3 +399,22 @@ TEST(QuantColl, CountsThatDifferFailOnEveryRank) {
         return 0;
     }, o);
 }
+
+/* ZCCL_QUANT_BLOCK differs on one rank: every quantized call fails on every rank naming both blocks (the wire header),
+ * and a full-precision call still works. */
+TEST(QuantColl, DifferentBlockSizesFailOnEveryRank) {
+    Options o;
+    o.deadline_s = 60;
+    o.rank_env = [](int rank) { return EnvList{{"ZCCL_QUANT_BLOCK", rank == 1 ? "64" : "128"}}; };
+    run_ranks(2, [](zccl_comm_t comm, int rank, int) {
+        std::vector<float> f(512, 1.0f), g(1024, 0.0f);
+        const zccl_result_t r = zccl_allgather_wire(f.data(), g.data(), 8, ZCCL_FLOAT32, ZCCL_WIRE_INT8, comm, NULL);
+        const std::string m = zccl_get_last_error(comm);
+        if (r == ZCCL_SUCCESS || m.find("block") == std::string::npos) {
+            child_log(rank, "got %d '%s' (wanted a failure naming the blocks)", (int)r, m.c_str());
+            return 1;
+        }
+        float v = 1.0f;
+        return zccl_allreduce(&v, &v, 1, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS && v == 2.0f ? 0 : 1;
+    }, o);
+}
