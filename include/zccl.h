@@ -738,6 +738,125 @@ zccl_result_t zccl_comm_register(zccl_comm_t comm, void *buf, size_t bytes, void
  *  (comm NULL, or handle not a live registration of comm). */
 zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle);
 
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Quantized collectives (ZeRO++'s qwZ and qgZ in the library; docs/zero.md, "Quantized collectives")           */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/**
+ * Wire formats of the quantized collectives: what the bytes between ranks are, chosen per call. Source: ZeRO++
+ * (Wang et al., "ZeRO++: Extremely Efficient Collective Communication for Giant Model Training", 2023): qwZ
+ * all-gathers weights as block-quantized int8, qgZ reduce-scatters gradients as block-quantized int4 through an
+ * all-to-all followed by a local reduction. Every quantized format cuts a vector into blocks of B consecutive
+ * elements (B = ZCCL_QUANT_BLOCK, default 128, even, the same on every rank; the last block of a shard may be
+ * shorter) and sends one float32 scale s_b = amax_b / Q per block, amax_b = max |x_i| over the block, with one code
+ * per element: x_i is sent as code_i = round(x_i / s_b) and received as x^_i = s_b * code_i (float32).
+ *
+ * Error of one quantization of element x_i (in float32 arithmetic; u = 2^-24; amax = amax_b of x_i's block):
+ *   int8  (Q = 127, codes -127..127, 1 byte):            E(x_i) = amax / 254          + 2^-21 amax + 2^-140
+ *   int4  (Q = 7, codes -7..7, half a byte):              E(x_i) = amax / 14           + 2^-21 amax + 2^-140
+ *   fp8e4m3 (Q = 448, OCP E4M3 codes, 1 byte):            E(x_i) = 2^-4 |x_i| + 2^-10 amax / 448   + 2^-21 amax + 2^-140
+ *   fp8e5m2 (Q = 57344, OCP E5M2 codes, 1 byte):          E(x_i) = 2^-3 |x_i| + 2^-17 amax / 57344 + 2^-21 amax + 2^-140
+ * (the first term is half a step of the code grid: 1/(2Q) of amax for the integer codes, half an ulp of the fp8 code
+ * relative to |x_i| plus half the spacing of its subnormals; 2^-21 amax covers float32 rounding of the scale, the
+ * quotient and the product; 2^-140 covers blocks whose scale is subnormal or rounds to zero.)
+ * Wire bytes of a shard of n elements: a 16-byte header (the call's count, the wire, B), then 4 * ceil(n / B) + n
+ * (int8, fp8) or ceil(n / 2) (int4), rounded up to a multiple of 8 (zccl_wire_bytes). For B = 128: int8 sends 25.8% of float32's bytes and 51.6% of float16's, int4 13.3% and
+ * 26.6%.
+ *
+ * NaN and infinity propagate, at block granularity: a block holding a NaN or an infinity is sent with the scale NaN,
+ * and every element of that block arrives as NaN (an infinity arrives as NaN, not as an infinity). A reduction over
+ * such a block gives NaN in that block of the result. So an overflow check on the output (loss scaling) still sees it.
+ *
+ * Output conversion: the result is computed in float32 and narrowed once to the call's datatype, which adds
+ * u_out * |y| + a_out to the bound of an element of magnitude |y| (float32: 0; float16: u_out = 2^-11,
+ * a_out = 2^-25; bfloat16: u_out = 2^-8, a_out = 2^-134). Float16 results beyond 65504 overflow to infinity.
+ */
+typedef enum {
+    ZCCL_WIRE_FULL = 0,    /**< full precision: the call is exactly zccl_allgather / _reduce_scatter / _allreduce */
+    ZCCL_WIRE_INT8 = 1,    /**< block-quantized int8 (qwZ's weight format) */
+    ZCCL_WIRE_INT4 = 2,    /**< block-quantized int4 (qgZ's gradient format) */
+    ZCCL_WIRE_FP8E4M3 = 3, /**< OCP fp8 E4M3 codes with a per-block scale (relative error, 3 mantissa bits) */
+    ZCCL_WIRE_FP8E5M2 = 4, /**< OCP fp8 E5M2 codes with a per-block scale (2 mantissa bits) */
+    ZCCL_NUM_WIRES = 5
+} zccl_wire_t;
+
+/**
+ * Common rules of the three _wire calls.
+ *  - datatype: ZCCL_FLOAT32, ZCCL_FLOAT16 or ZCCL_BFLOAT16 with a quantized wire (any datatype with ZCCL_WIRE_FULL);
+ *    op (reductions): ZCCL_SUM or ZCCL_AVG (AVG divides the float32 sum by nranks once, before any requantization).
+ *  - Buffers: host memory (CUDA device memory is refused with ZCCL_INVALID_ARGUMENT naming the buffer). Counts are
+ *    elements. Out of place, or in place at the position named for each call; other overlaps are refused.
+ *  - stream: NULL runs the call now. A stream: the call first waits for the work already queued on that stream
+ *    (zccl_stream_synchronize), then runs at once, and has completed when it returns.
+ *  - Every rank gets bitwise-identical output (all-gather, all-reduce): each rank decodes the same wire bytes,
+ *    its own contribution included (the owner of a shard uses the decoded value of what it sent, not its input).
+ *  - Every rank passes the same wire (a different wire is a different datatype of the inner call, so the ranks fail
+ *    naming both calls, as for any calls that differ), and ZCCL_QUANT_BLOCK must be the same on every rank. Every
+ *    wire string carries the call's count, wire and B, which every receiving rank checks: ranks whose counts or B differ
+ *    all fail with ZCCL_INVALID_USAGE naming both calls, before any output is written (the communicator stays usable).
+ *  - Not from inside a stream's own thread (a ZeRO plan's completion hook): the call waits for that stream.
+ *  - Internally a call is two or three collectives of the communicator (each takes a sequence number).
+ *  Errors: the common ones (see "Collectives"), plus ZCCL_INVALID_ARGUMENT naming 'wire' (out of range), 'datatype'
+ *  (not a float type the formats take), 'op' (not SUM or AVG with a quantized wire), 'count' (its wire size
+ *  overflows), a device buffer or overlapping buffers; ZCCL_SYSTEM_ERROR (out of memory for the wire buffers). A
+ *  call refused on one rank fails on every rank (the peers with ZCCL_REMOTE_ERROR quoting the reason), as "Invalid
+ *  calls" above says.
+ */
+
+/**
+ * Quantized all-gather (qwZ): recvbuf[r*sendcount + i] = x^ of sendbuf_r[i] on every rank: each rank encodes its
+ * sendcount elements once (blocks of B from its sendbuf[0]), the wire strings are all-gathered, every rank decodes
+ * all of them. One quantization: |recvbuf[r*sendcount + i] - sendbuf_r[i]| <= E(sendbuf_r[i]) + the output
+ * conversion, with amax over sendbuf_r's block of i.
+ * @param sendbuf    sendcount elements. In place when sendbuf == recvbuf + rank*sendcount (in elements).
+ * @param recvbuf    nranks*sendcount elements.
+ * @param sendcount  elements each rank contributes.
+ * @param wire       the format; ZCCL_WIRE_FULL calls zccl_allgather.
+ */
+zccl_result_t zccl_allgather_wire(const void *sendbuf, void *recvbuf, size_t sendcount, zccl_datatype_t datatype,
+                                  zccl_wire_t wire, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Quantized reduce-scatter (qgZ's shape, one hop): every rank encodes each of its nranks blocks of recvcount
+ * elements separately (blocks of B from each block's first element), one all-to-all delivers block r of every rank
+ * to rank r, which decodes them and adds them in float32 in rank order 0, 1, ..., nranks-1, then narrows once.
+ * With S_i = sum over ranks q of x_q,i (x_q,i = sendbuf_q[rank*recvcount + i]) and E_q,i = E(x_q,i) over x_q,i's
+ * block, for ZCCL_SUM:
+ *   |recvbuf[i] - S_i| <= R_i = sum_q E_q,i + (nranks-1) * 2^-24 * sum_q (|x_q,i| + E_q,i), plus the output conversion;
+ * for ZCCL_AVG the bound and the sum are divided by nranks, plus 2^-24 |S_i| / nranks.
+ * @param sendbuf    nranks*recvcount elements.
+ * @param recvbuf    recvcount elements. In place when recvbuf == sendbuf + rank*recvcount (in elements).
+ * @param recvcount  elements each rank receives.
+ */
+zccl_result_t zccl_reduce_scatter_wire(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                       zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire,
+                                       zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Quantized all-reduce = the quantized reduce-scatter above, then the quantized all-gather of its float32 results
+ * (two quantizations: "hops" = 2). The vector is cut into nranks shards of L = ceil(count / nranks) elements
+ * (shard q = elements [q*L, min((q+1)*L, count)), the last ones shorter or empty), blocks of B start at each
+ * shard's first element. Rank q reduces shard q as zccl_reduce_scatter_wire does, giving z_i (float32; AVG divided),
+ * encodes it and all ranks decode the same bytes:
+ *   |recvbuf[i] - S_i| <= R_i + E(z_i), with E's amax = max |z_j| over z_i's block <= max_j (|S_j| + R_j),
+ * plus the output conversion (S_i, R_i as for reduce-scatter, AVG scaled). Bitwise identical on every rank.
+ * @param sendbuf  count elements. In place when sendbuf == recvbuf.
+ * @param recvbuf  count elements.
+ */
+zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, size_t count, zccl_datatype_t datatype,
+                                  zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm, zccl_stream_t stream);
+
+/**
+ * Bytes that one shard of count elements takes on the wire in format wire with the block size in force
+ * (ZCCL_QUANT_BLOCK): 16 (header) + 4 * ceil(count / B) + payload, rounded up to 8 (see zccl_wire_t). ZCCL_WIRE_FULL: 0 (the
+ * datatype decides). 0 for a wire out of range; SIZE_MAX when the size overflows.
+ */
+size_t zccl_wire_bytes(zccl_wire_t wire, size_t count);
+
+/** "full", "int8", "int4", "fp8e4m3", "fp8e5m2"; NULL for a value out of range. */
+const char *zccl_wire_name(zccl_wire_t wire);
+
 #ifdef __cplusplus
 }
 #endif

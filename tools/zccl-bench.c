@@ -103,6 +103,7 @@ struct cfg {
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
+    int wire;      /* --wire: a zccl_wire_t; ZCCL_WIRE_FULL (0) = the ordinary collectives */
 };
 
 static void usage(FILE *f)
@@ -142,6 +143,10 @@ static void usage(FILE *f)
         "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
         "      --bind core|none     with -np: bind rank i to the i-th CPU this process may run on (default: core when\n"
         "                           the ranks fit those CPUs, as mpirun's default --bind-to core; else none)\n"
+        "      --wire FMT           quantized collectives (zccl_*_wire; allreduce, reduce_scatter, allgather; float,\n"
+        "                           half, bfloat16; sum, avg): full, int8, int4, fp8e4m3 or fp8e5m2. Sizes and busbw\n"
+        "                           stay full-precision bytes (the effective bandwidth); results are approximate, so\n"
+        "                           -c is off and #wrong is N/A (tests/test_quant_coll.cpp checks the error bounds)\n"
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
@@ -273,6 +278,12 @@ do {                                                                            
             return bad("--algo: '%s' is not one algorithm name or 'all'%s", val, "");
         c->algo = val;
         break;
+    case 'W':
+        c->wire = -1;
+        for (int k = 0; k < ZCCL_NUM_WIRES; k++)
+            if (!strcmp(val, zccl_wire_name((zccl_wire_t)k))) c->wire = k;
+        if (c->wire < 0) return bad("--wire: '%s' is not full, int8, int4, fp8e4m3 or fp8e5m2%s", val, "");
+        break;
     case 'J':
         if (!*val) return bad("-J: empty file name%s%s", "", "");
         c->json = val;
@@ -301,6 +312,10 @@ static int check_cfg(const struct cfg *c)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
     if (c->device && c->registered)
         return bad("-D 1 and -R 1 exclude each other (zccl_mem_alloc buffers are host memory)%s%s", "", "");
+    if (c->wire && c->coll != C_ALLREDUCE && c->coll != C_REDUCE_SCATTER && c->coll != C_ALLGATHER)
+        return bad("--wire applies to allreduce, reduce_scatter and allgather only%s%s", "", "");
+    if (c->wire && c->device)
+        return bad("--wire takes host buffers only (-D 1 excludes it)%s%s", "", "");
     if (c->coll == C_SENDRECV && c->algo)
         return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
@@ -314,7 +329,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         {'f', "stepfactor"}, {'n', "iters"}, {'m', "agg_iters"}, {'w', "warmup_iters"}, {'p', "parallel_init"},
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
-        {'N', "np"}, {'A', "algo"}, {'R', "registered"}, {'D', "device-buffers"}, {'B', "bind"},
+        {'N', "np"}, {'A', "algo"}, {'W', "wire"}, {'R', "registered"}, {'D', "device-buffers"}, {'B', "bind"},
     };
     const char *a = argv[*i];
     *opt = 0;
@@ -368,6 +383,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         if (split_option(argc, argv, &i, &opt, &val, optname, sizeof optname) != 0) return 2;
         if (set_option(c, opt, val, optname) != 0) return 2;
     }
+    if (c->wire) c->check = 0; /* approximate results: the exact check does not apply */
     return check_cfg(c);
 }
 
@@ -478,9 +494,10 @@ static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t co
 {
     switch (b->c->coll) {
     case C_SENDRECV: return run_sendrecv(b, s, r, count, dt, st);
-    case C_ALLREDUCE: return zccl_allreduce(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
-    case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
-    case C_ALLGATHER: return zccl_allgather(s, r, count, dt, b->comm, st);
+    case C_ALLREDUCE: return zccl_allreduce_wire(s, r, count, dt, (zccl_redop_t)op, (zccl_wire_t)b->c->wire, b->comm, st);
+    case C_REDUCE_SCATTER:
+        return zccl_reduce_scatter_wire(s, r, count, dt, (zccl_redop_t)op, (zccl_wire_t)b->c->wire, b->comm, st);
+    case C_ALLGATHER: return zccl_allgather_wire(s, r, count, dt, (zccl_wire_t)b->c->wire, b->comm, st);
     case C_BROADCAST: return zccl_broadcast(s, r, count, dt, root, b->comm, st);
     default: return zccl_reduce(s, r, count, dt, (zccl_redop_t)op, root, b->comm, st);
     }
@@ -1036,6 +1053,14 @@ static int run_rank(int launched_rank, void *arg)
         } else if (!bad_local) {
             memset(b.sendbuf, 0, b.bufbytes);
             memset(b.recvbuf, 0, b.bufbytes);
+            if (c->wire) { /* finite, varied data in every float type (zeros would take the encoder's fast path) */
+                uint16_t *h = (uint16_t *)(void *)b.sendbuf;
+                uint32_t x = 2463534242u ^ (uint32_t)b.rank;
+                for (size_t k = 0; k < b.bufbytes / 2; k++) {
+                    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+                    h[k] = (uint16_t)((x & 0x8000u) | 0x3800u | (x & 0x7ffu)); /* half 0.5..2, bf16 and float finite */
+                }
+            }
         }
     }
     if (!bad_local && b.rank == 0 && c->json && !(b.json = fopen(c->json, "w"))) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "topo.h"
 #include "gdr.h"
+#include "zccl_mesh.h"
 #include "zccl_version.h"
 
 static void print_gdr(const zccl_topo_t *t);
@@ -35,6 +36,8 @@ typedef struct {
     out_mode_t mode;
     int ranks, hosts;       /* ranks: 0 = default */
     int bind, map;          /* map: -1 = default */
+    const char *mesh;       /* --mesh SPEC: print the mesh's groups instead of the machine */
+    int mesh_flags;
 } opts_t;
 
 typedef struct {
@@ -63,6 +66,11 @@ static void usage(FILE *f) {
             "  --bind core|numa|none   what each rank is bound to (default core)\n"
             "  --map core|numa|package|gpu   how ranks are spread before binding (default: gpu when the\n"
             "                      machine has GPUs, else package, i.e. round robin over the sockets)\n\n"
+            "MESH (zccl_mesh.h; instead of the machine report)\n"
+            "  --mesh DPxPPxTP     the groups zccl_mesh_create forms for --ranks (default: the product) ranks\n"
+            "                      placed on --hosts hosts in blocks, as zcclrun places them: AxB is dp x tp,\n"
+            "                      AxBxC dp x pp x tp, or name=size,name=size,... (outermost first)\n"
+            "  --mesh-allow-cross-host   accept an innermost group that spans hosts\n\n"
             "OUTPUT (default: text)\n"
             "  --json              JSON document\n"
             "  --dot               Graphviz DOT of the PCI tree and the ring\n"
@@ -111,7 +119,11 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         } else if ((!strcmp(a, "--json") || !strcmp(a, "--dot") || !strcmp(a, "--svg") ||
                     !strcmp(a, "--png")) && o->mode_opt && strcmp(o->mode_opt, a))
             return bad("give one output format: %s and %s were both given", o->mode_opt, a);
-        else if (!strcmp(a, "--json")) o->mode = OUT_JSON, o->mode_opt = a, takes = false;
+        else if (!strcmp(a, "--mesh-allow-cross-host")) o->mesh_flags = ZCCL_MESH_ALLOW_CROSS_HOST, takes = false;
+        else if (!strcmp(a, "--mesh")) {
+            if (!v) return bad("--mesh needs a shape such as 2x4 or dp=2,tp=4%s%s", "", "");
+            o->mesh = v;
+        } else if (!strcmp(a, "--json")) o->mode = OUT_JSON, o->mode_opt = a, takes = false;
         else if (!strcmp(a, "--dot")) o->mode = OUT_DOT, o->mode_opt = a, takes = false;
         else if (!v && (!strcmp(a, "--xml") || !strcmp(a, "--nccl-xml") || !strcmp(a, "--synthetic") ||
                         !strcmp(a, "--svg") || !strcmp(a, "--png") || !strcmp(a, "--ranks") ||
@@ -843,10 +855,96 @@ static int render(const zccl_topo_t *t, const sim_t *s, const char *fmt, const c
     return 0;
 }
 
+/* ---- --mesh: the groups of zccl_mesh_create for a simulated placement ---------------------------------------- */
+
+static int mesh_report(const opts_t *o) {
+    char names_buf[ZCCL_MESH_MAX_DIMS][ZCCL_MESH_NAME_MAX + 1];
+    const char *names[ZCCL_MESH_MAX_DIMS];
+    int sizes[ZCCL_MESH_MAX_DIMS], nd = 0;
+    const bool named = strchr(o->mesh, '=') != NULL;
+    const char *p = o->mesh;
+    while (*p) {
+        if (nd == ZCCL_MESH_MAX_DIMS) return bad("--mesh \"%s\": more than 8 dimensions%s", o->mesh, "");
+        if (named) {
+            const char *eq = strchr(p, '=');
+            if (!eq || eq == p || eq - p > ZCCL_MESH_NAME_MAX) return bad("--mesh \"%s\": expected name=size%s", o->mesh, "");
+            snprintf(names_buf[nd], sizeof names_buf[nd], "%.*s", (int)(eq - p), p);
+            p = eq + 1;
+        }
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 65536 || (*end && *end != (named ? ',' : 'x')))
+            return bad("--mesh \"%s\": a size is not an integer in [1, 65536]%s", o->mesh, "");
+        sizes[nd++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    static const char *const d1[] = {"dp"}, *const d2[] = {"dp", "tp"}, *const d3[] = {"dp", "pp", "tp"};
+    for (int d = 0; d < nd; d++) {
+        if (!named && nd > 3) return bad("--mesh \"%s\": give names (dp=2,ep=2,...) for more than 3 dimensions%s", o->mesh, "");
+        names[d] = named ? names_buf[d] : nd == 1 ? d1[d] : nd == 2 ? d2[d] : d3[d];
+    }
+    long long prod = 1;
+    for (int d = 0; d < nd; d++) prod *= sizes[d];
+    const int n = o->ranks ? o->ranks : prod <= 65536 ? (int)prod : 65536;
+    if (n < o->hosts) return bad("--ranks must be at least --hosts%s%s", "", "");
+    int *host = malloc((size_t)n * sizeof *host), *coords = malloc((size_t)n * (size_t)nd * sizeof *coords);
+    if (!host || !coords) return 1;
+    for (int h = 0, r = 0; h < o->hosts; h++)
+        for (int k = 0; k < n / o->hosts + (h < n % o->hosts); k++) host[r++] = h;
+    char why[512];
+    if (zccl_mesh_layout(n, host, nd, names, sizes, o->mesh_flags, coords, why, sizeof why) != ZCCL_SUCCESS) {
+        fprintf(stderr, "zccl-topo: %s\n", why);
+        free(host);
+        free(coords);
+        return 1;
+    }
+    printf("mesh ");
+    for (int d = 0; d < nd; d++) printf("%s%s=%d", d ? " x " : "", names[d], sizes[d]);
+    printf(" over %d ranks on %d host%s (blocks of consecutive ranks per host, as zcclrun places them)\n", n,
+           o->hosts, o->hosts > 1 ? "s" : "");
+    printf("%-6s %-6s", "rank", "host");
+    for (int d = 0; d < nd; d++) printf(" %6s", names[d]);
+    printf("\n");
+    for (int r = 0; r < n; r++) {
+        printf("%-6d %-6d", r, host[r]);
+        for (int d = 0; d < nd; d++) printf(" %6d", coords[r * nd + d]);
+        printf("\n");
+    }
+    /* Groups along each dimension, innermost first: the ranks sharing every other coordinate. */
+    for (int d = nd - 1; d >= 0; d--) {
+        printf("%s groups (%d ranks each)%s:\n", names[d], sizes[d], d == nd - 1 ? ", innermost" : "");
+        int *done = calloc((size_t)n, sizeof *done);
+        if (!done) break;
+        for (int r = 0, g = 0; r < n; r++) {
+            if (done[r]) continue;
+            printf("  %s group %d: ranks", names[d], g++);
+            for (int c = 0; c < sizes[d]; c++)
+                for (int q = r; q < n; q++) {
+                    bool same = coords[q * nd + d] == c;
+                    for (int e = 0; e < nd && same; e++)
+                        if (e != d && coords[q * nd + e] != coords[r * nd + e]) same = false;
+                    if (!same) continue;
+                    done[q] = 1;
+                    printf(" %d", q);
+                }
+            int lo = n, hi = -1;
+            for (int q = 0; q < n; q++)
+                if (done[q] == 1) lo = host[q] < lo ? host[q] : lo, hi = host[q] > hi ? host[q] : hi, done[q] = 2;
+            if (lo == hi) printf("  (host %d)\n", lo);
+            else printf("  (hosts %d..%d: across hosts)\n", lo, hi);
+        }
+        free(done);
+    }
+    free(host);
+    free(coords);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     opts_t o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
+    if (o.mesh) return mesh_report(&o);
     zccl_topo_t *t = NULL;
     if (load(&o, &t) != ZCCL_SUCCESS) {
         fprintf(stderr, "zccl-topo: %s\n", zccl_get_last_error(NULL));

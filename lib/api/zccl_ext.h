@@ -24,6 +24,9 @@ void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg);
 zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res);
 /** The message of the first error that broke comm ("" while it works). */
 const char *zccl__comm_async_msg(zccl_comm_t comm);
+/** This host's identity (hash of the hostname and /proc boot_id): equal on two ranks means they share a host and
+ *  shared memory (lib/core/comm.c). The mesh layer (lib/mesh) places its innermost dimensions by it. */
+uint64_t zccl__host_hash(void);
 
 /*
  * Host memory and copies for the ZeRO layer's CPU offload (lib/zero/zero_offload.c), over the memory layer
