@@ -927,7 +927,7 @@ static void print_header(struct bench *b)
 {
     const struct cfg *c = b->c;
     /* every rank describes itself; rank 0 prints the lines in rank order */
-    enum { LINE = 256 };
+    enum { LINE = 640 };
     char mine[LINE];
     char host[128] = "localhost";
     gethostname(host, sizeof host - 1);
@@ -941,8 +941,15 @@ static void print_header(struct bench *b)
     char what[64];
     if (cudev >= 0) snprintf(what, sizeof what, "CUDA device %d memory, staged by zccl", cudev);
     else snprintf(what, sizeof what, "CPU (host memory)");
-    snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
-             (int)getpid(), host, cudev >= 0 ? cudev : local, 0, what);
+    int len = snprintf(mine, sizeof mine, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [0x%02x] %s\n", b->rank, 0,
+                       (int)getpid(), host, cudev >= 0 ? cudev : local, 0, what);
+    /* The rails this rank stripes over to other hosts (zccl_comm_net_info), on a line of its own. */
+    char net[400] = "";
+    int nrails = 0, socks = 1;
+    ZC(b, zccl_comm_net_info(b->comm, net, sizeof net, &nrails, &socks));
+    if (len > 0 && len < LINE)
+        snprintf(mine + len, sizeof mine - (size_t)len, "#  Rank %2d channels 1 rails %d sockets/pair %d: %s\n", b->rank,
+                 nrails, socks, net);
     char *gather = malloc((size_t)b->nranks * LINE);
     if (!gather) {
         fprintf(stderr, NAME ": rank %d: out of memory\n", b->rank);

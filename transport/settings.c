@@ -44,3 +44,15 @@ ZCCL_SETTING(zccl__set_socket_user_timeout_ms) = {.name = "ZCCL_SOCKET_USER_TIME
                 "is lost (TCP_USER_TIMEOUT with keepalive), even with ZCCL_TIMEOUT_MS=0; 0 = the kernel's defaults "
                 "(about 15 minutes)",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 24ll * 3600 * 1000};
+ZCCL_SETTING(zccl__set_tcp_rails) = {.name = "ZCCL_TCP_RAILS", .deflt = "-1",
+        .help = "TCP rails (interfaces) to stripe large transfers over between hosts: -1 = every usable interface whose "
+                "subnet the peer also has; 1 = one connection per direction (the bootstrap interface); N = at most N",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = ZCCL_RAIL_MAX};
+ZCCL_SETTING(zccl__set_nsocks_perthread) = {.name = "ZCCL_NSOCKS_PERTHREAD", .deflt = "1",
+        .help = "TCP sockets per rail and direction of a pair (a pair uses the smaller of the two ranks' values; "
+                "rails x sockets is at most 16)",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 8, .nccl = "NCCL_NSOCKS_PERTHREAD"};
+ZCCL_SETTING(zccl__set_tcp_stripe_min_bytes) = {.name = "ZCCL_TCP_STRIPE_MIN_BYTES", .deflt = "256K",
+        .help = "TCP transfers of at least this many bytes are split over every socket of the pair (contiguous "
+                "element ranges); smaller ones go whole over the sender's home rail",
+        .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
