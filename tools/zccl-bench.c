@@ -1147,6 +1147,11 @@ static int run_rank(int launched_rank, void *arg)
 
     double avg_bw = b.bw_count ? b.bw_sum / b.bw_count : 0.0;
     if (b.rank == 0) {
+        /* The rails in use now: a rail lost during the run shows as "(ethN lost)" (zccl_comm_net_info). */
+        char net[400] = "";
+        int nrails = 0, socks = 1;
+        ZC(&b, zccl_comm_net_info(b.comm, net, sizeof net, &nrails, &socks));
+        if (nrails) printf("# Rails at the end (rank 0): %s\n", net);
         printf("# Out of bounds values : %d %s\n", b.errors, b.errors ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g\n", avg_bw);
         printf("#\n");

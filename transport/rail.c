@@ -27,9 +27,10 @@ typedef struct {
     int32_t from_rank;
     int32_t kind; /* ZCCL_CONN_RAIL */
     int32_t sock; /* the socket index k of the pair's plan */
-    int32_t pad;
+    int32_t flags; /* RAIL_RESUME: lane `sock` moved here from a rail that died */
 } rail_hdr_t;
 _Static_assert(sizeof(rail_hdr_t) == 24, "rail_hdr_t is a wire format");
+#define RAIL_RESUME 1
 
 static bool container_if(const char *name) {
     return !strncmp(name, "docker", 6) || !strncmp(name, "virbr", 5) || !strcmp(name, "lo");
@@ -98,16 +99,26 @@ static int rail_on_conn(void *ctx, int fd, const void *hdr, size_t len) {
         else if (h.kind != ZCCL_CONN_RAIL) bad = "unknown connection kind";
         else if (h.from_rank < 0 || h.from_rank >= tc->nranks || h.from_rank == tc->rank) bad = "sender rank out of range";
         else if (h.sock < 0 || h.sock >= ZCCL_TCP_SOCKS_MAX) bad = "socket index out of range";
+        else if (h.flags & ~RAIL_RESUME) bad = "unknown flags";
     }
     if (bad) {
         ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: refused a TCP rail connection: %s", tc->rank, bad);
         close(fd);
         return 0;
     }
+    const size_t at = (size_t)h.from_rank * ZCCL_TCP_SOCKS_MAX + (size_t)h.sock;
     pthread_mutex_lock(&tc->in_mutex);
-    int *slot = r->in_fd ? &r->in_fd[(size_t)h.from_rank * ZCCL_TCP_SOCKS_MAX + (size_t)h.sock] : NULL;
-    const bool ok = slot && *slot < 0;
-    if (ok) *slot = fd;
+    bool ok;
+    if (h.flags & RAIL_RESUME) { /* a newer move replaces one not taken yet */
+        ok = r->resume_fd != NULL && !r->poisoned;
+        if (ok && r->resume_fd[at] >= 0) close(r->resume_fd[at]);
+        if (ok) r->resume_fd[at] = fd;
+        if (ok) __atomic_add_fetch(&r->resume_pending[h.from_rank], 1, __ATOMIC_RELEASE);
+    } else {
+        int *slot = r->in_fd ? &r->in_fd[at] : NULL;
+        ok = slot && *slot < 0;
+        if (ok) *slot = fd;
+    }
     pthread_mutex_unlock(&tc->in_mutex);
     if (!ok) {
         ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: rank %d connected its TCP socket %d twice; second connection refused",
@@ -161,13 +172,22 @@ zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_inf
     for (int i = 0; i < ZCCL_RAIL_MAX; i++) r->listen_fd[i] = -1;
     r->nranks = comm->nranks;
     r->in_fd = malloc((size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX * sizeof(int));
+    r->resume_fd = malloc((size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX * sizeof(int));
+    r->resume_pending = calloc((size_t)comm->nranks, sizeof(uint32_t));
+    r->ncommon = calloc((size_t)comm->nranks, sizeof(int));
+    r->cmine = calloc((size_t)comm->nranks * ZCCL_RAIL_MAX, 1);
+    r->ctheirs = calloc((size_t)comm->nranks * ZCCL_RAIL_MAX, 1);
+    r->cdead = calloc((size_t)comm->nranks * ZCCL_RAIL_MAX, 1);
     r->nsock = calloc((size_t)comm->nranks, sizeof(int));
     r->send_rail = calloc((size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX, 1);
     r->send_prail = calloc((size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX, 1);
     *ref = r; /* freed by the transport's teardown from here on */
-    if (!r->in_fd || !r->nsock || !r->send_rail || !r->send_prail)
+    if (!r->in_fd || !r->nsock || !r->send_rail || !r->send_prail || !r->resume_fd || !r->resume_pending ||
+        !r->ncommon || !r->cmine || !r->ctheirs || !r->cdead)
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for TCP rails of %d ranks", comm->nranks);
-    for (size_t i = 0; i < (size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX; i++) r->in_fd[i] = -1;
+    for (size_t i = 0; i < (size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX; i++) r->in_fd[i] = r->resume_fd[i] = -1;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_RAIL_TIMEOUT_MS, &r->rail_timeout_ms));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SOCKET_USER_TIMEOUT_MS, &r->keep_timeout_ms));
     if (pipe2(r->stop_pipe, O_CLOEXEC) != 0) return zccl__syserror(errno, "pipe for the TCP rail threads");
     for (int i = 0; i < n; i++) {
         zccl_rail_addr_t a = found[i];
@@ -280,36 +300,83 @@ zccl_result_t zccl__rails_plan(zccl_rails_t *r) {
             ZCCL_INFO(ZCCL_LOG_TCP, "rank %d has %d TCP rails and this rank %d; only the %d subnet%s both have are used "
                       "with it (%s)", p, pi->n, me->n, nc, nc == 1 ? "" : "s", names);
         r->nsock[p] = s;
-        const int li = local_index(tc, tc->rank);
-        for (int k = 0; k < s; k++) {
-            const common_t *ck = &c[(k + li) % nc];
-            r->send_rail[(size_t)p * ZCCL_TCP_SOCKS_MAX + (size_t)k] = ck->mine;
-            r->send_prail[(size_t)p * ZCCL_TCP_SOCKS_MAX + (size_t)k] = ck->theirs;
+        r->ncommon[p] = nc;
+        for (int i = 0; i < nc; i++) {
+            r->cmine[(size_t)p * ZCCL_RAIL_MAX + (size_t)i] = c[i].mine;
+            r->ctheirs[(size_t)p * ZCCL_RAIL_MAX + (size_t)i] = c[i].theirs;
         }
+        const int li = local_index(tc, tc->rank);
+        for (int k = 0; k < s; k++) /* lane k's common rail; the sender moves it when that rail dies */
+            r->send_rail[(size_t)p * ZCCL_TCP_SOCKS_MAX + (size_t)k] = (int8_t)((k + li) % nc);
         ZCCL_INFO(ZCCL_LOG_TCP, "rank %d: %d socket%s per direction over %d rail%s (%s); this rank's first on %s", p, s,
                   s == 1 ? "" : "s", nc, nc == 1 ? "" : "s", names, me->rail[c[li % nc].mine].ifname);
     }
-    return ZCCL_SUCCESS;
+    return zccl__lanes_init(r);
 }
 
-const char *zccl__rails_sock_name(const zccl_rails_t *r, int peer, int k, bool sending, char *buf, size_t len) {
+const char *zccl__rails_name(const zccl_rails_t *r, int peer, int c, char *buf, size_t len) {
     const zccl_tp_comm_t *tc = r->tc;
-    if (!sending) {
-        snprintf(buf, len, "its socket %d", k);
-        return buf;
-    }
-    const zccl_rail_addr_t *a = &tc->peers[tc->rank].tcp.rail[r->send_rail[(size_t)peer * ZCCL_TCP_SOCKS_MAX + (size_t)k]];
+    const zccl_rail_addr_t *a = &tc->peers[tc->rank].tcp.rail[r->cmine[(size_t)peer * ZCCL_RAIL_MAX + (size_t)c]];
     char sn[40];
     snprintf(buf, len, "%s (%s)", a->ifname, subnet_str(a, sn, sizeof sn));
     return buf;
 }
 
-zccl_result_t zccl__rails_connect(zccl_rails_t *r, int peer, int k, int *fd_out) {
+zccl_result_t zccl__rails_connect(zccl_rails_t *r, int peer, int k, int c, bool resume, uint64_t deadline_ns, int *fd_out) {
     zccl_tp_comm_t *tc = r->tc;
-    const int pr = r->send_prail[(size_t)peer * ZCCL_TCP_SOCKS_MAX + (size_t)k];
-    rail_hdr_t h = {tc->comm_id, tc->rank, ZCCL_CONN_RAIL, k, 0};
-    return zccl__connect_auth(&tc->peers[peer].tcp.rail[pr].addr, tc->secret, &h, sizeof h,
-                              zccl__now_ns() + (uint64_t)tc->init_timeout_ms * 1000000ull, fd_out);
+    const int pr = r->ctheirs[(size_t)peer * ZCCL_RAIL_MAX + (size_t)c];
+    rail_hdr_t h = {tc->comm_id, tc->rank, ZCCL_CONN_RAIL, k, resume ? RAIL_RESUME : 0};
+    return zccl__connect_auth(&tc->peers[peer].tcp.rail[pr].addr, tc->secret, &h, sizeof h, deadline_ns, fd_out);
+}
+
+int zccl__rails_take_resume(zccl_rails_t *r, int peer, int k) {
+    zccl_tp_comm_t *tc = r->tc;
+    pthread_mutex_lock(&tc->in_mutex);
+    int *slot = &r->resume_fd[(size_t)peer * ZCCL_TCP_SOCKS_MAX + (size_t)k];
+    const int fd = *slot;
+    *slot = -1;
+    pthread_mutex_unlock(&tc->in_mutex);
+    return fd;
+}
+
+bool zccl__rail_healthy(const zccl_rail_addr_t *a, char *buf, size_t len) {
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return true; /* cannot tell */
+    bool found = false, up = false, addr = false;
+    const uint32_t want = ((const struct sockaddr_in *)&a->addr.sa)->sin_addr.s_addr;
+    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (strncmp(i->ifa_name, a->ifname, sizeof a->ifname - 1)) continue;
+        found = true;
+        up |= (i->ifa_flags & IFF_UP) && (i->ifa_flags & IFF_RUNNING);
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == want)
+            addr = true;
+    }
+    freeifaddrs(ifs);
+    char as[64];
+    if (!found) snprintf(buf, len, "interface %s is gone", a->ifname);
+    else if (!up) snprintf(buf, len, "interface %s is down", a->ifname);
+    else if (!addr) snprintf(buf, len, "address %s was removed from %s", zccl__sockaddr_str(&a->addr, as, sizeof as), a->ifname);
+    return found && up && addr;
+}
+
+void zccl__rails_live(const zccl_rails_t *r, char *buf, size_t len) {
+    size_t l = 0;
+    if (len) buf[0] = 0;
+    for (int p = 0; r->ncommon && p < r->nranks && l < len; p++) {
+        bool lost = false;
+        for (int c = 0; c < r->ncommon[p]; c++) lost |= r->cdead[(size_t)p * ZCCL_RAIL_MAX + (size_t)c] != 0;
+        if (!lost) continue;
+        l += (size_t)snprintf(buf + l, len - l, "%srank %d: live", l ? "; " : "", p);
+        for (int c = 0; c < r->ncommon[p] && l < len; c++) {
+            const zccl_rail_addr_t *a = &r->tc->peers[r->tc->rank].tcp.rail[r->cmine[(size_t)p * ZCCL_RAIL_MAX + (size_t)c]];
+            if (!r->cdead[(size_t)p * ZCCL_RAIL_MAX + (size_t)c]) l += (size_t)snprintf(buf + l, len - l, " %s", a->ifname);
+        }
+        for (int c = 0; c < r->ncommon[p] && l < len; c++) {
+            const zccl_rail_addr_t *a = &r->tc->peers[r->tc->rank].tcp.rail[r->cmine[(size_t)p * ZCCL_RAIL_MAX + (size_t)c]];
+            if (r->cdead[(size_t)p * ZCCL_RAIL_MAX + (size_t)c]) l += (size_t)snprintf(buf + l, len - l, " (%s lost)", a->ifname);
+        }
+    }
 }
 
 int zccl__rails_take_in(zccl_rails_t *r, int peer, int k) {
@@ -324,9 +391,13 @@ int zccl__rails_take_in(zccl_rails_t *r, int peer, int k) {
 
 void zccl__rails_poison(zccl_rails_t *r) {
     if (!r || !r->in_fd) return;
+    zccl__lanes_poison(r);
     pthread_mutex_lock(&r->tc->in_mutex);
-    for (size_t i = 0; i < (size_t)r->nranks * ZCCL_TCP_SOCKS_MAX; i++)
+    r->poisoned = true; /* lanes that move here from now on are refused */
+    for (size_t i = 0; i < (size_t)r->nranks * ZCCL_TCP_SOCKS_MAX; i++) {
         if (r->in_fd[i] >= 0) shutdown(r->in_fd[i], SHUT_RDWR);
+        if (r->resume_fd && r->resume_fd[i] >= 0) shutdown(r->resume_fd[i], SHUT_RDWR);
+    }
     pthread_mutex_unlock(&r->tc->in_mutex);
 }
 
@@ -338,10 +409,18 @@ void zccl__rails_free(zccl_rails_t *r) {
         if (r->listen_fd[i] >= 0) close(r->listen_fd[i]);
     if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
     if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
-    if (r->in_fd)
-        for (size_t i = 0; i < (size_t)r->nranks * ZCCL_TCP_SOCKS_MAX; i++)
-            if (r->in_fd[i] >= 0) close(r->in_fd[i]);
+    zccl__lanes_free(r);
+    for (size_t i = 0; i < (size_t)r->nranks * ZCCL_TCP_SOCKS_MAX; i++) {
+        if (r->in_fd && r->in_fd[i] >= 0) close(r->in_fd[i]);
+        if (r->resume_fd && r->resume_fd[i] >= 0) close(r->resume_fd[i]);
+    }
     free(r->in_fd);
+    free(r->resume_fd);
+    free((void *)r->resume_pending);
+    free(r->ncommon);
+    free(r->cmine);
+    free(r->ctheirs);
+    free(r->cdead);
     free(r->nsock);
     free(r->send_rail);
     free(r->send_prail);
@@ -364,7 +443,12 @@ void zccl__tcp_rails_describe(const zccl_tp_comm_t *comm, char *buf, size_t len,
         l += (size_t)snprintf(buf + l, len - l, "%s%s %s", i ? ", " : "", r->mine[i].ifname, subnet_str(&r->mine[i], sn, sizeof sn));
     }
     for (int p = 0; p < r->nranks; p++) ms = ZCCL_MAX(ms, r->nsock ? r->nsock[p] : 0);
-    if (l < len) snprintf(buf + l, len - l, "; up to %d socket%s per direction of a pair", ZCCL_MAX(ms, 1), ms > 1 ? "s" : "");
+    if (l < len) l += (size_t)snprintf(buf + l, len - l, "; up to %d socket%s per direction of a pair", ZCCL_MAX(ms, 1), ms > 1 ? "s" : "");
+    if (l < len) {
+        char live[256];
+        zccl__rails_live(r, live, sizeof live);
+        if (live[0]) snprintf(buf + l, len - l, "; %s", live);
+    }
     if (nrails) *nrails = r->n;
     if (max_socks) *max_socks = ZCCL_MAX(ms, 1);
 }

@@ -13,9 +13,8 @@
  * collective then fails naming the peer even without ZCCL_TIMEOUT_MS.
  *
  * Rails (rail.h): between ranks that share two or more sockets' worth of interface subnets, every direction of the
- * pair has S sockets instead of one, each over its rail; a large transfer is cut into S contiguous parts that move
- * concurrently (part k on socket k), a small one travels whole on socket 0. The single-socket path below stays as
- * it was for every other pair.
+ * pair has S lanes instead of one socket, each over its rail (rail_lane.c: striping, acknowledgements, moving a
+ * lane off a rail that died). The single-socket path below stays as it was for every other pair.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -38,12 +37,7 @@ typedef struct zccl_tcp_comm {
     uint8_t **stage;    /* per peer: staging buffer for reducing receives */
     size_t *stage_fill; /* per peer: bytes in stage not yet delivered */
     int64_t user_timeout_ms; /* ZCCL_SOCKET_USER_TIMEOUT_MS; 0: the kernel's defaults */
-    zccl_rails_t *rails;     /* NULL: this rank has no rails (rail.c) */
-    /* Striped pairs, [peer * ZCCL_TCP_SOCKS_MAX + k] (allocated in setup when rails exist): */
-    int *ssock, *rsock;      /* socket k to / from the peer, -1 until connected / admitted */
-    size_t *sdone, *rdone;   /* bytes of part k of the transfer in flight handed over / delivered */
-    uint8_t **rstage;        /* staging of part k for reducing receives */
-    size_t *rfill;
+    zccl_rails_t *rails;     /* NULL: this rank has no rails (rail.c); its lanes carry the striped pairs */
 } tcp_comm_t;
 #define TCP_OF(c) ((tcp_comm_t *)zccl__tp_state((c), &zccl_transport_tcp))
 
@@ -66,19 +60,7 @@ static zccl_result_t tcp_setup(zccl_tp_comm_t *comm) {
     if (!t && !(t = calloc(1, sizeof *t))) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     zccl__tp_set_state(comm, &zccl_transport_tcp, t);
     size_t n = (size_t)comm->nranks;
-    if (t->rails) {
-        const size_t ns = n * ZCCL_TCP_SOCKS_MAX;
-        t->ssock = malloc(ns * sizeof(int));
-        t->rsock = malloc(ns * sizeof(int));
-        t->sdone = calloc(ns, sizeof(size_t));
-        t->rdone = calloc(ns, sizeof(size_t));
-        t->rstage = calloc(ns, sizeof(uint8_t *));
-        t->rfill = calloc(ns, sizeof(size_t));
-        if (!t->ssock || !t->rsock || !t->sdone || !t->rdone || !t->rstage || !t->rfill)
-            return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for TCP rail sockets");
-        for (size_t i = 0; i < ns; i++) t->ssock[i] = t->rsock[i] = -1;
-        ZCCL_CHECK(zccl__rails_plan(t->rails));
-    }
+    if (t->rails) ZCCL_CHECK(zccl__rails_plan(t->rails));
     t->send_fd = malloc(n * sizeof(int));
     t->recv_fd = malloc(n * sizeof(int));
     t->stage = calloc(n, sizeof(uint8_t *));
@@ -182,141 +164,27 @@ static zccl_result_t tcp_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     return ZCCL_SUCCESS;
 }
 
-/* ---- striped pairs (rail.h) ---------------------------------------------------------------------------------- */
-
-/* How many parts x travels in with its peer (1: whole on socket 0), and where part k lies. */
-static int stripe_parts(const tcp_comm_t *t, const zccl_xfer_t *x) {
-    const int s = t->rails->nsock[x->peer];
-    return x->bytes >= t->rails->stripe_min && x->bytes >= (size_t)s * ZCCL_STRIPE_UNIT ? s : 1;
-}
-static void stripe_range(const zccl_xfer_t *x, int k, int parts, size_t *lo, size_t *hi) {
-    const size_t units = x->bytes / ZCCL_STRIPE_UNIT;
-    *lo = (size_t)k * units / (size_t)parts * ZCCL_STRIPE_UNIT;
-    *hi = k + 1 == parts ? x->bytes : (size_t)(k + 1) * units / (size_t)parts * ZCCL_STRIPE_UNIT;
-}
-
-static zccl_result_t stripe_io_error(zccl_tp_comm_t *comm, tcp_comm_t *t, zccl_xfer_t *x, int k, ssize_t n, int err) {
-    char rn[64];
-    zccl__rails_sock_name(t->rails, x->peer, k, x->is_send, rn, sizeof rn);
-    ZCCL_INFO(ZCCL_LOG_TCP, "rank %d: TCP socket %d %s rank %d (%s) failed", comm->rank, k, x->is_send ? "to" : "from",
-              x->peer, rn);
-    return io_error(comm, x->peer, x->is_send, n, err);
-}
-
-static zccl_result_t stripe_send(zccl_tp_comm_t *comm, tcp_comm_t *t, zccl_xfer_t *x, bool *progressed) {
-    const int p = x->peer, parts = stripe_parts(t, x);
-    int *fd = &t->ssock[(size_t)p * ZCCL_TCP_SOCKS_MAX];
-    size_t *done = &t->sdone[(size_t)p * ZCCL_TCP_SOCKS_MAX];
-    if (!x->started) {
-        x->started = true;
-        memset(done, 0, (size_t)parts * sizeof *done);
-    }
-    for (int k = 0; k < parts; k++) {
-        size_t lo, hi;
-        stripe_range(x, k, parts, &lo, &hi);
-        if (done[k] == hi - lo) continue;
-        if (fd[k] < 0) {
-            ZCCL_CHECK(zccl__rails_connect(t->rails, p, k, &fd[k]));
-            tcp_keepalive(t, fd[k]);
-            char rn[64];
-            ZCCL_INFO(ZCCL_LOG_TCP, "connected to rank %d over TCP socket %d on rail %s", p, k,
-                      zccl__rails_sock_name(t->rails, p, k, true, rn, sizeof rn));
-        }
-        ssize_t n = send(fd[k], x->src + lo + done[k], ZCCL_MIN(hi - lo - done[k], TCP_MAX_IO), MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
-            return stripe_io_error(comm, t, x, k, n, errno);
-        }
-        done[k] += (size_t)n;
-        x->done += (size_t)n;
-        *progressed = true;
-    }
-    x->complete = x->done == x->bytes;
-    return ZCCL_SUCCESS;
-}
-
-static zccl_result_t stripe_recv(zccl_tp_comm_t *comm, tcp_comm_t *t, zccl_xfer_t *x, bool *progressed) {
-    const int p = x->peer, parts = stripe_parts(t, x);
-    const size_t base = (size_t)p * ZCCL_TCP_SOCKS_MAX;
-    size_t *done = &t->rdone[base];
-    if (!x->started) {
-        x->started = true;
-        memset(done, 0, (size_t)parts * sizeof *done);
-    }
-    const size_t es = x->op2 ? zccl_type_size(x->dt) : 1;
-    for (int k = 0; k < parts; k++) {
-        size_t lo, hi;
-        stripe_range(x, k, parts, &lo, &hi);
-        if (done[k] == hi - lo) continue;
-        int *fd = &t->rsock[base + (size_t)k];
-        if (*fd < 0) {
-            if ((*fd = zccl__rails_take_in(t->rails, p, k)) < 0) continue; /* the accept thread rings when it is */
-            tcp_keepalive(t, *fd);
-        }
-        if (!x->op2) {
-            ssize_t n = recv(*fd, x->dst + lo + done[k], ZCCL_MIN(hi - lo - done[k], TCP_MAX_IO), MSG_DONTWAIT);
-            if (n <= 0) {
-                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-                return stripe_io_error(comm, t, x, k, n, n < 0 ? errno : 0);
-            }
-            done[k] += (size_t)n;
-            x->done += (size_t)n;
-        } else {
-            uint8_t **stage = &t->rstage[base + (size_t)k];
-            if (!*stage && !(*stage = malloc(comm->chunk_bytes)))
-                return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a %zu-byte TCP staging buffer", comm->chunk_bytes);
-            size_t fill = t->rfill[base + (size_t)k];
-            const size_t want = ZCCL_MIN(comm->chunk_bytes, hi - lo - done[k]) - fill;
-            ssize_t n = recv(*fd, *stage + fill, want, MSG_DONTWAIT);
-            if (n <= 0) {
-                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-                return stripe_io_error(comm, t, x, k, n, n < 0 ? errno : 0);
-            }
-            fill += (size_t)n;
-            const size_t whole = fill / es * es; /* parts start on element boundaries: whole elements of the part */
-            if (whole) {
-                const size_t total = x->done;
-                x->done = lo + done[k]; /* zccl__xfer_deliver writes at x->done */
-                zccl__xfer_deliver(x, *stage, whole);
-                x->done = total + whole;
-                done[k] += whole;
-            }
-            if (fill > whole) memmove(*stage, *stage + whole, fill - whole);
-            t->rfill[base + (size_t)k] = fill - whole;
-        }
-        *progressed = true;
-    }
-    x->complete = x->done == x->bytes;
-    return ZCCL_SUCCESS;
-}
-
-static bool striped(const tcp_comm_t *t, int peer) { return t->rails && t->ssock && t->rails->nsock[peer] >= 2; }
+/* Pairs with two or more lanes go through rail_lane.c. */
+static bool striped(const tcp_comm_t *t, int peer) { return t && t->rails && t->rails->lanes && t->rails->nsock[peer] >= 2; }
 
 static zccl_result_t tcp_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     tcp_comm_t *t = TCP_OF(comm);
-    if (striped(t, x->peer)) return x->is_send ? stripe_send(comm, t, x, progressed) : stripe_recv(comm, t, x, progressed);
+    if (striped(t, x->peer)) return zccl__lane_progress(t->rails, x, progressed);
     return x->is_send ? tcp_send(comm, x, progressed) : tcp_recv(comm, x, progressed);
 }
 
 static int tcp_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) {
     tcp_comm_t *t = TCP_OF(comm);
     *events = x->is_send ? POLLOUT : POLLIN;
-    if (striped(t, x->peer)) { /* the first part not finished (part 0 before the transfer started) */
-        const size_t base = (size_t)x->peer * ZCCL_TCP_SOCKS_MAX;
-        const int parts = x->started ? stripe_parts(t, x) : 1;
-        const size_t *done = x->is_send ? &t->sdone[base] : &t->rdone[base];
-        for (int k = 0; k < parts; k++) {
-            size_t lo, hi;
-            stripe_range(x, k, parts, &lo, &hi);
-            if (x->started && done[k] == hi - lo) continue;
-            return x->is_send ? t->ssock[base + (size_t)k] : t->rsock[base + (size_t)k];
-        }
-        return -1;
-    }
+    if (striped(t, x->peer)) return zccl__lane_wait_fd(t->rails, x, events);
     return x->is_send ? t->send_fd[x->peer] : t->recv_fd[x->peer];
 }
 
-static zccl_result_t tcp_check_peer(zccl_tp_comm_t *comm, int peer) { return ZCCL_SUCCESS; }
+/* TCP sees a lost peer as EOF; striped pairs use the wait to look after their lanes (rail_lane.c). */
+static zccl_result_t tcp_check_peer(zccl_tp_comm_t *comm, int peer) {
+    tcp_comm_t *t = TCP_OF(comm);
+    return striped(t, peer) ? zccl__lanes_check(t->rails, peer) : ZCCL_SUCCESS;
+}
 
 /* Shut every data connection down: a peer blocked receiving from us sees EOF, one sending to us an error. */
 static void tcp_poison(zccl_tp_comm_t *comm) {
@@ -325,10 +193,6 @@ static void tcp_poison(zccl_tp_comm_t *comm) {
     for (int i = 0; t->send_fd && i < comm->nranks; i++) {
         if (t->send_fd[i] >= 0) shutdown(t->send_fd[i], SHUT_RDWR);
         if (t->recv_fd[i] >= 0) shutdown(t->recv_fd[i], SHUT_RDWR);
-    }
-    for (size_t i = 0; t->ssock && i < (size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX; i++) {
-        if (t->ssock[i] >= 0) shutdown(t->ssock[i], SHUT_RDWR);
-        if (t->rsock[i] >= 0) shutdown(t->rsock[i], SHUT_RDWR);
     }
     zccl__rails_poison(t->rails);
     pthread_mutex_lock(&comm->in_mutex);
@@ -349,17 +213,6 @@ static void tcp_teardown(zccl_tp_comm_t *comm) {
     free(t->recv_fd);
     free(t->stage);
     free(t->stage_fill);
-    for (size_t i = 0; t->ssock && i < (size_t)comm->nranks * ZCCL_TCP_SOCKS_MAX; i++) {
-        if (t->ssock[i] >= 0) close(t->ssock[i]);
-        if (t->rsock[i] >= 0) close(t->rsock[i]);
-        if (t->rstage) free(t->rstage[i]);
-    }
-    free(t->ssock);
-    free(t->rsock);
-    free(t->sdone);
-    free(t->rdone);
-    free(t->rstage);
-    free(t->rfill);
     zccl__rails_free(t->rails);
     free(t);
     zccl__tp_set_state(comm, &zccl_transport_tcp, NULL);
