@@ -353,10 +353,11 @@ bool zccl__rail_healthy(const zccl_rail_addr_t *a, char *buf, size_t len) {
             addr = true;
     }
     freeifaddrs(ifs);
-    char as[64];
+    char as[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)&a->addr.sa)->sin_addr, as, sizeof as);
     if (!found) snprintf(buf, len, "interface %s is gone", a->ifname);
     else if (!up) snprintf(buf, len, "interface %s is down", a->ifname);
-    else if (!addr) snprintf(buf, len, "address %s was removed from %s", zccl__sockaddr_str(&a->addr, as, sizeof as), a->ifname);
+    else if (!addr) snprintf(buf, len, "address %s was removed from %s", as, a->ifname);
     return found && up && addr;
 }
 
