@@ -72,6 +72,7 @@ const std::map<std::string, std::string> kNcclNames = {
     {"NCCL_IB_TIMEOUT", "ZCCL_IB_TIMEOUT"},
     {"NCCL_IB_RETRY_CNT", "ZCCL_IB_RETRY_CNT"},
     {"NCCL_IB_QPS_PER_CONNECTION", "ZCCL_IB_QPS_PER_CONN"},
+    {"NCCL_NSOCKS_PERTHREAD", "ZCCL_NSOCKS_PERTHREAD"},
 };
 
 }  // namespace
