@@ -52,6 +52,7 @@ typedef struct zccl_lane {
     uint8_t *stage;
     size_t fill;
     bool broken;       /* the connection failed: waiting for the sender to move the lane */
+    bool closed;       /* ... by an end of stream or reset on a healthy interface: most likely the peer left */
     uint64_t broken_ns;
     uint32_t resume_seen; /* lane 0 of a peer only: r->resume_pending[peer] last looked at */
 } zccl_lane_t;
@@ -164,7 +165,8 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
             }
             continue;
         }
-        close(L[k].sfd);
+        const int old = L[k].sfd; /* closed once the lane has its new connection: the receiver, which may still see
+                                     this one end, then finds the move waiting (recv_failed) */
         L[k].sfd = -1;
         for (;;) {
             int next = -1;
@@ -177,6 +179,7 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
                     char nm[64];
                     l += (size_t)snprintf(all + l, sizeof all - l, "%s%s", i ? ", " : "", zccl__rails_name(r, peer, i, nm, sizeof nm));
                 }
+                close(old);
                 return zccl__error(ZCCL_REMOTE_ERROR, "rank %d lost every TCP rail to rank %d (%s; the last, %s: %s)",
                                    tc->rank, peer, all, dead, why);
             }
@@ -185,6 +188,7 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
             zccl_result_t res = zccl__rails_connect(r, peer, k, next, true, deadline, &fd);
             if (res == ZCCL_SUCCESS) {
                 lane_sockopts(r, fd);
+                close(old);
                 *lr = (int8_t)next;
                 L[k].sfd = fd;
                 L[k].resuming = true;
@@ -197,7 +201,7 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
             char nm[64];
             ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: cannot move TCP lane %d to rank %d onto rail %s: %s", tc->rank, k, peer,
                       zccl__rails_name(r, peer, next, nm, sizeof nm), zccl_get_last_error(NULL));
-            if (res == ZCCL_REMOTE_ERROR) return res; /* the peer refused the move: it gave up */
+            if (res == ZCCL_REMOTE_ERROR) { close(old); return res; } /* the peer refused the move: it gave up */
             c = next;
             zccl__rails_name(r, peer, c, dead, sizeof dead);
             r->cdead[cb + (size_t)c] = 1;
@@ -321,7 +325,7 @@ static zccl_result_t adopt_moves(zccl_rails_t *r, int peer) {
         const int first = zccl__rails_take_in(r, peer, k); /* a first connection never taken is over too */
         if (first >= 0) close(first);
         l->rfd = fd;
-        l->broken = false;
+        l->broken = l->closed = false;
         l->aout_len = l->aout_done = 0;
         lane_sockopts(r, fd);
         uint8_t pos[8];
@@ -335,9 +339,25 @@ static zccl_result_t adopt_moves(zccl_rails_t *r, int peer) {
     return ZCCL_SUCCESS;
 }
 
+/* Which of this rank's rails a connection runs over (its local address), or NULL. */
+static const zccl_rail_addr_t *rail_of_fd(const zccl_rails_t *r, int fd) {
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0 || ss.ss_family != AF_INET) return NULL;
+    for (int i = 0; i < r->n; i++)
+        if (((const struct sockaddr_in *)&r->mine[i].addr.sa)->sin_addr.s_addr == ((struct sockaddr_in *)&ss)->sin_addr.s_addr)
+            return &r->mine[i];
+    return NULL;
+}
+
 /* The connection of lane k from peer failed: wait for the sender to move it unless the peer itself is gone. */
 static zccl_result_t recv_failed(zccl_rails_t *r, int peer, int k, int err, bool eof) {
     zccl_lane_t *l = &lanes_of(r, peer)[k];
+    char why[160];
+    /* An end or a reset where this rank's interface is fine: the peer left or gave up (a sender that moves a lane
+     * connects the new one before it closes the old, so a move would be waiting by now): wait briefly for one. */
+    const zccl_rail_addr_t *mine = rail_of_fd(r, l->rfd);
+    l->closed = (eof || err == ECONNRESET || err == EPIPE) && (!mine || zccl__rail_healthy(mine, why, sizeof why));
     close(l->rfd);
     l->rfd = -1;
     l->broken = true;
@@ -382,6 +402,8 @@ static zccl_result_t lanes_recv(zccl_rails_t *r, zccl_xfer_t *x, bool *progresse
         if (l->rpart_done == hi - lo) continue;
         if (l->rfd < 0) {
             if (l->broken) {
+                if (l->closed && zccl__now_ns() - l->broken_ns > 500000000ull)
+                    return peer_closed(r, p, false, 0);
                 const int64_t bound = ZCCL_MAX(r->keep_timeout_ms, 3 * r->rail_timeout_ms);
                 if (zccl__now_ns() - l->broken_ns > (uint64_t)bound * 1000000ull)
                     return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: TCP lane %d from rank %d failed and rank %d did not "
