@@ -57,7 +57,7 @@ static int prefix_len(const struct sockaddr *mask) {
 }
 
 /* The usable interfaces (see the top of the file), at most max, into out; *tried lists every up IPv4 one seen. */
-static zccl_result_t enumerate(zccl_rail_addr_t *out, int max, int *n, char *tried, size_t tlen) {
+zccl_result_t zccl__tcp_rails_list(zccl_rail_addr_t *out, int max, int *n, char *tried, size_t tlen) {
     const char *spec = zccl__cfg_str(ZCCL_CFG_SOCKET_IFNAME);
     struct ifaddrs *ifs = NULL;
     if (getifaddrs(&ifs) != 0) return zccl__syserror(errno, "getifaddrs failed while listing TCP rails");
@@ -154,7 +154,7 @@ zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_inf
     zccl_rail_addr_t found[ZCCL_RAIL_MAX];
     char tried[512];
     int n = 0;
-    ZCCL_CHECK(enumerate(found, ZCCL_RAIL_MAX, &n, tried, sizeof tried));
+    ZCCL_CHECK(zccl__tcp_rails_list(found, ZCCL_RAIL_MAX, &n, tried, sizeof tried));
     if (cap >= 0 && n > (cap ? cap : 1)) n = (int)(cap ? cap : 1);
     if (n * nsocks < 2) {
         ZCCL_INFO(ZCCL_LOG_TCP, "TCP rails: %d usable interface%s (up: %s), %lld socket%s per rail: one connection per "

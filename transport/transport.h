@@ -235,6 +235,9 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
  * ZCCL_SOCKET_IFNAME is set and matches no interface with an address; ZCCL_SYSTEM_ERROR (listen, thread).
  */
 zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_info_t *me);
+/** This host's TCP rails as zccl__tcp_rails_local_info enumerates them (before ZCCL_TCP_RAILS caps them), at most
+ *  max, into out; *tried lists every up IPv4 interface seen. Errors: ZCCL_SOCKET_IFNAME matching none. */
+zccl_result_t zccl__tcp_rails_list(zccl_rail_addr_t *out, int max, int *n, char *tried, size_t tlen);
 /** One line describing this rank's rails and how many sockets it stripes over with each other-host peer
  *  ("eth0 10.200.0.1/24, eth1 10.200.1.1/24; rank 1: 2 rails x 1 socket"), for zccl_comm_net_info. */
 void zccl__tcp_rails_describe(const zccl_tp_comm_t *comm, char *buf, size_t len, int *nrails, int *max_socks);

@@ -6,6 +6,7 @@
 #   - the rails are separate links: with host 1's rail-1 veth down, host 1 no longer reaches rail 1 and still
 #     reaches rails 0 and 2;
 #   - bad --rails values are refused with exit status 2 and a message; the exported variables describe the rails.
+#   - with zccl-topo's path as argument: `zccl-topo --rails` in a host lists its 3 rails and each local rank's rail.
 # Needs root and iproute2; otherwise prints SKIP and exits 77. Prints "hosts_rails: PASSED" at the end.
 set -u
 here=$(dirname "${BASH_SOURCE[0]}")
@@ -50,6 +51,30 @@ if [ $rc -ne 0 ] || [ "$out" != "$want" ]; then
     fail=1
 else
     echo "$out"
+fi
+# zccl-topo --rails (optional first argument: its path) inside host 1 of 2 hosts x 3 rails: the rails in subnet
+# order, local rank i on rail i mod 3; a ZCCL_SOCKET_IFNAME matching nothing is an error naming it.
+if [ -n "${1:-}" ]; then
+    topo=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+    got=$("$here/hosts.sh" --rails 3 2 1 -- bash -c 'ns=($HOSTS_NS); ip netns exec ${ns[1]} "$0" --rails --ranks 4;
+        ip netns exec ${ns[1]} env ZCCL_SOCKET_IFNAME=nosuch "$0" --rails 2>&1; echo "rc=$?"' "$topo" 2>&1)
+    want="TCP rails of this host (every up, non-loopback, non-container IPv4 interface): 3
+  rail 0: eth0 10.200.0.2/24
+  rail 1: eth1 10.200.1.2/24
+  rail 2: eth2 10.200.2.2/24
+  (up IPv4 interfaces seen: lo, eth0, eth1, eth2)
+Lanes per direction with a peer on the same 3 subnets: 3; local rank i starts on rail i mod 3:
+  local rank 0: rail 0 (eth0)
+  local rank 1: rail 1 (eth1)
+  local rank 2: rail 2 (eth2)
+  local rank 3: rail 0 (eth0)
+zccl-topo: ZCCL_SOCKET_IFNAME=nosuch matches no up interface with an IPv4 address (TCP rails); up interfaces: lo, eth0, eth1, eth2
+rc=1"
+    if [ "$got" != "$want" ]; then
+        echo "FAIL: zccl-topo --rails: got"; echo "$got"; echo "expected"; echo "$want"; fail=1
+    else
+        echo "zccl-topo --rails: 3 rails in subnet order, local rank i on rail i mod 3; a bad ZCCL_SOCKET_IFNAME named"
+    fi
 fi
 [ $fail -eq 0 ] && echo "hosts_rails: PASSED" || echo "hosts_rails: FAILED"
 exit $fail
