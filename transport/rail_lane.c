@@ -303,7 +303,10 @@ static zccl_result_t lanes_send(zccl_rails_t *r, zccl_xfer_t *x, bool *progresse
         if (!was_full && l->part_done == hi - lo) l->part_end = l->head;
         total += l->part_done;
     }
-    for (int k = 0; k < r->nsock[p]; k++) ZCCL_CHECK(lane_pump(r, p, k, progressed));
+    /* Only lanes with bytes to write, or whose ring is more than half full (their acknowledgements free it), cost a
+     * system call here; the waits (zccl__lanes_check) read the others'. */
+    for (int k = 0; k < r->nsock[p]; k++)
+        if (L[k].sent < L[k].head || L[k].head - L[k].acked > LANE_RING / 2) ZCCL_CHECK(lane_pump(r, p, k, progressed));
     bool written = total == x->bytes;
     for (int k = 0; k < parts && written; k++) written = !L[k].resuming && L[k].sent >= L[k].part_end;
     x->done = total;
