@@ -1151,7 +1151,11 @@ static int run_rank(int launched_rank, void *arg)
         char net[400] = "";
         int nrails = 0, socks = 1;
         ZC(&b, zccl_comm_net_info(b.comm, net, sizeof net, &nrails, &socks));
-        if (nrails) printf("# Rails at the end (rank 0): %s\n", net);
+        zccl_result_t async = ZCCL_SUCCESS;
+        ZC(&b, zccl_comm_get_async_error(b.comm, &async));
+        if (nrails)
+            printf("# Rails at the end (rank 0): %s; async error: %s\n", net,
+                   async == ZCCL_SUCCESS ? "SUCCESS" : zccl_get_error_string(async));
         printf("# Out of bounds values : %d %s\n", b.errors, b.errors ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g\n", avg_bw);
         printf("#\n");
