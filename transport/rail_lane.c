@@ -85,11 +85,14 @@ void zccl__lanes_free(zccl_rails_t *r) {
     r->lanes = NULL;
 }
 
-/* Keepalive and TCP_USER_TIMEOUT = ZCCL_RAIL_TIMEOUT_MS: a lane on a dead rail fails with ETIMEDOUT that soon. */
+/* Keepalive and TCP_USER_TIMEOUT = ZCCL_SOCKET_USER_TIMEOUT_MS, as every TCP data connection (the kernel also
+ * aborts a connection whose peer advertises a zero window that long, so a short value would take a receiver busy
+ * elsewhere for a dead rail). A dead rail is found sooner by stalled_rail(). */
 static void lane_sockopts(const zccl_rails_t *r, int fd) {
-    const int one = 1, idle = (int)ZCCL_MAX(1, r->rail_timeout_ms / 3000), intvl = (int)ZCCL_MAX(1, r->rail_timeout_ms / 6000);
+    if (r->keep_timeout_ms <= 0) return;
+    const int one = 1, idle = (int)ZCCL_MAX(1, r->keep_timeout_ms / 3000), intvl = (int)ZCCL_MAX(1, r->keep_timeout_ms / 6000);
     const int cnt = 10;
-    const unsigned ut = (unsigned)ZCCL_MIN(r->rail_timeout_ms, (int64_t)UINT32_MAX);
+    const unsigned ut = (unsigned)ZCCL_MIN(r->keep_timeout_ms, (int64_t)UINT32_MAX);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
@@ -154,6 +157,18 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
         if (live)
             ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: TCP rail %s to rank %d lost (%s); its lanes move on; live rails to rank %d: "
                       "%s", tc->rank, dead, peer, why, peer, lv);
+    }
+    int live = 0;
+    for (int i = 0; i < nc; i++) live += !r->cdead[cb + (size_t)i];
+    if (!live) {
+        char all[256] = "";
+        size_t l = 0;
+        for (int i = 0; i < nc && l < sizeof all; i++) {
+            char nm[64];
+            l += (size_t)snprintf(all + l, sizeof all - l, "%s%s", i ? ", " : "", zccl__rails_name(r, peer, i, nm, sizeof nm));
+        }
+        return zccl__error(ZCCL_REMOTE_ERROR, "rank %d lost every TCP rail to rank %d (%s; the last, %s: %s)", tc->rank,
+                           peer, all, dead, why);
     }
     zccl_lane_t *L = lanes_of(r, peer);
     for (int k = 0; k < r->nsock[peer]; k++) {
@@ -225,9 +240,19 @@ static zccl_result_t lane_pump(zccl_rails_t *r, int peer, int k, bool *progresse
     if (l->sfd < 0) {
         if (l->head == l->sent) return ZCCL_SUCCESS;
         if (l->peer_eof) return peer_closed(r, peer, true, 0);
-        const int c = r->send_rail[(size_t)peer * ZCCL_TCP_SOCKS_MAX + (size_t)k];
-        const uint64_t deadline = zccl__now_ns() + (uint64_t)r->tc->init_timeout_ms * 1000000ull;
-        ZCCL_CHECK(zccl__rails_connect(r, peer, k, c, l->connected, deadline, &l->sfd));
+        /* Every listener is up before the bootstrap ends, so a rail that does not connect within ZCCL_RAIL_TIMEOUT_MS
+         * does not reach the peer (a subnet both have that is not wired, a firewall): it is dead for this pair. */
+        int c;
+        for (;;) {
+            c = r->send_rail[(size_t)peer * ZCCL_TCP_SOCKS_MAX + (size_t)k];
+            const uint64_t deadline = zccl__now_ns() + (uint64_t)r->rail_timeout_ms * 1000000ull;
+            zccl_result_t res = zccl__rails_connect(r, peer, k, c, l->connected, deadline, &l->sfd);
+            if (res == ZCCL_SUCCESS) break;
+            if (res == ZCCL_REMOTE_ERROR) return res; /* it answered and refused: it gave up */
+            char why[200];
+            snprintf(why, sizeof why, "cannot connect: %s", zccl_get_last_error(NULL));
+            ZCCL_CHECK(rail_dead(r, peer, c, why)); /* points this lane at a live rail, or fails naming them all */
+        }
         lane_sockopts(r, l->sfd);
         l->resuming = l->connected;
         l->connected = true;
@@ -479,12 +504,28 @@ int zccl__lane_wait_fd(zccl_rails_t *r, const zccl_xfer_t *x, short *events) {
     return -1;
 }
 
+/* Whether lane k's connection has bytes the peer's kernel has not acknowledged, retransmitted them, and has had no
+ * acknowledgement for ZCCL_RAIL_TIMEOUT_MS (TCP_INFO): the rail is dead. A peer that merely does not read keeps acknowledging (its
+ * zero-window answers), so it is not taken for one. */
+static bool stalled_rail(const zccl_rails_t *r, int fd) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+    /* tcpi_last_ack_recv alone would also count the idle time before the last send; tcpi_retransmits (consecutive
+     * retransmissions of the oldest unacknowledged segment, reset by any acknowledgement) says the bytes were sent
+     * and went unanswered. */
+    return ti.tcpi_unacked > 0 && ti.tcpi_retransmits >= 2 && (int64_t)ti.tcpi_last_ack_recv >= r->rail_timeout_ms;
+}
+
 zccl_result_t zccl__lanes_check(zccl_rails_t *r, int peer) {
     if (!r->lanes || r->nsock[peer] < 2) return ZCCL_SUCCESS;
     zccl_lane_t *L = lanes_of(r, peer);
     bool moved = false;
-    for (int k = 0; k < r->nsock[peer]; k++)
+    for (int k = 0; k < r->nsock[peer]; k++) {
+        if (L[k].sfd >= 0 && L[k].acked < L[k].head && stalled_rail(r, L[k].sfd))
+            ZCCL_CHECK(send_failed(r, peer, k, ETIMEDOUT, false));
         if (L[k].sfd >= 0 && L[k].acked < L[k].head) ZCCL_CHECK(lane_pump(r, peer, k, &moved));
+    }
     ZCCL_CHECK(adopt_moves(r, peer));
     for (int k = 0; k < r->nsock[peer]; k++) ack_flush(r, peer, k);
     return ZCCL_SUCCESS;

@@ -11,6 +11,8 @@
 #   badifname  ZCCL_SOCKET_IFNAME=nosuchif: every rank fails at init naming the setting, within the deadline.
 #   subnets  host 1's rail-1 address moved to another subnet: the pairs share one rail, so they fall back to one
 #            connection (INFO says so, naming the rail), and the results are right.
+#   unreachable  rail 1 is in both hosts' records but host 1's bridge port is down: lanes that cannot connect
+#            there move to rail 0 (a WARN names the rail) and the results are right.
 #   counts   host 1 has one rail fewer (its last veth deleted): ranks see different rail counts; pairs use the
 #            subnets both have (INFO names them) and the results are right.
 # zcclrun --timeout is each run's deadline. Prints "rails: PASSED" at the end. Needs root and iproute2; otherwise
@@ -122,6 +124,18 @@ counts)
         echo "FAIL: counts: no rank named the rails in common"; grep "rail" "$out/counts.out" | head; fail=1
     else
         check counts 0 $((R - 1))
+    fi
+    ;;
+unreachable)
+    # rail 1 is in both hosts' plans, but host 1's port on its bridge is down: its lanes cannot connect there
+    ip -n "$HOSTS_BRIDGE_NS" link set "$(hosts_rail_port 1 1)" down || exit 1
+    run unreachable -- allreduce -b 8 -e 2M -f 16 -c 1 -n 1 -w 1 -d int32 -o all; rc=$?
+    if [ $rc -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" "$out/unreachable.out"; then
+        echo "FAIL: unreachable: exit $rc"; grep -v "zccl INFO" "$out/unreachable.out" | tail -n 15; fail=1
+    elif ! grep -q "TCP rail eth1 (10.200.1.0/24) to rank [0-9]* lost" "$out/unreachable.out"; then
+        echo "FAIL: unreachable: no WARN named the rail that does not connect"; grep "WARN" "$out/unreachable.out" | head; fail=1
+    else
+        echo "unreachable: a rail that does not connect is dropped with a WARN ($(grep -m1 -o 'lost (.*' "$out/unreachable.out" | cut -c1-90)); #wrong 0"
     fi
     ;;
 *) echo "rails.sh: unknown mode '$MODE'" >&2; exit 2 ;;
