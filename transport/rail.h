@@ -14,8 +14,8 @@
  * The sockets of a pair are lanes (rail_lane.c): a lane is one byte stream from sender to receiver that outlives
  * the TCP connection carrying it. The sender copies what it sends into the lane's replay ring and keeps it until the
  * receiver acknowledges it (8-byte cumulative stream positions, sent back on the same connection). When the rail of
- * a lane dies (link down, address gone: the kernel reports ETIMEDOUT after ZCCL_RAIL_TIMEOUT_MS without
- * acknowledgement, or EHOSTUNREACH/ENETUNREACH/ENETDOWN/EADDRNOTAVAIL, or the local interface is down), the sender
+ * a lane dies (link down, address gone: TCP_INFO shows retransmitted bytes unacknowledged for ZCCL_RAIL_TIMEOUT_MS,
+ * or EHOSTUNREACH/ENETUNREACH/ENETDOWN/EADDRNOTAVAIL/ETIMEDOUT, or the local interface is down), the sender
  * moves every lane of that pair on that rail to the next live rail: it connects there with the resume flag, the
  * receiver answers with the stream position it has consumed, and the sender replays from there. Bytes already
  * delivered are therefore not delivered twice, and bytes in flight on the dead rail are sent again. A rail that

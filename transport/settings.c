@@ -57,6 +57,7 @@ ZCCL_SETTING(zccl__set_tcp_stripe_min_bytes) = {.name = "ZCCL_TCP_STRIPE_MIN_BYT
                 "element ranges); smaller ones go whole over the sender's home rail",
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 ZCCL_SETTING(zccl__set_rail_timeout_ms) = {.name = "ZCCL_RAIL_TIMEOUT_MS", .deflt = "2000",
-        .help = "TCP rails: a lane whose bytes stay unacknowledged this long (TCP_USER_TIMEOUT) has lost its rail and "
-                "moves to the next live rail of the pair; also each attempt to connect there",
+        .help = "TCP rails: a lane whose sent bytes the peer's kernel has not acknowledged this long after "
+                "retransmissions (TCP_INFO, while waiting) has lost its rail and moves to the next live rail of the "
+                "pair; also each attempt to connect on a rail",
         .kind = ZCCL_CFG_INT, .lo = 100, .hi = 24ll * 3600 * 1000};
