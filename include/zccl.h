@@ -194,6 +194,18 @@ zccl_result_t zccl_comm_abort(zccl_comm_t comm);
 zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_error);
 
 /**
+ * Describes how this rank reaches the ranks of other hosts over TCP: its rails (interfaces, each with its subnet)
+ * and the most sockets it stripes one direction of a pair over ("eth0 10.200.0.0/24, eth1 10.200.1.0/24; up to 2
+ * sockets per direction of a pair", or "one TCP connection per direction (no rails)"). Local; the values are those
+ * fixed at init (docs/configuration.md: ZCCL_TCP_RAILS, ZCCL_NSOCKS_PERTHREAD).
+ * @param text       receives the NUL-terminated line (truncated to len bytes); may be NULL when len is 0.
+ * @param nrails     if non-NULL: this rank's rails (0 when it has fewer than two and one socket per rail).
+ * @param max_socks  if non-NULL: the most sockets per direction it uses with any peer (1 = no striping).
+ * Errors: ZCCL_INVALID_ARGUMENT if comm is NULL.
+ */
+zccl_result_t zccl_comm_net_info(zccl_comm_t comm, char *text, size_t len, int *nrails, int *max_socks);
+
+/**
  * Creates a communicator of the ranks of comm that are not in `exclude` (elastic training after a failure, as
  * ncclCommShrink). Collective over the survivors, who must pass the same set; excluded ranks do not call it. comm may
  * be broken (ZCCL_REMOTE_ERROR from a lost peer): only its connection service and rank table are used. New ranks are

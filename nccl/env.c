@@ -88,6 +88,7 @@ void zccl_nccl_env_map(void) {
     map_one("NCCL_ALGO", "ZCCL_ALGO", map_algo);
     map_one("NCCL_IB_QPS_PER_CONNECTION", "ZCCL_IB_QPS_PER_CONN", NULL);
     map_one("NCCL_TOPO_FILE", "ZCCL_TOPO_FILE", NULL); /* NCCL topology XML: zccl reads that format */
+    map_one("NCCL_NSOCKS_PERTHREAD", "ZCCL_NSOCKS_PERTHREAD", NULL); /* TCP lanes per rail (transport/rail.h) */
 }
 
 __attribute__((constructor)) static void nccl_env_at_load(void) { zccl_nccl_env_map(); }

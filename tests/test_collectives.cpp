@@ -651,6 +651,16 @@ EnvList variant_env(const std::string &variant, int n) {
         add("ZT_MATRIX_REGISTER", "rank0");
         add("ZCCL_SHM_REG_MIN_BYTES", "1");
         add("ZT_MATRIX_SKIP_LARGE", "1");
+    } else if (variant == "tcp-socks2" || variant == "tcp-socks3") {
+        /* TCP striped over 2 or 3 sockets per direction of every pair (transport/rail.h) on loopback as the one rail:
+         * every transfer of at least 0 / 1 KiB is cut into parts on 64-byte boundaries that arrive independently,
+         * and reducing receives stage each part separately (4 KiB chunks). Results must not change. */
+        add("ZCCL_SOCKET_IFNAME", "=lo");
+        add("ZCCL_NSOCKS_PERTHREAD", variant == "tcp-socks2" ? "2" : "3");
+        add("ZCCL_TCP_STRIPE_MIN_BYTES", variant == "tcp-socks2" ? "0" : "1K");
+        add("ZCCL_CHUNK_BYTES", "4096");
+        add("ZCCL_RS_ROUND_BYTES", "1024");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "tcp-tiny") {
         add("ZCCL_CHUNK_BYTES", "4096");
         add("ZCCL_RS_ROUND_BYTES", "1024"); /* 64 would cost one TCP round trip per 64 bytes: slow, not better */
@@ -721,6 +731,10 @@ INSTANTIATE_TEST_SUITE_P(IB, CollectivesMatrix,
 INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("shm-tiny"), std::string("shm-cma"),
                                                               std::string("tcp-tiny")),
+                                            ::testing::Values(2, 3, 5)),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Striped, CollectivesMatrix,
+                         ::testing::Combine(::testing::Values(std::string("tcp-socks2"), std::string("tcp-socks3")),
                                             ::testing::Values(2, 3, 5)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Registered, CollectivesMatrix,

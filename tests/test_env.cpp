@@ -76,6 +76,7 @@ const std::map<std::string, std::string> kNcclNames = {
     {"NCCL_NET_GDR_READ", "ZCCL_NET_GDR_READ"},
     {"NCCL_DMABUF_ENABLE", "ZCCL_DMABUF_ENABLE"},
     {"NCCL_GDR_FLUSH_DISABLE", "ZCCL_GDR_FLUSH_DISABLE"},
+    {"NCCL_NSOCKS_PERTHREAD", "ZCCL_NSOCKS_PERTHREAD"},
 };
 
 }  // namespace

@@ -3,8 +3,8 @@
  * "The progress engine", docs/configuration.md ZCCL_TIMEOUT_MS / ZCCL_INIT_TIMEOUT_MS).
  *
  * Covered:
- *   Faults.KilledRankMidCollectiveShm / Faults.KilledRankMidCollectiveTcp
- *       4 ranks (ZCCL_TRANSPORT=shm, then tcp, no ZCCL_TIMEOUT_MS) loop over 8 MiB float32 all-reduces; once every
+ *   Faults.KilledRankMidCollectiveShm / Faults.KilledRankMidCollectiveTcp / Faults.KilledRankMidCollectiveTcpLanes
+ *       4 ranks (ZCCL_TRANSPORT=shm, then tcp, then tcp striped over 2 lanes per pair, no ZCCL_TIMEOUT_MS) loop over 8 MiB float32 all-reduces; once every
  *       rank has finished a few of them (shared counter), the parent SIGKILLs rank 2 while collectives run. Every
  *       survivor must return from its collective with ZCCL_REMOTE_ERROR (ZCCL_TIMEOUT cannot fire: no deadline is
  *       set), with a zccl_get_last_error() text naming a rank other than itself (the lost rank 2, or a ring
@@ -104,6 +104,9 @@ void run_kill_scenario(const char *transport, KillOutcome *out) {
     Options o;
     o.deadline_s = 20;
     o.env = {{"ZCCL_TRANSPORT", std::string(transport)}, {"ZCCL_TIMEOUT_MS", std::nullopt}};
+    if (std::string(transport) == "tcp-lanes") /* TCP striped over 2 lanes per direction (transport/rail.h), on lo */
+        o.env = {{"ZCCL_TRANSPORT", std::string("tcp")}, {"ZCCL_TIMEOUT_MS", std::nullopt},
+                 {"ZCCL_SOCKET_IFNAME", std::string("=lo")}, {"ZCCL_NSOCKS_PERTHREAD", std::string("2")}};
     std::unique_ptr<ProcessGroup> g = start_ranks(
         kKillRanks,
         [sh](zccl_comm_t comm, int rank, int) -> int {
@@ -215,6 +218,8 @@ void check_detection(const char *transport) {
 TEST(Faults, KilledRankMidCollectiveShm) { check_detection("shm"); }
 
 TEST(Faults, KilledRankMidCollectiveTcp) { check_detection("tcp"); }
+/* The same over striped TCP lanes: a peer's death is not taken for a dead rail (no wait for a lane to move). */
+TEST(Faults, KilledRankMidCollectiveTcpLanes) { check_detection("tcp-lanes"); }
 
 TEST(Faults, LaterCallsFailFast) {
     KillOutcome k;

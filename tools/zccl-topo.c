@@ -11,9 +11,11 @@
 #include <errno.h>
 #include <jansson.h>
 #include "core.h"
+#include "transport.h"
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,7 @@ typedef struct {
     int bind, map;          /* map: -1 = default */
     const char *mesh;       /* --mesh SPEC: print the mesh's groups instead of the machine */
     int mesh_flags;
+    bool rails;             /* --rails: this host's TCP rails instead of the machine model */
 } opts_t;
 
 typedef struct {
@@ -76,6 +79,9 @@ static void usage(FILE *f) {
             "  --dot               Graphviz DOT of the PCI tree and the ring\n"
             "  --svg FILE, --png FILE   render the DOT picture with Graphviz's dot into FILE\n"
             "  (one output format at a time: --json, --dot, --svg and --png exclude each other)\n"
+            "  --rails             this host's TCP rails (interfaces zccl stripes over between hosts, ZCCL_SOCKET_IFNAME\n"
+            "                      and ZCCL_TCP_RAILS applied) and the rail each local rank starts on (--ranks N, default\n"
+            "                      4), then exit\n"
             "  --version           print the version and exit\n"
             "  -h, --help          this text\n");
 }
@@ -124,6 +130,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
             if (!v) return bad("--mesh needs a shape such as 2x4 or dp=2,tp=4%s%s", "", "");
             o->mesh = v;
         } else if (!strcmp(a, "--json")) o->mode = OUT_JSON, o->mode_opt = a, takes = false;
+        else if (!strcmp(a, "--rails")) o->rails = true, takes = false;
         else if (!strcmp(a, "--dot")) o->mode = OUT_DOT, o->mode_opt = a, takes = false;
         else if (!v && (!strcmp(a, "--xml") || !strcmp(a, "--nccl-xml") || !strcmp(a, "--synthetic") ||
                         !strcmp(a, "--svg") || !strcmp(a, "--png") || !strcmp(a, "--ranks") ||
@@ -937,6 +944,47 @@ static int mesh_report(const opts_t *o) {
     }
     free(host);
     free(coords);
+/* --rails: the rails of this host as a rank's TCP transport lists them (transport/rail.c), and rank i of the host's
+ * lane 0 (its small messages) on rail i mod R, as every pair with another host that has the same subnets plans it. */
+static int rails_report(const opts_t *o) {
+    zccl_rail_addr_t r[ZCCL_RAIL_MAX];
+    char tried[512];
+    int n = 0;
+    int64_t cap = -1, socks = 1;
+    if (zccl__tcp_rails_list(r, ZCCL_RAIL_MAX, &n, tried, sizeof tried) != ZCCL_SUCCESS ||
+        zccl__cfg_int(ZCCL_CFG_TCP_RAILS, &cap) != ZCCL_SUCCESS || zccl__cfg_int(ZCCL_CFG_NSOCKS_PERTHREAD, &socks) != ZCCL_SUCCESS) {
+        fprintf(stderr, "zccl-topo: %s\n", zccl_get_last_error(NULL));
+        return 1;
+    }
+    if (cap >= 0 && n > (cap ? cap : 1)) n = (int)(cap ? cap : 1);
+    /* In the order pairs plan them: by netmask length, then subnet (rail.c's common_rails). */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            const uint32_t a = ntohl(((const struct sockaddr_in *)&r[j - 1].addr.sa)->sin_addr.s_addr),
+                           b = ntohl(((const struct sockaddr_in *)&r[j].addr.sa)->sin_addr.s_addr);
+            const uint32_t ma = r[j - 1].prefix ? ~0u << (32 - r[j - 1].prefix) : 0, mb = r[j].prefix ? ~0u << (32 - r[j].prefix) : 0;
+            if (r[j - 1].prefix < r[j].prefix || (r[j - 1].prefix == r[j].prefix && (a & ma) <= (b & mb))) break;
+            zccl_rail_addr_t t = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = t;
+        }
+    printf("TCP rails of this host (%s): %d\n", *zccl__cfg_str(ZCCL_CFG_SOCKET_IFNAME) ? "ZCCL_SOCKET_IFNAME" : "every up, "
+           "non-loopback, non-container IPv4 interface", n);
+    for (int i = 0; i < n; i++) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&r[i].addr.sa;
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+        printf("  rail %d: %s %s/%u\n", i, r[i].ifname, ip, r[i].prefix);
+    }
+    printf("  (up IPv4 interfaces seen: %s)\n", tried[0] ? tried : "none");
+    if (n * socks < 2) {
+        printf("Fewer than two lanes: every pair with another host uses one TCP connection per direction.\n");
+        return 0;
+    }
+    const int ranks = o->ranks > 0 ? o->ranks : 4;
+    printf("Lanes per direction with a peer on the same %d subnet%s: %lld; local rank i starts on rail i mod %d:\n", n,
+           n == 1 ? "" : "s", (long long)ZCCL_MIN(n * socks, ZCCL_TCP_SOCKS_MAX), n);
+    for (int i = 0; i < ranks; i++) printf("  local rank %d: rail %d (%s)\n", i, i % n, r[i % n].ifname);
     return 0;
 }
 
@@ -945,6 +993,7 @@ int main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
     if (o.mesh) return mesh_report(&o);
+    if (o.rails) return rails_report(&o);
     zccl_topo_t *t = NULL;
     if (load(&o, &t) != ZCCL_SUCCESS) {
         fprintf(stderr, "zccl-topo: %s\n", zccl_get_last_error(NULL));

@@ -61,3 +61,20 @@ ZCCL_SETTING(zccl__set_dmabuf_enable) = {.name = "ZCCL_DMABUF_ENABLE", .deflt = 
 ZCCL_SETTING(zccl__set_gdr_flush_disable) = {.name = "ZCCL_GDR_FLUSH_DISABLE", .deflt = "0",
         .help = "1: no flush (1-byte RDMA read) after data lands in device memory, also before Hopper",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .nccl = "NCCL_GDR_FLUSH_DISABLE"};
+ZCCL_SETTING(zccl__set_tcp_rails) = {.name = "ZCCL_TCP_RAILS", .deflt = "-1",
+        .help = "TCP rails (interfaces) to stripe large transfers over between hosts: -1 = every usable interface whose "
+                "subnet the peer also has; 1 = one connection per direction (the bootstrap interface); N = at most N",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = ZCCL_RAIL_MAX};
+ZCCL_SETTING(zccl__set_nsocks_perthread) = {.name = "ZCCL_NSOCKS_PERTHREAD", .deflt = "1",
+        .help = "TCP sockets per rail and direction of a pair (a pair uses the smaller of the two ranks' values; "
+                "rails x sockets is at most 16)",
+        .kind = ZCCL_CFG_INT, .lo = 1, .hi = 8, .nccl = "NCCL_NSOCKS_PERTHREAD"};
+ZCCL_SETTING(zccl__set_tcp_stripe_min_bytes) = {.name = "ZCCL_TCP_STRIPE_MIN_BYTES", .deflt = "256K",
+        .help = "TCP transfers of at least this many bytes are split over every socket of the pair (contiguous "
+                "element ranges); smaller ones go whole over the sender's home rail",
+        .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
+ZCCL_SETTING(zccl__set_rail_timeout_ms) = {.name = "ZCCL_RAIL_TIMEOUT_MS", .deflt = "2000",
+        .help = "TCP rails: a lane whose sent bytes the peer's kernel has not acknowledged this long after "
+                "retransmissions (TCP_INFO, while waiting) has lost its rail and moves to the next live rail of the "
+                "pair; also each attempt to connect on a rail",
+        .kind = ZCCL_CFG_INT, .lo = 100, .hi = 24ll * 3600 * 1000};

@@ -11,6 +11,10 @@
  * data socket has keepalive on and TCP_USER_TIMEOUT = ZCCL_SOCKET_USER_TIMEOUT_MS, so a connection whose sent
  * bytes or keepalive probes stay unacknowledged that long fails with ETIMEDOUT, which poll() reports at once; the
  * collective then fails naming the peer even without ZCCL_TIMEOUT_MS.
+ *
+ * Rails (rail.h): between ranks that share two or more sockets' worth of interface subnets, every direction of the
+ * pair has S lanes instead of one socket, each over its rail (rail_lane.c: striping, acknowledgements, moving a
+ * lane off a rail that died). The single-socket path below stays as it was for every other pair.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -20,6 +24,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "rail.h"
 #include "transport.h"
 
 extern const zccl_transport_ops_t zccl_transport_tcp; /* defined at the end of this file */
@@ -32,14 +37,30 @@ typedef struct zccl_tcp_comm {
     uint8_t **stage;    /* per peer: staging buffer for reducing receives */
     size_t *stage_fill; /* per peer: bytes in stage not yet delivered */
     int64_t user_timeout_ms; /* ZCCL_SOCKET_USER_TIMEOUT_MS; 0: the kernel's defaults */
+    zccl_rails_t *rails;     /* NULL: this rank has no rails (rail.c); its lanes carry the striped pairs */
 } tcp_comm_t;
 #define TCP_OF(c) ((tcp_comm_t *)zccl__tp_state((c), &zccl_transport_tcp))
 
+zccl_rails_t **zccl__tcp_rails_ref(zccl_tp_comm_t *tc) {
+    tcp_comm_t *t = TCP_OF(tc);
+    if (!t) {
+        if (!(t = calloc(1, sizeof *t))) return NULL;
+        zccl__tp_set_state(tc, &zccl_transport_tcp, t);
+    }
+    return &t->rails;
+}
+
+zccl_rails_t *zccl__tcp_rails(const zccl_tp_comm_t *tc) {
+    const tcp_comm_t *t = TCP_OF(tc);
+    return t ? t->rails : NULL;
+}
+
 static zccl_result_t tcp_setup(zccl_tp_comm_t *comm) {
-    tcp_comm_t *t = calloc(1, sizeof *t);
-    if (!t) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    tcp_comm_t *t = TCP_OF(comm); /* the rails made it before the bootstrap */
+    if (!t && !(t = calloc(1, sizeof *t))) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     zccl__tp_set_state(comm, &zccl_transport_tcp, t);
     size_t n = (size_t)comm->nranks;
+    if (t->rails) ZCCL_CHECK(zccl__rails_plan(t->rails));
     t->send_fd = malloc(n * sizeof(int));
     t->recv_fd = malloc(n * sizeof(int));
     t->stage = calloc(n, sizeof(uint8_t *));
@@ -143,26 +164,37 @@ static zccl_result_t tcp_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     return ZCCL_SUCCESS;
 }
 
+/* Pairs with two or more lanes go through rail_lane.c. */
+static bool striped(const tcp_comm_t *t, int peer) { return t && t->rails && t->rails->lanes && t->rails->nsock[peer] >= 2; }
+
 static zccl_result_t tcp_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
+    tcp_comm_t *t = TCP_OF(comm);
+    if (striped(t, x->peer)) return zccl__lane_progress(t->rails, x, progressed);
     return x->is_send ? tcp_send(comm, x, progressed) : tcp_recv(comm, x, progressed);
 }
 
 static int tcp_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) {
     tcp_comm_t *t = TCP_OF(comm);
     *events = x->is_send ? POLLOUT : POLLIN;
+    if (striped(t, x->peer)) return zccl__lane_wait_fd(t->rails, x, events);
     return x->is_send ? t->send_fd[x->peer] : t->recv_fd[x->peer];
 }
 
-static zccl_result_t tcp_check_peer(zccl_tp_comm_t *comm, int peer) { return ZCCL_SUCCESS; }
+/* TCP sees a lost peer as EOF; striped pairs use the wait to look after their lanes (rail_lane.c). */
+static zccl_result_t tcp_check_peer(zccl_tp_comm_t *comm, int peer) {
+    tcp_comm_t *t = TCP_OF(comm);
+    return striped(t, peer) ? zccl__lanes_check(t->rails, peer) : ZCCL_SUCCESS;
+}
 
 /* Shut every data connection down: a peer blocked receiving from us sees EOF, one sending to us an error. */
 static void tcp_poison(zccl_tp_comm_t *comm) {
     tcp_comm_t *t = TCP_OF(comm);
     if (!t) return;
-    for (int i = 0; i < comm->nranks; i++) {
+    for (int i = 0; t->send_fd && i < comm->nranks; i++) {
         if (t->send_fd[i] >= 0) shutdown(t->send_fd[i], SHUT_RDWR);
         if (t->recv_fd[i] >= 0) shutdown(t->recv_fd[i], SHUT_RDWR);
     }
+    zccl__rails_poison(t->rails);
     pthread_mutex_lock(&comm->in_mutex);
     for (int i = 0; i < comm->nranks; i++)
         if (comm->in_fd[i] >= 0) shutdown(comm->in_fd[i], SHUT_RDWR);
@@ -181,6 +213,7 @@ static void tcp_teardown(zccl_tp_comm_t *comm) {
     free(t->recv_fd);
     free(t->stage);
     free(t->stage_fill);
+    zccl__rails_free(t->rails);
     free(t);
     zccl__tp_set_state(comm, &zccl_transport_tcp, NULL);
 }

@@ -38,6 +38,25 @@ typedef struct {
     char dev[32];          /* device name, for messages */
 } zccl_ib_peer_info_t;
 
+/** Most TCP rails (interfaces) a rank publishes, and most TCP sockets per direction of a pair (rails x sockets). */
+#define ZCCL_RAIL_MAX 8
+#define ZCCL_TCP_SOCKS_MAX 16
+
+/** One TCP rail of a rank: an interface it listens on for striped data connections (transport/rail.c). */
+typedef struct {
+    zccl_sockaddr_t addr; /* the interface's address, with the port of this rank's listener on it */
+    uint8_t prefix;       /* netmask length: addr/prefix is the rail's subnet */
+    uint8_t pad[7];
+    char ifname[16];      /* interface name, for messages */
+} zccl_rail_addr_t;
+
+/** A rank's TCP rails (n = 0: it has fewer than two rails and ZCCL_NSOCKS_PERTHREAD=1, so it uses only `listen`). */
+typedef struct {
+    int32_t n;
+    int32_t nsocks;       /* its ZCCL_NSOCKS_PERTHREAD: sockets per rail; a pair uses the smaller */
+    zccl_rail_addr_t rail[ZCCL_RAIL_MAX];
+} zccl_tcp_peer_info_t;
+
 /** What every rank tells every other at init (fixed size, exchanged through the bootstrap root). */
 typedef struct {
     int32_t rank;
@@ -50,6 +69,7 @@ typedef struct {
     uint64_t shm_free;      /* bytes free in /dev/shm when this rank started (the host's ranks must fit in it) */
     zccl_locality_t loc;    /* package / NUMA node / core this rank is bound to, and its NIC distance */
     zccl_ib_peer_info_t ib; /* IB verbs transport endpoint */
+    zccl_tcp_peer_info_t tcp; /* TCP rails: every usable interface's listening address (transport/rail.c) */
     uint32_t cfg_hash[ZCCL_CFG_MATCH_MAX];  /* hash of each setting every rank must share (api/comm_init.c), compared at init */
 } zccl_peer_info_t;
 
@@ -210,6 +230,20 @@ void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);
  * ZCCL_TRANSPORT=ib demands a device and none can be used.
  */
 zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me);
+/**
+ * TCP rails, before the bootstrap (transport/rail.c): enumerates this host's rails (every up, non-loopback,
+ * non-container interface with an address, or those ZCCL_SOCKET_IFNAME selects; at most ZCCL_TCP_RAILS), and when
+ * there are two or more (or ZCCL_NSOCKS_PERTHREAD > 1) opens a listener on each and fills *me; otherwise me->n = 0
+ * and TCP uses one socket per direction as before. Errors: ZCCL_INVALID_ARGUMENT naming the setting when
+ * ZCCL_SOCKET_IFNAME is set and matches no interface with an address; ZCCL_SYSTEM_ERROR (listen, thread).
+ */
+zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_info_t *me);
+/** This host's TCP rails as zccl__tcp_rails_local_info enumerates them (before ZCCL_TCP_RAILS caps them), at most
+ *  max, into out; *tried lists every up IPv4 interface seen. Errors: ZCCL_SOCKET_IFNAME matching none. */
+zccl_result_t zccl__tcp_rails_list(zccl_rail_addr_t *out, int max, int *n, char *tried, size_t tlen);
+/** One line describing this rank's rails and how many sockets it stripes over with each other-host peer
+ *  ("eth0 10.200.0.1/24, eth1 10.200.1.1/24; rank 1: 2 rails x 1 socket"), for zccl_comm_net_info. */
+void zccl__tcp_rails_describe(const zccl_tp_comm_t *comm, char *buf, size_t len, int *nrails, int *max_socks);
 /** Whether this build has the IB verbs transport. */
 bool zccl__ib_built(void);
 
@@ -238,6 +272,14 @@ extern const zccl_cfg_desc_t zccl__set_ib_zcopy_bytes;
 #define ZCCL_CFG_IB_ZCOPY_BYTES (&zccl__set_ib_zcopy_bytes)
 extern const zccl_cfg_desc_t zccl__set_socket_user_timeout_ms;
 #define ZCCL_CFG_SOCKET_USER_TIMEOUT_MS (&zccl__set_socket_user_timeout_ms)
+extern const zccl_cfg_desc_t zccl__set_tcp_rails;
+#define ZCCL_CFG_TCP_RAILS (&zccl__set_tcp_rails)
+extern const zccl_cfg_desc_t zccl__set_nsocks_perthread;
+#define ZCCL_CFG_NSOCKS_PERTHREAD (&zccl__set_nsocks_perthread)
+extern const zccl_cfg_desc_t zccl__set_rail_timeout_ms;
+#define ZCCL_CFG_RAIL_TIMEOUT_MS (&zccl__set_rail_timeout_ms)
+extern const zccl_cfg_desc_t zccl__set_tcp_stripe_min_bytes;
+#define ZCCL_CFG_TCP_STRIPE_MIN_BYTES (&zccl__set_tcp_stripe_min_bytes)
 extern const zccl_cfg_desc_t zccl__set_transport;
 #define ZCCL_CFG_TRANSPORT (&zccl__set_transport)
 

@@ -51,7 +51,7 @@ void zccl__sock_tune(int fd) {
 
 /* ---- ZCCL_SOCKET_IFNAME, NCCL's grammar ---------------------------------------------------------------------- */
 
-static bool ifname_match(const char *spec, const char *name) {
+bool zccl__ifname_match(const char *spec, const char *name) {
     bool exclude = false, exact = false;
     if (*spec == '^') exclude = true, spec++;
     if (*spec == '=') exact = true, spec++;
@@ -102,7 +102,7 @@ zccl_result_t zccl__pick_local_addr(const zccl_sockaddr_t *toward, zccl_sockaddr
             if (pass == 0 && tl < sizeof tried - 40)
                 tl += (size_t)snprintf(tried + tl, sizeof tried - tl, "%s%s", tl ? ", " : "", i->ifa_name);
             if (*spec) {
-                if (ifname_match(spec, i->ifa_name)) { pick = i; break; }
+                if (zccl__ifname_match(spec, i->ifa_name)) { pick = i; break; }
                 continue;
             }
             if (i->ifa_flags & IFF_LOOPBACK) { if (!loopback) loopback = i; continue; }

@@ -34,6 +34,11 @@ const char *zccl__sockaddr_str(const zccl_sockaddr_t *a, char *buf, size_t len);
  */
 zccl_result_t zccl__pick_local_addr(const zccl_sockaddr_t *toward, zccl_sockaddr_t *out);
 
+/** Whether interface `name` matches a ZCCL_SOCKET_IFNAME spec (NCCL's grammar: a comma-separated list of name
+ *  prefixes; a leading '^' excludes the listed ones; '=' after it makes the names exact; an item's ":port" suffix is
+ *  ignored). An empty spec matches nothing: callers treat "unset" themselves. */
+bool zccl__ifname_match(const char *spec, const char *name);
+
 /** Resolves host (name or numeric) and port into an address. */
 zccl_result_t zccl__resolve(const char *host, int port, zccl_sockaddr_t *out);
 

@@ -144,6 +144,7 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
     me.cma_probe_value = __atomic_load_n(&zccl__cma_probe_word, __ATOMIC_ACQUIRE);
     ZCCL_CHECK_GOTO(zccl__comm_locality_self(&me.loc, me.host_hash), res, fail);
     ZCCL_CHECK_GOTO(zccl__ib_local_info(&comm->tc, &me.ib), res, fail);
+    ZCCL_CHECK_GOTO(zccl__tcp_rails_local_info(&comm->tc, &me.tcp), res, fail);
     zccl__comm_cfg_hashes(me.cfg_hash);
     ZCCL_CHECK_GOTO(zccl__bootstrap_join(comm, id, &me, deadline), res, fail);
     ZCCL_CHECK_GOTO(zccl__comm_check_settings(comm), res, fail);
@@ -466,5 +467,13 @@ ZCCL_API zccl_result_t zccl_comm_rank(const zccl_comm_t comm, int *rank) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_rank: argument 'comm' is NULL");
     if (!rank) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_rank: argument 'rank' is NULL");
     *rank = comm->rank;
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_comm_net_info(zccl_comm_t comm, char *text, size_t len, int *nrails, int *max_socks) {
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_net_info: comm is NULL");
+    char buf[512];
+    zccl__tcp_rails_describe(&comm->tc, buf, sizeof buf, nrails, max_socks);
+    if (text && len) snprintf(text, len, "%s", buf);
     return ZCCL_SUCCESS;
 }
