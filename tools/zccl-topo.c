@@ -944,6 +944,9 @@ static int mesh_report(const opts_t *o) {
     }
     free(host);
     free(coords);
+    return 0;
+}
+
 /* --rails: the rails of this host as a rank's TCP transport lists them (transport/rail.c), and rank i of the host's
  * lane 0 (its small messages) on rail i mod R, as every pair with another host that has the same subnets plans it. */
 static int rails_report(const opts_t *o) {
