@@ -3,8 +3,8 @@
  *
  *   zccl-bench OP [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP] [-c CHECK] [-d TYPE] [-o REDOP]
  *              [-r ROOT] [-z 0|1] [-y 0|1] [-a 0..3] [-m AGG] [-J FILE] [-np N] [--algo NAME|all]
- *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv (nccl-tests names such as all_reduce_perf
- *       work; alltoall, gather and scatter will come with those collectives in the API)
+ *   OP: allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, sendrecv (nccl-tests names such
+ *       as all_reduce_perf work; alltoall is still to come)
  *
  * Runs as one rank of a job started by zcclrun/torchrun/mpirun (zccl_comm_init_env), as a single rank when no
  * launcher variables are set, or starts N local ranks itself with -np N (launch.c). Only rank 0 prints.
@@ -44,8 +44,10 @@
 /* Tables                                                                                                       */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-/* nccl-tests' alltoall, gather and scatter come when the API has those collectives. */
-enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_SENDRECV, C_NCOLL };
+/* nccl-tests' alltoall is still to come. */
+enum coll {
+    C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE, C_SENDRECV, C_GATHER, C_SCATTER, C_NCOLL
+};
 
 static const struct {
     const char *name;
@@ -59,6 +61,8 @@ static const struct {
     [C_BROADCAST] = {"broadcast", {"bcast", "broadcast_perf", NULL, NULL}, 0, 1},
     [C_REDUCE] = {"reduce", {"reduce_perf", NULL, NULL, NULL}, 1, 1},
     [C_SENDRECV] = {"sendrecv", {"sendrecv_perf", "send_recv", NULL, NULL}, 0, 0},
+    [C_GATHER] = {"gather", {"gather_perf", NULL, NULL, NULL}, 0, 1},
+    [C_SCATTER] = {"scatter", {"scatter_perf", NULL, NULL, NULL}, 0, 1},
 };
 
 /* nccl-tests' type names first (they are what is printed), then accepted aliases. */
@@ -111,7 +115,7 @@ static void usage(FILE *f)
         "Usage: " NAME " OP [options]\n"
         "Bandwidth benchmark for zccl collectives; options and output as nccl-tests (all_reduce_perf, ...).\n"
         "\n"
-        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce | sendrecv\n"
+        "OP: allreduce | reduce_scatter | allgather | broadcast | reduce | gather | scatter | sendrecv\n"
         "    (sendrecv: rank r sends to r+1 and receives from r-1, modulo the ranks; out of place only)\n"
         "\n"
         "Options (sizes take K, M, G, T suffixes, powers of 1024: 8, 1K, 1.5M, 128MiB):\n"
@@ -128,7 +132,7 @@ static void usage(FILE *f)
         "  -d, --datatype TYPE      int8 uint8 int32 uint32 int64 uint64 half float double bfloat16, or all\n"
         "                           (also float16 float32 float64 bf16; default float)\n"
         "  -o, --op OP              sum prod max min avg, or all (default sum)\n"
-        "  -r, --root R             root of broadcast/reduce, -1 = every rank in turn (default 0)\n"
+        "  -r, --root R             root of broadcast/reduce/gather/scatter, -1 = every rank in turn (default 0)\n"
         "  -z, --blocking 0|1       1: blocking calls and a barrier after each operation (default 0)\n"
         "  -y, --stream_null 0|1    1: blocking calls instead of a zccl stream (default 0)\n"
         "  -a, --average 0..3       time reported: 0 rank 0's, 1 average, 2 min, 3 max over ranks (default 3)\n"
@@ -297,7 +301,8 @@ do {                                                                            
 static int check_cfg(const struct cfg *c)
 {
     if (c->coll < 0)
-        return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, sendrecv)%s%s", "",
+        return bad("no operation given (allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, "
+                   "sendrecv)%s%s", "",
                    "");
     if (c->minbytes > c->maxbytes) {
         char a[32], b[32];
@@ -370,7 +375,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
             c->coll = find_coll(a);
             if (c->coll < 0)
                 return bad("unknown operation '%s' (allreduce, reduce_scatter, allgather, broadcast, reduce, "
-                           "sendrecv)%s", a, "");
+                           "gather, scatter, sendrecv)%s", a, "");
             continue;
         }
         char opt, optname[48];
@@ -448,8 +453,10 @@ static struct sizes get_sizes(int coll, size_t size, size_t esize, int nranks)
     size_t align = esize < 16 ? 16 / esize : 1;
     size_t base = (count / (size_t)nranks) / align * align;
     switch (coll) {
-    case C_ALLGATHER: s.param = base; s.sendcount = base; s.recvcount = base * (size_t)nranks; break;
-    case C_REDUCE_SCATTER: s.param = base; s.sendcount = base * (size_t)nranks; s.recvcount = base; break;
+    case C_ALLGATHER:
+    case C_GATHER: s.param = base; s.sendcount = base; s.recvcount = base * (size_t)nranks; break;
+    case C_REDUCE_SCATTER:
+    case C_SCATTER: s.param = base; s.sendcount = base * (size_t)nranks; s.recvcount = base; break;
     default: s.param = s.sendcount = s.recvcount = count; break;
     }
     s.bytes = (s.sendcount > s.recvcount ? s.sendcount : s.recvcount) * esize;
@@ -461,7 +468,9 @@ static double busbw_factor(int coll, int n)
     switch (coll) {
     case C_ALLREDUCE: return 2.0 * (n - 1) / n;
     case C_REDUCE_SCATTER:
-    case C_ALLGATHER: return (double)(n - 1) / n;
+    case C_ALLGATHER:
+    case C_GATHER:
+    case C_SCATTER: return (double)(n - 1) / n;
     default: return 1.0;
     }
 }
@@ -492,6 +501,8 @@ static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t co
     case C_REDUCE_SCATTER: return zccl_reduce_scatter(s, r, count, dt, (zccl_redop_t)op, b->comm, st);
     case C_ALLGATHER: return zccl_allgather(s, r, count, dt, b->comm, st);
     case C_BROADCAST: return zccl_broadcast(s, r, count, dt, root, b->comm, st);
+    case C_GATHER: return zccl_gather(s, r, count, dt, root, b->comm, st);
+    case C_SCATTER: return zccl_scatter(s, r, count, dt, root, b->comm, st);
     default: return zccl_reduce(s, r, count, dt, (zccl_redop_t)op, root, b->comm, st);
     }
 }
@@ -512,6 +523,12 @@ static void placement(struct bench *b, const struct sizes *sz, size_t esize, int
     *s = *r = b->recvbuf;
     if (b->c->coll == C_ALLGATHER) *s = b->recvbuf + (size_t)b->rank * sz->param * esize;
     if (b->c->coll == C_REDUCE_SCATTER) *r = b->recvbuf + (size_t)b->rank * sz->param * esize;
+    /* gather and scatter: in place at the root (its block of the whole vector); elsewhere the buffers as given */
+    if (b->c->coll == C_GATHER) *s = b->recvbuf + (size_t)b->rank * sz->param * esize;
+    if (b->c->coll == C_SCATTER) {
+        *s = b->sendbuf;
+        *r = b->sendbuf + (size_t)b->rank * sz->param * esize;
+    }
 }
 
 /* The host copy of a position in the send or receive buffer (-D 1), else p itself. */
@@ -527,7 +544,8 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
                           int root, int in_place)
 {
     const int coll = b->c->coll, rank = b->rank, n = b->nranks;
-    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST || coll == C_SENDRECV;
+    const int movement = coll == C_ALLGATHER || coll == C_BROADCAST || coll == C_SENDRECV || coll == C_GATHER ||
+                         coll == C_SCATTER;
     bench_check_t ck;
     b->rep++;
     if (bench_check_init(&ck, dt, movement ? BP_BITS : op, n, b->rep) != 0) {
@@ -567,6 +585,16 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         bench_fill(&ck, s, rank, 0, P);
         memset(r, sentinel, P * esize);
         break;
+    case C_GATHER:
+        if (rank == root) memset(recvbuf, sentinel, P * (size_t)n * esize);
+        bench_fill(&ck, s, rank, 0, P);
+        break;
+    case C_SCATTER: /* the root's vector holds block q for rank q: rank q's data at q's offsets */
+        if (rank == root)
+            for (int q = 0; q < n; q++) bench_fill(&ck, s + (size_t)q * P * esize, q, 0, P);
+        else src_used = 0;
+        if (!in_place || rank != root) memset(r, sentinel, P * esize);
+        break;
     }
 
     if (b->hsend) {
@@ -591,8 +619,15 @@ static int64_t check_once(struct bench *b, const struct sizes *sz, zccl_datatype
         for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, r + (size_t)q * P * esize, q, 0, P);
         break;
     case C_SENDRECV: wrong += bench_verify_copy(&ck, r, (rank + n - 1) % n, 0, P); break; /* the previous rank's */
+    case C_GATHER:
+        if (rank == root)
+            for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, r + (size_t)q * P * esize, q, 0, P);
+        break;
+    case C_SCATTER: wrong += bench_verify_copy(&ck, r, rank, 0, P); break;
     }
-    if (!in_place && src_used)
+    if (!in_place && src_used && coll == C_SCATTER)
+        for (int q = 0; q < n; q++) wrong += bench_verify_copy(&ck, s + (size_t)q * P * esize, q, 0, P);
+    else if (!in_place && src_used)
         wrong += bench_verify_copy(&ck, s, rank, 0, coll == C_REDUCE_SCATTER ? P * (size_t)n : P);
     bench_check_free(&ck);
     return wrong;
@@ -736,7 +771,7 @@ static void time_test(struct bench *b, int ti, int op, int root)
 
 /* ZCCL_ALGO's names of the collectives, in enum coll order. */
 static const char *const tune_names[C_NCOLL] = {"allreduce", "reducescatter", "allgather", "broadcast", "reduce",
-                                                "sendrecv"};
+                                                "sendrecv", "gather", "scatter"};
 
 /* --algo NAME: every rank restricts the tuner to NAME for OP. Returns 0, or 2 after rank 0 explains. */
 static int force_algo(struct bench *b, const char *name)
