@@ -267,7 +267,8 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
                     IPC_CHECK(frecv[j] == want, "failing open, call %d [%zu] = %g, want %g", k, j, frecv[j], want);
                 }
             }
-            for (void *x : g) IPC_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister");
+            for (void *x : g)
+                IPC_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister: %s", zccl_get_last_error(NULL));
             IPC_CHECK(zccl_comm_destroy(c2) == ZCCL_SUCCESS, "destroy");
         }
 
@@ -277,6 +278,7 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
         f.stats(&s1);
         IPC_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open before deregistering",
                   s1.mapped_now - s0.mapped_now);
+        IPC_CHECK(zccl_barrier(c, NULL) == ZCCL_SUCCESS, "barrier"); /* no peer deregisters before that count */
         for (void *x : h) IPC_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister: %s",
                                     zccl_get_last_error(NULL));
         if (run_all(c, rank, n, 777, f, fsend, frecv, isend, irecv, false)) return 1;

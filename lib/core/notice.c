@@ -15,6 +15,15 @@ struct zccl_notice_node {
     zccl_notice_msg_t m;
 };
 
+/* A peer that cannot be told and need not be: a rank of this host that has exited (connecting to it would retry until
+ * the deadline), or one that destroyed its communicator cleanly (its listener is closed; it waits for nothing and
+ * keeps no mapping). */
+static bool gone(struct zccl_comm *comm, int r) {
+    if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
+        return true;
+    return comm->tc.tp[r] && comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r);
+}
+
 int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only) {
     if (comm->nranks < 2) return 0;
     int missed = 0;
@@ -34,12 +43,7 @@ int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char
             missed++;
             continue;
         }
-        /* A rank of this host that has exited cannot be told (and connecting to it would retry until the deadline). */
-        if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
-            continue;
-        /* Nor one that destroyed its communicator cleanly (its listener is closed; it waits for nothing and keeps
-         * no mapping). */
-        if (comm->tc.tp[r] && comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r)) continue;
+        if (gone(comm, r)) continue;
         zccl_conn_hdr_t h = {comm->tc.comm_id, comm->rank, ZCCL_CONN_NOTICE};
         int fd = -1;
         /* connect retries a refused connection (a listener not up yet, at init): give a vanished peer 300 ms. */
@@ -53,7 +57,11 @@ int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char
             if (res == ZCCL_SUCCESS) res = zccl__recv_all(fd, &ack, 1, deadline, "notice acknowledgement");
             close(fd);
         }
-        if (res != ZCCL_SUCCESS) {
+        /* A peer that is leaving (its service stops before its transports mark it departed) needs no telling: give
+         * it a moment to finish. */
+        while (res != ZCCL_SUCCESS && !gone(comm, r) && zccl__now_ns() < ZCCL_MIN(deadline, peer_deadline + 200000000ull))
+            usleep(2000);
+        if (res != ZCCL_SUCCESS && !gone(comm, r)) {
             missed++;
             ZCCL_INFO(ZCCL_LOG_COLL, "could not tell rank %d rank %d's notice (kind %d) about #%llu", r, comm->rank,
                       kind, (unsigned long long)seq);
