@@ -413,7 +413,8 @@ zccl_result_t zccl_mem_copy(void *dst, const void *src, size_t bytes);
  *    rank 2 called #5 zccl_allreduce(count 64, int32, op sum)"); the others fail with ZCCL_REMOTE_ERROR quoting it;
  *    the communicator is broken. Broadcast, reduce, gather and scatter send the descriptor to every peer, so ranks
  *    that exchange no data in the call (two ranks that both believe they are a broadcast's root) fail that call on
- *    every rank, naming both roots. ZCCL_CHECK=1 catches all of these before any data moves.
+ *    every rank, naming both roots (ZCCL_CHECK=-1 leaves that exchange out, for latency: such ranks then fail only
+ *    at their next call). ZCCL_CHECK=1 catches all of these before any data moves.
  */
 
 /**

@@ -66,7 +66,8 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
  * All descriptor sends leave in phase 0, before anything can block, so a rank whose schedule differs from a peer's
  * (another root) still delivers its descriptor and the mismatch is found instead of a deadlock. Cost: n-1 more
  * 32-byte messages per rank per rooted collective, and the call cannot finish before every peer has entered it
- * (docs/faults.md gives the measured latency). Not under ZCCL_CHECK, whose all-gather of descriptors did it. */
+ * (docs/faults.md gives the measured latency). Not under ZCCL_CHECK=1, whose all-gather of descriptors did it, nor
+ * under ZCCL_CHECK=-1, which gives this guarantee up for that latency. */
 
 /* Whether the collective coll needs every pair's descriptor (above). */
 static bool rooted(uint8_t coll) {
@@ -285,7 +286,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
     const bool desc = comm->desc_on && comm->nranks > 1;
-    const bool all_pairs = desc && rooted(comm->desc_mine.coll) && !comm->check;
+    const bool all_pairs = desc && rooted(comm->desc_mine.coll) && comm->rooted_desc && !comm->check;
     if (desc) {
         ZCCL_CHECK(ensure_desc(comm));
         comm->desc_run++;
