@@ -21,11 +21,11 @@ struct zccl_notice_node {
 static bool gone(struct zccl_comm *comm, int r) {
     if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
         return true;
-    return comm->tc.tp[r] && comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r);
+    return comm->tc.tp && comm->tc.tp[r] && comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r);
 }
 
 int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only) {
-    if (comm->nranks < 2) return 0;
+    if (comm->nranks < 2 || !comm->tc.peers || !comm->tc.tp) return 0; /* not (or no longer) connected */
     int missed = 0;
     zccl_notice_msg_t m;
     memset(&m, 0, sizeof m);
