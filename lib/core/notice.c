@@ -57,9 +57,10 @@ int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char
             if (res == ZCCL_SUCCESS) res = zccl__recv_all(fd, &ack, 1, deadline, "notice acknowledgement");
             close(fd);
         }
-        /* A peer that is leaving (its service stops before its transports mark it departed) needs no telling: give
-         * it a moment to finish. */
-        while (res != ZCCL_SUCCESS && !gone(comm, r) && zccl__now_ns() < ZCCL_MIN(deadline, peer_deadline + 200000000ull))
+        /* A peer that is leaving (its service stops before its transports mark it departed) needs no telling: a
+         * deregistration, whose caller is told who was missed, gives it a moment to finish. */
+        while (kind == ZCCL_NOTICE_DEREG && res != ZCCL_SUCCESS && !gone(comm, r) &&
+               zccl__now_ns() < ZCCL_MIN(deadline, peer_deadline + 200000000ull))
             usleep(2000);
         if (res != ZCCL_SUCCESS && !gone(comm, r)) {
             missed++;
