@@ -411,8 +411,9 @@ zccl_result_t zccl_mem_copy(void *dst, const void *src, size_t bytes);
  *  - A call refused by its own argument check on a valid communicator of several ranks returns its error at once
  *    (ZCCL_INVALID_ARGUMENT naming the argument), but still counts as the communicator's next collective, on the
  *    stream it was meant for, and tells every peer why. A peer that made the valid call fails it with
- *    ZCCL_REMOTE_ERROR "rank R refused its call #k ...: <R's message>"; a peer whose part needs nothing from R (a
- *    non-root of a reduce, a broadcast rank upstream of R) may complete it, and then fails its next call so. From
+ *    ZCCL_REMOTE_ERROR "rank R refused its call #k ...: <R's message>", also where its part needs no data from R
+ *    (a reduce or gather non-root, a scatter's root, a broadcast rank upstream of R: rooted collectives wait for
+ *    every peer's call descriptor, so the call cannot complete before R made or refused it). From
  *    then on the communicator is broken on every rank, R included (zccl_comm_get_async_error). If every rank refuses
  *    the same call, nothing moved and the communicator stays usable. A refused zccl_send/zccl_recv breaks it likewise.
  *  - With ZCCL_CHECK=1 a refused collective joins the check, marked invalid: every rank fails that call before any
@@ -422,8 +423,10 @@ zccl_result_t zccl_mem_copy(void *dst, const void *src, size_t bytes);
  *    each channel with a 32-byte descriptor of the call, checked on receipt. The rank that receives a differing one
  *    fails with ZCCL_INVALID_USAGE naming both calls ("rank 0 called #5 zccl_allreduce(count 64, float32, op sum),
  *    rank 2 called #5 zccl_allreduce(count 64, int32, op sum)"); the others fail with ZCCL_REMOTE_ERROR quoting it;
- *    the communicator is broken. Ranks that exchange nothing in that call (two ranks that both believe they are a
- *    broadcast's root) are caught at a later call. ZCCL_CHECK=1 catches all of these before any data moves.
+ *    the communicator is broken. Broadcast, reduce, gather and scatter send the descriptor to every peer, so ranks
+ *    that exchange no data in the call (two ranks that both believe they are a broadcast's root) fail that call on
+ *    every rank, naming both roots (ZCCL_CHECK=-1 leaves that exchange out, for latency: such ranks then fail only
+ *    at their next call). ZCCL_CHECK=1 catches all of these before any data moves.
  */
 
 /**
@@ -728,9 +731,8 @@ size_t zccl_type_size(zccl_datatype_t datatype);
  */
 zccl_result_t zccl_mem_alloc(void **ptr, size_t bytes);
 /** Frees memory from zccl_mem_alloc. ptr NULL: nothing. Errors: ZCCL_INVALID_ARGUMENT (ptr is not the start of a
- *  zccl_mem_alloc block, or was freed already). Deregister it from every communicator first. Peers that used the
- *  block in a collective keep it mapped until their communicator is destroyed, so its pages return to the system
- *  only then. */
+ *  zccl_mem_alloc block, or was freed already). Deregister it from every communicator first: deregistering closes
+ *  the peers' mappings of it, so its pages return to the system when it is freed. */
 zccl_result_t zccl_mem_free(void *ptr);
 /**
  * Registers [buf, buf + bytes) with comm, locally (no communication; ranks may register in any order). buf is host
@@ -739,15 +741,24 @@ zccl_result_t zccl_mem_free(void *ptr);
  * CUDA IPC handle is taken here, once per allocation, shared by the registrations inside it); a range elsewhere
  * (malloc'd memory, device memory that cannot be exported such as cuMemCreate's) is accepted and recorded but never
  * enables it. Overlapping registrations are allowed. *handle identifies the registration for zccl_comm_deregister.
- * Device memory: the peers keep their mappings of this rank's allocation open until comm is destroyed (on every
- * rank), and CUDA leaves freeing an allocation that another process still has open undefined, so free registered
- * device memory only after that.
+ * Peers map a registered buffer (its whole zccl_mem_alloc block, or its whole CUDA allocation through CUDA IPC) the
+ * first time a collective uses it and keep it mapped until it is deregistered or comm is destroyed; free the memory
+ * only after one of those (CUDA leaves freeing an allocation another process still has open undefined).
  * Errors: ZCCL_INVALID_ARGUMENT (comm, buf or handle NULL, bytes 0); ZCCL_SYSTEM_ERROR (out of memory, or the CUDA
  * pointer query failed).
  */
 zccl_result_t zccl_comm_register(zccl_comm_t comm, void *buf, size_t bytes, void **handle);
-/** Ends a registration. Destroying the communicator ends all of its registrations. Errors: ZCCL_INVALID_ARGUMENT
- *  (comm NULL, or handle not a live registration of comm). */
+/**
+ * Ends a registration. If a collective published it (ran, or offered to run, on the direct path), every peer is
+ * told over the communicator's connection service to close its mapping of the zccl_mem_alloc block or CUDA allocation
+ * the range lies in, and has closed it when this returns (about a millisecond per peer), so the memory may be freed
+ * then (a peer that still needs another registration in the same block maps it again at its next call). Local to this
+ * rank: the peers need not call anything. Destroying the communicator ends all of its registrations.
+ * Errors: ZCCL_INVALID_ARGUMENT (comm NULL, or handle not a live registration of comm); ZCCL_INVALID_USAGE (a
+ * collective running now on comm, on a stream or another thread, uses the registration: nothing changed, call again
+ * once it completed); ZCCL_REMOTE_ERROR (some live peer could not be told within about 2 s: the registration is gone,
+ * but free the memory only after destroying comm).
+ */
 zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle);
 
 

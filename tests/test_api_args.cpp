@@ -407,7 +407,7 @@ TEST(ApiArgs, ConfigCheck) {
         EXPECT_NE(text.find("invalid: environment ZCCL_SHM_SLOTS=\"abc\" is not an integer in [2, 1024]\n"),
                   std::string::npos) << text;
         EXPECT_NE(text.find("ZCCL_ALGO"), std::string::npos) << text;
-        EXPECT_NE(text.find("ZCCL_CHECK=\"1K\" is not 0 or 1"), std::string::npos) << text;
+        EXPECT_NE(text.find("ZCCL_CHECK=\"1K\" is not an integer in [-1, 1]"), std::string::npos) << text;
         EXPECT_EQ(text.find("ZCCL_CHUNK_BYTES"), std::string::npos) << text; // 256K is a valid byte count
         EXPECT_NE(text.find("invalid: ZCCL_TRANSPORT=\"udp\": not one of shm, ib, tcp"), std::string::npos) << text;
         EXPECT_NE(text.find("unknown: ZCCL_ALOG=ring"), std::string::npos) << text;

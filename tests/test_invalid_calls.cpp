@@ -6,10 +6,10 @@
  *   InvalidCalls.Refused/<transport>_<check>   3 ranks; one rank's call is refused by its own argument check in
  *       three shapes: a NULL receive buffer on rank 1 only (all-reduce), a root whose buffers overlap (broadcast,
  *       reduce). Then every rank calls a valid all-reduce.
- *         ZCCL_CHECK=0: the refused rank gets ZCCL_INVALID_ARGUMENT; every other rank fails the call or, where its
- *         part did not depend on the refused rank (reduce non-roots), its next call, with ZCCL_REMOTE_ERROR quoting
- *         "rank R refused"; the refused rank's next call fails too. Nobody returns success from the valid
- *         all-reduce (it would pair with another rank's other call).
+ *         ZCCL_CHECK=0: the refused rank gets ZCCL_INVALID_ARGUMENT; every other rank fails that call with
+ *         ZCCL_REMOTE_ERROR quoting "rank R refused" (since issue 22 also where its part did not depend on the
+ *         refused rank: reduce and gather non-roots, a scatter's root); the refused rank's next call fails too.
+ *         Nobody returns success from the valid all-reduce (it would pair with another rank's other call).
  *         ZCCL_CHECK=1: every rank fails the call (ZCCL_INVALID_USAGE naming the refused rank on the others) and the
  *         following all-reduce succeeds with the right sum everywhere.
  *   InvalidCalls.CountZero/<transport>_<check>   rank 2 passes count 0 where the others pass 64. ZCCL_CHECK=1: every
@@ -17,8 +17,16 @@
  *       rank 2's count-0 call succeeds (it moves nothing), the others' call and rank 2's next call fail with
  *       ZCCL_INVALID_USAGE or ZCCL_REMOTE_ERROR; no later call succeeds.
  *   InvalidCalls.Mismatch/<transport>   default settings, 3 ranks: rank 2 differs from ranks 0 and 1 in datatype
- *       (int32 vs float32), op (max vs sum), count, root, or collective. Every rank fails; rank 2's message names
- *       both calls (ZCCL_INVALID_USAGE when it found the mismatch itself).
+ *       (int32 vs float32), op (max vs sum), count, root, or collective. Every rank fails that call; rank 2's message
+ *       names both calls (ZCCL_INVALID_USAGE when it found the mismatch itself).
+ *   RefusedRooted.EveryRankFailsThatCall/<transport>_<n>   3, 4 and 5 ranks, default settings: in a reduce, gather,
+ *       scatter and broadcast of root 0, the root or the last rank refuses its call (a NULL buffer), 300 ms after the
+ *       others made theirs, so that a rank whose part does not need it (a gather non-root, a scatter root, the chain
+ *       before it) has long finished its transfers: every other rank must fail that very call with ZCCL_REMOTE_ERROR
+ *       (before issue 22 they returned ZCCL_SUCCESS and failed only at their next call).
+ *   RefusedRooted.TwoClaimedRootsFailThatCall/<transport>_<n>   ranks 0 and n-1 both say they are the broadcast's
+ *       root (the others say 0): every rank fails that call (before: some ranks succeeded), naming both roots or,
+ *       under load, quoting a peer that failed first and closed its connections; at least one rank names both.
  * Children never use GoogleTest assertions; every group has a deadline, and ZCCL_TIMEOUT_MS turns a hang into a
  * failure well inside it.
  */
@@ -26,6 +34,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -131,17 +140,14 @@ TEST_P(Refused, EveryRankFailsNoneMixesData) {
                                           zccl_get_last_error(comm));
                 return 0;
             }
-            /* Only a rank that receives nothing from the refused one (a reduce or gather non-root, whose send may
-             * complete into the root's buffers; a scatter's root and its other receivers) may complete its part, with
-             * this call's data; its next call then fails. */
-            const bool may_succeed = (shape == OVERLAP_ROOT_REDUCE || shape == OVERLAP_ROOT_GATHER ||
-                                      shape == NULL_RECVBUF_SCATTER) && rank != bad;
-            if (rank != bad && r == ZCCL_SUCCESS && !may_succeed)
+            /* Also a rank that receives nothing from the refused one (a reduce or gather non-root, a scatter's root
+             * and its other receivers) fails this call: rooted collectives wait for every peer's descriptor. */
+            if (rank != bad && r == ZCCL_SUCCESS)
                 return fail(rank, what + ": a peer of the refused rank returned ZCCL_SUCCESS");
             /* A peer that finished first (its own call failed, then its next one) may close its connections before
              * this rank reads the refusal notice: then the error names that peer's exit instead. Both are this
              * call's failure; what may never happen is a success or a hang. */
-            const bool peer_left = has(msg, "closed its connection") || has(msg, "has exited");
+            const bool peer_left = has(msg, "closed its connection") || has(msg, "has exited") || has(msg, "gave up");
             if (rank != bad && r != ZCCL_SUCCESS && (r != ZCCL_REMOTE_ERROR || !(has(msg, "refused") || peer_left)))
                 return fail(rank, what + ": expected ZCCL_REMOTE_ERROR quoting the refusal, got " + std::to_string(r) +
                                       ": " + msg);
@@ -150,9 +156,6 @@ TEST_P(Refused, EveryRankFailsNoneMixesData) {
             if (r2 == ZCCL_SUCCESS)
                 return fail(rank, what + ": the next all-reduce returned ZCCL_SUCCESS (sum " +
                                       std::string(right ? "right" : "WRONG: data from two calls") + ")");
-            if (rank != bad && r == ZCCL_SUCCESS && !has(msg, "rank " + std::to_string(bad) + " refused") &&
-                !has(msg, "closed its connection") && !has(msg, "has exited"))
-                return fail(rank, what + ": the next call's error does not name the refused rank: " + msg);
             return 0;
         }, opts(transport, check));
     }
@@ -207,7 +210,7 @@ const MismatchCase mismatch_cases[] = {
     {"datatype", "int32", "float32"},
     {"op", "op max", "op sum"},
     {"count", "count 32", "count 64"},
-    /* ranks that never receive from each other: caught at a later call (zccl.h) */
+    /* rooted collectives exchange every pair's descriptor: caught at that call even where no data flows */
     {"root", "zccl_broadcast(count 64, float32, root ", "different collectives"},
     {"collective", "zccl_allgather", "zccl_allreduce"},
 };
@@ -237,10 +240,6 @@ TEST_P(Mismatch, EveryRankFailsNamingBothCalls) {
             if (zccl_allreduce(a.data(), b.data(), 8, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) != ZCCL_SUCCESS)
                 return fail(rank, std::string("warm-up all-reduce: ") + zccl_get_last_error(comm));
             zccl_result_t r = mismatch_call(mc.name, rank, comm);
-            for (int later = 0; later < 2 && r == ZCCL_SUCCESS && !strcmp(mc.name, "root"); later++) {
-                r = zccl_allreduce(a.data(), b.data(), 8, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr);
-                if (r == ZCCL_SUCCESS && b[0] != 3.0f) return fail(rank, "wrong sum after a root mismatch");
-            }
             const std::string msg = zccl_get_last_error(comm);
             if (r == ZCCL_SUCCESS) return fail(rank, std::string("mismatched ") + mc.name + " returned ZCCL_SUCCESS");
             if (r != ZCCL_INVALID_USAGE && r != ZCCL_REMOTE_ERROR)
@@ -255,5 +254,107 @@ TEST_P(Mismatch, EveryRankFailsNamingBothCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("shm", "tcp"));
+
+/* ---- rooted collectives: a refused call or a second root reaches every rank at that call ---------------------- */
+
+const char *rooted_name(int c) {
+    static const char *names[] = {"reduce", "gather", "scatter", "broadcast"};
+    return names[c];
+}
+
+/* Rooted collective c of root 0; `refuse` makes this rank's call invalid with a NULL buffer every rank checks. */
+zccl_result_t rooted_call(int c, bool refuse, zccl_comm_t comm, int n) {
+    static std::vector<float> in(5 * 16, 1.0f), out(5 * 16, 0.0f);
+    float *snd = refuse ? nullptr : in.data(), *rcv = refuse ? nullptr : out.data();
+    switch (c) {
+    case 0: return zccl_reduce(snd, out.data(), 16, ZCCL_FLOAT32, ZCCL_SUM, 0, comm, nullptr);
+    case 1: return zccl_gather(snd, out.data(), 16, ZCCL_FLOAT32, 0, comm, nullptr);
+    case 2: return zccl_scatter(in.data(), rcv, 16, ZCCL_FLOAT32, 0, comm, nullptr);
+    default: (void)n; return zccl_broadcast(in.data(), rcv, 16, ZCCL_FLOAT32, 0, comm, nullptr);
+    }
+}
+
+class RefusedRooted : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(RefusedRooted, EveryRankFailsThatCall) {
+    const std::string transport = std::get<0>(GetParam());
+    const int nr = std::get<1>(GetParam());
+    for (int c = 0; c < 4; c++) {
+        for (int bad : {0, nr - 1}) {
+            SCOPED_TRACE(std::string(rooted_name(c)) + ", refused by rank " + std::to_string(bad));
+            Options o = opts(transport, false);
+            run_ranks(nr, [c, bad](zccl_comm_t comm, int rank, int n) -> int {
+                const std::string what = std::string(rooted_name(c)) + " refused by rank " + std::to_string(bad);
+                bool right = false;
+                if (valid_allreduce(comm, rank, n, &right) != ZCCL_SUCCESS || !right)
+                    return fail(rank, what + ": warm-up all-reduce: " + zccl_get_last_error(comm));
+                if (rank == bad) usleep(300000); /* the others' transfers are long done when it refuses */
+                const zccl_result_t r = rooted_call(c, rank == bad, comm, n);
+                const std::string msg = zccl_get_last_error(comm);
+                if (rank == bad) {
+                    if (r != ZCCL_INVALID_ARGUMENT)
+                        return fail(rank, what + ": the refused rank got " + std::to_string(r) + ": " + msg);
+                } else {
+                    if (r == ZCCL_SUCCESS)
+                        return fail(rank, what + ": a peer returned ZCCL_SUCCESS from the refused call");
+                    /* The refusal's notice, or a peer that failed first and poisoned its transports before this
+                     * rank read the notice: both are this call's failure. */
+                    if (r != ZCCL_REMOTE_ERROR || !(has(msg, "rank " + std::to_string(bad) + " refused its call") ||
+                                                    has(msg, "gave up") || has(msg, "closed its connection") ||
+                                                    has(msg, "has exited")))
+                        return fail(rank, what + ": expected ZCCL_REMOTE_ERROR naming the refusal, got " +
+                                              std::to_string(r) + ": " + msg);
+                }
+                if (valid_allreduce(comm, rank, n, &right) == ZCCL_SUCCESS)
+                    return fail(rank, what + ": the next all-reduce returned ZCCL_SUCCESS");
+                return 0;
+            }, o);
+        }
+    }
+}
+
+TEST_P(RefusedRooted, TwoClaimedRootsFailThatCall) {
+    const std::string transport = std::get<0>(GetParam());
+    const int nr = std::get<1>(GetParam());
+    Options o = opts(transport, false);
+    o.expect_success = false; /* exit codes: 0 named both roots, 3 failed quoting a peer that left first */
+    GroupResult g = run_ranks(nr, [](zccl_comm_t comm, int rank, int n) -> int {
+        bool right = false;
+        if (valid_allreduce(comm, rank, n, &right) != ZCCL_SUCCESS || !right)
+            return fail(rank, std::string("warm-up all-reduce: ") + zccl_get_last_error(comm));
+        static std::vector<float> in(64, float(rank)), out(64, -1.0f);
+        const int root = rank == n - 1 ? n - 1 : 0; /* ranks 0 and n-1 each think they are the root */
+        const zccl_result_t r = zccl_broadcast(in.data(), out.data(), 64, ZCCL_FLOAT32, root, comm, nullptr);
+        const std::string msg = zccl_get_last_error(comm);
+        if (r == ZCCL_SUCCESS) return fail(rank, "a broadcast with two claimed roots returned ZCCL_SUCCESS");
+        if (r != ZCCL_INVALID_USAGE && r != ZCCL_REMOTE_ERROR)
+            return fail(rank, "two roots: unexpected result " + std::to_string(r) + ": " + msg);
+        const std::string other = "root " + std::to_string(n - 1) + ")";
+        if (has(msg, "different collectives") && has(msg, "root 0)") && has(msg, other)) return 0;
+        /* A rank that found the mismatch, or learned it from a notice, may close its connections (fail, poison)
+         * before the notice of the rank that found it reaches this one: this call's failure all the same. */
+        if (r == ZCCL_REMOTE_ERROR && (has(msg, "closed its connection") || has(msg, "has exited") ||
+                                       has(msg, "gave up on this communicator"))) {
+            fprintf(stderr, "[rank %d] failed quoting a peer that left first: %s\n", rank, msg.c_str());
+            return 3;
+        }
+        return fail(rank, "two roots: the message does not name both roots: " + msg);
+    }, o);
+    ASSERT_TRUE(g.setup_error.empty() && !g.deadline_exceeded) << g.report();
+    int named = 0;
+    for (const ProcStatus &p : g.procs) {
+        EXPECT_TRUE(p.exited && (p.exit_code == 0 || p.exit_code == 3)) << p.name << ": " << p.describe() << "\n"
+                                                                          << p.output;
+        named += p.ok();
+    }
+    EXPECT_GE(named, 1) << "no rank named both roots:\n" << g.report();
+}
+
+std::string rooted_param(const ::testing::TestParamInfo<std::tuple<std::string, int>> &i) {
+    return std::get<0>(i.param) + "_" + std::to_string(std::get<1>(i.param));
+}
+INSTANTIATE_TEST_SUITE_P(Transports, RefusedRooted,
+                         ::testing::Combine(::testing::Values("shm", "tcp"), ::testing::Values(3, 4, 5)),
+                         rooted_param);
 
 }  // namespace

@@ -10,8 +10,9 @@
  * of copies and kernels with an operand in an opened IPC mapping) and copied nothing through host memory (the fake's
  * count of copies with a host side). When one rank's buffer cannot be exported (host memory the fake marks as device
  * memory, registered), after deregistration, and for a call where one rank cannot open a peer's handle (the fake
- * fails the open: GPUs without peer access), every rank takes the staged path with the same results. Destroying the
- * communicator closes every handle it opened.
+ * fails the open: GPUs without peer access), every rank takes the staged path with the same results. Deregistering
+ * closes the peers' handles of that rank's allocations before it returns, so they can be freed before the
+ * communicator is destroyed.
  */
 #include <gtest/gtest.h>
 #include <dlfcn.h>
@@ -257,26 +258,40 @@ TEST_P(IpcCollectives, DeviceBuffersOverCudaIpc) {
                     ZT_CHECK(frecv[j] == want, "failing open, call %d [%zu] = %g, want %g", k, j, frecv[j], want);
                 }
             }
-            for (void *x : g) ZT_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister");
+            for (void *x : g)
+                ZT_CHECK(zccl_comm_deregister(c2, x) == ZCCL_SUCCESS, "deregister: %s", zccl_get_last_error(NULL));
             ZT_CHECK(zccl_comm_destroy(c2) == ZCCL_SUCCESS, "destroy");
         }
 
-        /* Deregistered on every rank: the staged path again. */
-        for (void *x : h) ZT_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister");
-        if (run_all(c, rank, n, 777, f, fsend, frecv, isend, irecv, false)) return 1;
-
-        /* The communicator's destruction closes every handle it opened. */
+        /* Deregistered on every rank: each deregistration closed the peers' mappings of that rank's allocations
+         * before it returned (the peers' deregistrations returned before their part of the calls below), and the
+         * staged path again. */
         f.stats(&s1);
-        ZT_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open", s1.mapped_now - s0.mapped_now);
+        ZT_CHECK(s1.mapped_now - s0.mapped_now == 2 * (n - 1), "%ld mappings open before deregistering",
+                  s1.mapped_now - s0.mapped_now);
+        ZT_CHECK(zccl_barrier(c, NULL) == ZCCL_SUCCESS, "barrier"); /* no peer deregisters before that count */
+        for (void *x : h) ZT_CHECK(zccl_comm_deregister(c, x) == ZCCL_SUCCESS, "deregister: %s",
+                                    zccl_get_last_error(NULL));
+        if (run_all(c, rank, n, 777, f, fsend, frecv, isend, irecv, false)) return 1;
         IpcStats s2;
-        ZT_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
         f.stats(&s2);
         ZT_CHECK(s2.mapped_now == s0.mapped_now && s2.closes - s1.closes == 2 * (n - 1),
-                  "after destroy: %ld mappings open, %ld closed", s2.mapped_now, s2.closes - s1.closes);
-        /* CUDA's rule (zccl.h): an exported allocation is freed only once no peer has it open. */
-        ZT_CHECK(zccl_barrier(comm, NULL) == ZCCL_SUCCESS, "barrier");
+                  "after every rank deregistered: %ld mappings open, %ld closed", s2.mapped_now - s0.mapped_now,
+                  s2.closes - s1.closes);
+        /* So the allocations may be freed now, before the communicator is destroyed, and it goes on working. */
+        ZT_CHECK(zccl_barrier(c, NULL) == ZCCL_SUCCESS, "barrier");
         f.free((uintptr_t)fa);
         f.free((uintptr_t)ia);
+        {
+            std::vector<float> a(5000, float(rank + 1)), b(5000);
+            ZT_CHECK(zccl_allreduce(a.data(), b.data(), a.size(), ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
+                      "allreduce after the free: %s", zccl_get_last_error(NULL));
+            ZT_CHECK(b[4999] == float(n * (n + 1) / 2), "allreduce after the free: %g", b[4999]);
+        }
+        ZT_CHECK(zccl_comm_destroy(c) == ZCCL_SUCCESS, "destroy");
+        IpcStats s3;
+        f.stats(&s3);
+        ZT_CHECK(s3.mapped_now == s0.mapped_now, "after destroy: %ld mappings open", s3.mapped_now - s0.mapped_now);
         return 0;
     }, o);
 }

@@ -3,7 +3,9 @@
  * name the argument; memory from zccl_mem_alloc is page-aligned, zeroed and shared (a forked child sees the
  * parent's writes); a registered range of malloc'd memory is accepted but never enables the direct path, and
  * registered all-reduces stay right when the registration ends between calls; a rank lost before a registered call
- * is an error naming it, not a hang. The conformance matrix over
+ * is an error naming it, not a hang; deregistering closes the peers' mappings before it returns, so the memory can be
+ * freed while the communicator lives on (RegMem.DeregisterClosesPeerMappings; tools/sanitize.sh address runs it).
+ * The conformance matrix over
  * registered buffers is in test_collectives.cpp (Registered/CollectivesMatrix).
  */
 #include <gtest/gtest.h>
@@ -12,6 +14,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -142,4 +146,83 @@ TEST(RegMem, LostPeerDuringRegisteredCallIsAnErrorNotAHang) {
     o.deadline_s = 60;
     o.env = {{"ZCCL_TRANSPORT", std::string("shm")}};
     run_ranks(2, lost_peer_body, o);
+}
+
+extern "C" uint64_t zccl__reg_direct_calls(int mem_type); /* lib/core/regmem.h */
+
+namespace {
+
+/* How many mappings of zccl_mem_alloc regions of process `pid` this process has (/proc/self/maps). */
+int mappings_of(long pid) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *m = strstr(line, "/zccl-mem-");
+        const char *p = m ? strstr(m, "-p") : nullptr;
+        if (p && strtol(p + 2, nullptr, 10) == pid) n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Every rank's buffers are zccl_mem_alloc memory, registered: an all-reduce runs straight out of the peers'
+ * buffers, so the peers map rank 0's. Rank 0 deregisters; when that returns the peers map none of rank 0's memory
+ * any more, rank 0 frees it, and the communicator goes on working. */
+int dereg_body(zccl_comm_t comm, int rank, int n) {
+    auto failed = [&](const std::string &what) {
+        fprintf(stderr, "rank %d: FAIL %s (%s)\n", rank, what.c_str(), zccl_get_last_error(comm));
+        return 1;
+    };
+    int64_t pid = getpid();
+    std::vector<int64_t> pids((size_t)n);
+    if (zccl_allgather(&pid, pids.data(), 1, ZCCL_INT64, comm, nullptr) != ZCCL_SUCCESS) return failed("allgather");
+    const size_t count = 1 << 16; /* 256 KiB: above ZCCL_SHM_REG_MIN_BYTES */
+    float *s = nullptr, *r = nullptr;
+    if (zccl_mem_alloc((void **)&s, count * 4) != ZCCL_SUCCESS ||
+        zccl_mem_alloc((void **)&r, count * 4) != ZCCL_SUCCESS)
+        return failed("mem_alloc");
+    void *hs = nullptr, *hr = nullptr;
+    if (zccl_comm_register(comm, s, count * 4, &hs) != ZCCL_SUCCESS ||
+        zccl_comm_register(comm, r, count * 4, &hr) != ZCCL_SUCCESS)
+        return failed("register");
+    for (size_t k = 0; k < count; k++) s[k] = (float)(k % 100 + (size_t)rank);
+    const uint64_t d0 = zccl__reg_direct_calls(0);
+    if (zccl_allreduce(s, r, count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) != ZCCL_SUCCESS) return failed("allreduce");
+    for (size_t k = 0; k < count; k++)
+        if (r[k] != (float)((k % 100) * (size_t)n + (size_t)(n * (n - 1) / 2))) return failed("allreduce result");
+    if (zccl__reg_direct_calls(0) != d0 + 1) return failed("the all-reduce did not take the direct path");
+    if (rank != 0 && mappings_of((long)pids[0]) < 1) return failed("no mapping of rank 0's buffers to watch");
+    if (zccl_barrier(comm, nullptr) != ZCCL_SUCCESS) return failed("barrier");
+    if (rank == 0) {
+        if (zccl_comm_deregister(comm, hs) != ZCCL_SUCCESS || zccl_comm_deregister(comm, hr) != ZCCL_SUCCESS)
+            return failed("deregister");
+    }
+    if (zccl_barrier(comm, nullptr) != ZCCL_SUCCESS) return failed("barrier");
+    if (rank != 0 && mappings_of((long)pids[0]) != 0)
+        return failed("rank 0's deregistered buffers are still mapped here: " +
+                      std::to_string(mappings_of((long)pids[0])) + " mappings");
+    if (rank == 0 && (zccl_mem_free(s) != ZCCL_SUCCESS || zccl_mem_free(r) != ZCCL_SUCCESS)) return failed("mem_free");
+    std::vector<float> a(count, float(rank + 1)), b(count);
+    if (zccl_allreduce(a.data(), b.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, nullptr) != ZCCL_SUCCESS)
+        return failed("allreduce after the free");
+    if (b[count - 1] != float(n * (n + 1) / 2)) return failed("allreduce after the free: wrong sum");
+    if (rank != 0) {
+        if (zccl_comm_deregister(comm, hs) != ZCCL_SUCCESS || zccl_comm_deregister(comm, hr) != ZCCL_SUCCESS)
+            return failed("deregister");
+        if (zccl_mem_free(s) != ZCCL_SUCCESS || zccl_mem_free(r) != ZCCL_SUCCESS) return failed("mem_free");
+    }
+    return 0;
+}
+
+}  // namespace
+
+TEST(RegMem, DeregisterClosesPeerMappings) {
+    Options o;
+    o.deadline_s = 60;
+    /* The staged path off: its staging regions are zccl_mem_alloc memory the peers map too. */
+    o.env = {{"ZCCL_TRANSPORT", std::string("shm")}, {"ZCCL_SHM_STAGED", std::string("0")},
+             {"ZCCL_TIMEOUT_MS", std::string("20000")}};
+    run_ranks(3, dereg_body, o);
 }

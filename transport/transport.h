@@ -220,6 +220,14 @@ void zccl__doorbell_ring(zccl_tp_comm_t *comm, int peer);
 #define ZCCL_SHM_REG_AREA_BYTES 256
 /** That area of `rank` (this rank included), or NULL if rank is not reached through shared memory. Defined in shm.c. */
 void *zccl__shm_reg_area(zccl_tp_comm_t *comm, int rank);
+/**
+ * The sleep protocol of every waiting loop: zccl__doorbell_announce says this rank is about to sleep and returns the
+ * word's value `seen` (a peer that changes anything afterwards rings it, since it now sees the rank asleep); the loop
+ * then looks once more for what it waits for, sleeps with zccl__doorbell_wait(seen) only if nothing came, and calls
+ * zccl__doorbell_awake when it wakes (transport/doorbell.c).
+ */
+uint32_t zccl__doorbell_announce(zccl_tp_comm_t *comm);
+void zccl__doorbell_awake(zccl_tp_comm_t *comm);
 /** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c). */
 void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);
 

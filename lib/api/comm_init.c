@@ -90,7 +90,8 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_RS_ROUND_BYTES, &v), res, fail);
     comm->rs_round_bytes = (size_t)v;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHECK, &v), res, fail);
-    comm->check = v != 0;
+    comm->check = v > 0;
+    comm->rooted_desc = v >= 0;
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_SHM_REG_MIN_BYTES, &comm->reg_min_bytes), res, fail);
     comm->op_name = "init";
     ZCCL_CHECK_GOTO(zccl__cfg_int(ZCCL_CFG_CHUNK_BYTES, &v), res, fail);

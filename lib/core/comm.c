@@ -157,6 +157,8 @@ void zccl__comm_free(struct zccl_comm *comm) {
     free(comm->tc.in_fd);
     free(comm->tc.peers);
     free(comm->tc.tp);
+    comm->tc.peers = NULL; /* a failed non-blocking creation keeps the shell: nothing may reach through these */
+    comm->tc.tp = NULL;
     free(comm->ring);
     zccl__sched_cache_free(&comm->sched_cache);
     free(comm->scratch);

@@ -53,7 +53,8 @@ struct zccl_comm {
     uint64_t stream_spin_ns;    /* how long an idle stream or a synchronize polls (ZCCL_STREAM_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
     struct zccl_tuner *tuner;   /* algorithm choice: parameters, layout, ZCCL_ALGO (lib/tuner/tuner.h) */
-    bool check;                 /* ZCCL_CHECK: verify that ranks call matching collectives */
+    bool check;                 /* ZCCL_CHECK=1: verify that ranks call matching collectives */
+    bool rooted_desc;           /* ZCCL_CHECK >= 0: rooted collectives exchange every pair's descriptor (engine.c) */
     const char *op_name;        /* the collective running now, for error messages */
     int64_t timeout_ms;
     /* zccl_comm_shrink: the service thread records where the lowest survivor's new root listens. */

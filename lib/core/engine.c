@@ -53,7 +53,54 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
  * that differ (datatype, op, count, root, collective, or a rank one call ahead) therefore fail on the rank that
  * receives the first differing descriptor, with ZCCL_INVALID_USAGE naming both calls, before any of the peer's data
  * reaches the user's buffers; that rank then gives up and tells the others (notice.h). Cost: one small message per
- * channel per collective. */
+ * channel per collective.
+ *
+ * Rooted collectives (broadcast, reduce, gather, scatter) send it to every peer. In them a rank can finish without
+ * hearing from some peer at all (a gather non-root, a scatter root, the ranks of a chain before the one that refused;
+ * two ranks that both think they are the root exchange nothing), so such a rank could return success from a call a
+ * peer refused, or with another root, and learn it only at its next call. No message that already flows can tell it:
+ * its part of the call completes before the peer even makes its call, so it must wait for something from every peer.
+ * The cheapest such thing is the descriptor itself: every rank sends it to every peer in the call's first phase (on
+ * the channels the schedule uses, ahead of their first data; on the others as the channel's only message) and
+ * receives one from every peer (at the channel's first use, else in the last phase, so the wait overlaps the data).
+ * A peer that refused never sends it: the wait ends with its refusal notice (it is told before anything it sends
+ * afterwards arrives); a peer with another root sends a differing one. Every rank therefore fails that call itself.
+ * All descriptor sends leave in phase 0, before anything can block, so a rank whose schedule differs from a peer's
+ * (another root) still delivers its descriptor and the mismatch is found instead of a deadlock. Cost: n-1 more
+ * 32-byte messages per rank per rooted collective, and the call cannot finish before every peer has entered it
+ * (docs/faults.md gives the measured latency). Not under ZCCL_CHECK=1, whose all-gather of descriptors did it, nor
+ * under ZCCL_CHECK=-1, which gives this guarantee up for that latency. */
+
+/* Whether the collective coll needs every pair's descriptor (above). */
+static bool rooted(uint8_t coll) {
+    return coll == ZCCL_COLL_BROADCAST || coll == ZCCL_COLL_REDUCE || coll == ZCCL_COLL_GATHER ||
+           coll == ZCCL_COLL_SCATTER;
+}
+
+/* Appends a descriptor transfer with peer on the channel (send or receive) to xs. */
+static void add_desc_xfer(struct zccl_comm *comm, zccl_xfer_t *d, int peer, bool snd) {
+    memset(d, 0, sizeof *d);
+    d->peer = peer;
+    d->bytes = sizeof(zccl_call_desc_t);
+    d->dt = ZCCL_UINT8;
+    d->op = ZCCL_SUM;
+    d->is_send = snd;
+    if (snd) d->src = (const uint8_t *)&comm->desc_mine;
+    else d->dst = (uint8_t *)&comm->desc_in[peer];
+}
+
+/* Rooted collectives: every peer's descriptor channel not opened yet by this run, one direction (snd) at a time.
+ * Returns how many transfers it appended. */
+static size_t add_all_pairs(struct zccl_comm *comm, zccl_xfer_t *xs, bool snd) {
+    size_t nx = 0;
+    for (int q = 0; q < comm->nranks; q++) {
+        uint64_t *mark = &comm->desc_mark[2 * (size_t)q + (snd ? 0 : 1)];
+        if (q == comm->rank || *mark == comm->desc_run) continue;
+        *mark = comm->desc_run;
+        add_desc_xfer(comm, &xs[nx++], q, snd);
+    }
+    return nx;
+}
 
 static zccl_result_t ensure_desc(struct zccl_comm *comm) {
     if (comm->desc_in) return ZCCL_SUCCESS;
@@ -71,6 +118,11 @@ static zccl_result_t ensure_desc(struct zccl_comm *comm) {
 
 static bool is_desc_recv(const struct zccl_comm *comm, const zccl_xfer_t *x) {
     return !x->is_send && comm->desc_in && x->dst == (uint8_t *)&comm->desc_in[x->peer];
+}
+
+/* Whether x carries a descriptor, either way. */
+static bool is_desc(const struct zccl_comm *comm, const zccl_xfer_t *x) {
+    return is_desc_recv(comm, x) || (x->is_send && x->src == (const uint8_t *)&comm->desc_mine);
 }
 
 /* x just completed: if it is a descriptor, does the peer's call match ours? */
@@ -189,12 +241,10 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
             continue;
         }
         /* Announce that we sleep, look once more, then sleep. */
-        uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
-        __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
+        const uint32_t seen = zccl__doorbell_announce(&comm->tc);
         zccl_result_t res = poll_once(comm, x, nx, h, &all_done, &moved);
         if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
-        __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
+        zccl__doorbell_awake(&comm->tc);
         ZCCL_CHECK(res);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
@@ -213,8 +263,7 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
 static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     zccl__mem_stage_phase(&comm->mem_stage);
     for (size_t i = 0; i < nx; i++) {
-        /* Call descriptors are host memory the engine owns: not staged, so they are compared on arrival. */
-        if (is_desc_recv(comm, &x[i]) || (x[i].is_send && x[i].src == (const uint8_t *)&comm->desc_mine)) continue;
+        if (is_desc(comm, &x[i])) continue; /* host bytes already, and verify_desc finds them by address */
         if (x[i].is_send) {
             ZCCL_CHECK(zccl__mem_stage_send(&comm->mem_stage, mt, x[i].src, x[i].bytes, &x[i].src));
         } else {
@@ -230,7 +279,7 @@ static zccl_result_t stage_xfers(struct zccl_comm *comm, zccl_mem_type_t mt, zcc
 /* The phase's receives (all complete) enter their device buffers: copied, or reduced with their operand. */
 static zccl_result_t finish_recvs(struct zccl_comm *comm, zccl_mem_type_t mt, zccl_xfer_t *x, size_t nx) {
     for (size_t i = 0; i < nx; i++)
-        if (!x[i].is_send && x[i].dev_dst) /* dev_dst NULL: a descriptor, not staged */
+        if (!x[i].is_send && !is_desc(comm, &x[i]))
             ZCCL_CHECK(zccl__mem_stage_recv_done(&comm->mem_stage, mt, x[i].dev_dst, x[i].dev_op2, x[i].dst,
                                                  x[i].bytes, x[i].dt, x[i].op, x[i].divisor));
     return ZCCL_SUCCESS;
@@ -257,17 +306,19 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
     const bool desc = comm->desc_on && comm->nranks > 1;
+    const bool all_pairs = desc && rooted(comm->desc_mine.coll) && comm->rooted_desc && !comm->check;
     if (desc) {
         ZCCL_CHECK(ensure_desc(comm));
         comm->desc_run++;
     }
+    const size_t extra = all_pairs ? 2 * ((size_t)comm->nranks - 1) : 0; /* first phase sends, last receives */
     zccl_xfer_t xs_local[16], *xs = xs_local;
     size_t xcap = 16;
     zccl_result_t res = ZCCL_SUCCESS;
     size_t first = 0;
     for (size_t p = 0; p < s->nphases; p++) {
         const size_t end = s->phase_end[p];
-        const size_t need = (end - first) * (desc ? 2 : 1); /* room for a descriptor before every transfer */
+        const size_t need = (end - first) * (desc ? 2 : 1) + extra; /* room for a descriptor before every transfer */
         if (need > xcap) {
             zccl_xfer_t *nxs = malloc(need * sizeof *nxs);
             if (!nxs) { res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu transfers", need); break; }
@@ -276,6 +327,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             xcap = need;
         }
         size_t nx = 0;
+        if (all_pairs && p == 0) nx += add_all_pairs(comm, xs + nx, true);
         for (size_t i = first; i < end; i++) {
             const zccl_step_t *st = &s->steps[i];
             uint8_t *b = base[st->buf] + st->off * es;
@@ -294,15 +346,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             uint64_t *mark = desc ? &comm->desc_mark[2 * (size_t)st->peer + (snd ? 0 : 1)] : NULL;
             if (mark && *mark != comm->desc_run) { /* first transfer on this channel: the descriptor goes first */
                 *mark = comm->desc_run;
-                zccl_xfer_t *d = &xs[nx++];
-                memset(d, 0, sizeof *d);
-                d->peer = st->peer;
-                d->bytes = sizeof(zccl_call_desc_t);
-                d->dt = ZCCL_UINT8;
-                d->op = ZCCL_SUM;
-                d->is_send = snd;
-                if (snd) d->src = (const uint8_t *)&comm->desc_mine;
-                else d->dst = (uint8_t *)&comm->desc_in[st->peer];
+                add_desc_xfer(comm, &xs[nx++], st->peer, snd);
             }
             zccl_xfer_t *x = &xs[nx++];
             memset(x, 0, sizeof *x);
@@ -322,6 +366,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
+        if (all_pairs && p + 1 == s->nphases) nx += add_all_pairs(comm, xs + nx, false);
         if (nx && pipelined) { /* engine_stage.c: chunks whose copies overlap the wire */
             if ((res = zccl__stage_run_phase(comm, mt, xs, nx, p)) != ZCCL_SUCCESS) break;
             continue;

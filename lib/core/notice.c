@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "comm.h"
+#include "regmem.h"
 
 struct zccl_notice_node {
     struct zccl_notice_node *next;
@@ -14,8 +15,18 @@ struct zccl_notice_node {
     zccl_notice_msg_t m;
 };
 
-void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only) {
-    if (comm->nranks < 2) return;
+/* A peer that cannot be told and need not be: a rank of this host that has exited (connecting to it would retry until
+ * the deadline), or one that destroyed its communicator cleanly (its listener is closed; it waits for nothing and
+ * keeps no mapping). */
+static bool gone(struct zccl_comm *comm, int r) {
+    if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
+        return true;
+    return comm->tc.tp && comm->tc.tp[r] && comm->tc.tp[r]->departed && comm->tc.tp[r]->departed(&comm->tc, r);
+}
+
+int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only) {
+    if (comm->nranks < 2 || !comm->tc.peers || !comm->tc.tp) return 0; /* not (or no longer) connected */
+    int missed = 0;
     zccl_notice_msg_t m;
     memset(&m, 0, sizeof m);
     m.seq = seq;
@@ -27,10 +38,12 @@ void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const cha
     char saved[sizeof comm->async_msg];
     snprintf(saved, sizeof saved, "%s", zccl__last_error()); /* failing connects must not replace the caller's error */
     for (int r = 0; r < comm->nranks; r++) {
-        if (r == comm->rank || (only >= 0 && r != only) || zccl__now_ns() > deadline) continue;
-        /* A rank of this host that has exited cannot be told (and connecting to it would retry until the deadline). */
-        if (comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash && zccl__local_pid_exited(comm->tc.peers[r].pid))
+        if (r == comm->rank || (only >= 0 && r != only)) continue;
+        if (zccl__now_ns() > deadline) {
+            missed++;
             continue;
+        }
+        if (gone(comm, r)) continue;
         zccl_conn_hdr_t h = {comm->tc.comm_id, comm->rank, ZCCL_CONN_NOTICE};
         int fd = -1;
         /* connect retries a refused connection (a listener not up yet, at init): give a vanished peer 300 ms. */
@@ -44,10 +57,19 @@ void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const cha
             if (res == ZCCL_SUCCESS) res = zccl__recv_all(fd, &ack, 1, deadline, "notice acknowledgement");
             close(fd);
         }
-        if (res != ZCCL_SUCCESS) ZCCL_INFO(ZCCL_LOG_COLL, "could not tell rank %d why rank %d left collective #%llu",
-                                           r, comm->rank, (unsigned long long)seq);
+        /* A peer that is leaving (its service stops before its transports mark it departed) needs no telling: a
+         * deregistration, whose caller is told who was missed, gives it a moment to finish. */
+        while (kind == ZCCL_NOTICE_DEREG && res != ZCCL_SUCCESS && !gone(comm, r) &&
+               zccl__now_ns() < ZCCL_MIN(deadline, peer_deadline + 200000000ull))
+            usleep(2000);
+        if (res != ZCCL_SUCCESS && !gone(comm, r)) {
+            missed++;
+            ZCCL_INFO(ZCCL_LOG_COLL, "could not tell rank %d rank %d's notice (kind %d) about #%llu", r, comm->rank,
+                      kind, (unsigned long long)seq);
+        }
     }
     zccl__set_last_error(saved);
+    return missed;
 }
 
 void zccl__notice_refused_here(struct zccl_comm *comm, uint64_t seq) {
@@ -68,6 +90,14 @@ void zccl__notice_receive(struct zccl_comm *comm, int fd, int from) {
     struct zccl_notice_node *n = calloc(1, sizeof *n);
     zccl_result_t res = n ? zccl__recv_all(fd, &n->m, sizeof n->m, zccl__now_ns() + 2000000000ull, "notice")
                           : ZCCL_SYSTEM_ERROR;
+    if (res == ZCCL_SUCCESS && n->m.kind == ZCCL_NOTICE_DEREG) { /* not kept: acted on, then acknowledged */
+        zccl__reg_peer_dropped(comm, from, n->m.seq);
+        free(n);
+        const char ack = 1;
+        zccl__send_all(fd, &ack, 1, zccl__now_ns() + 1000000000ull, "notice acknowledgement");
+        close(fd);
+        return;
+    }
     if (res != ZCCL_SUCCESS || (n->m.kind != ZCCL_NOTICE_REFUSED && n->m.kind != ZCCL_NOTICE_GAVE_UP)) {
         ZCCL_WARN(ZCCL_LOG_COLL, "rank %d: dropped an incomplete or malformed notice from rank %d", comm->rank, from);
         close(fd);

@@ -18,6 +18,7 @@ struct zccl_comm;
 
 #define ZCCL_NOTICE_REFUSED 1 /* the sender refused its call #seq locally: it did not take part */
 #define ZCCL_NOTICE_GAVE_UP 2 /* the sender gave up call #seq: the communicator is broken from there on */
+#define ZCCL_NOTICE_DEREG 3   /* the sender deregistered its region or allocation #seq: close the mapping of it */
 
 /** Sent after a zccl_conn_hdr_t of kind ZCCL_CONN_NOTICE. */
 typedef struct {
@@ -27,9 +28,10 @@ typedef struct {
     char text[496]; /* NUL-terminated */
 } zccl_notice_msg_t;
 
-/** Tells every peer, or only rank `only` when only >= 0 (bounded: about 2 s in all). Failures to reach a peer are
- *  logged and ignored (the transports' poison still reaches it). */
-void zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only);
+/** Tells every peer, or only rank `only` when only >= 0 (bounded: about 2 s in all), and returns how many live peers
+ *  it could not tell (logged; a refusal or give-up still reaches them through the transports' poison). Each peer has
+ *  acted on the notice when it acknowledges it. */
+int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char *text, int only);
 /** Records that this rank refused its call #seq (so the peers' "refused" notices for it are ignored). */
 void zccl__notice_refused_here(struct zccl_comm *comm, uint64_t seq);
 /** Service thread: reads the notice that follows a ZCCL_CONN_NOTICE header from `from` on fd (and closes fd). */

@@ -51,6 +51,7 @@
 #include <unistd.h>
 #include "kernels.h"
 #include "mem.h"
+#include "notice.h"
 #include "regmem.h"
 
 ZCCL_SETTING(zccl__set_shm_reg_min_bytes) = {
@@ -85,7 +86,9 @@ typedef struct reg {
     struct zccl_comm *comm;
     const uint8_t *buf;
     size_t bytes;
-    dalloc_t *da; /* non-host memory: its allocation */
+    dalloc_t *da;   /* non-host memory: its allocation */
+    int busy;       /* collectives running now that published it (mu) */
+    bool published; /* a descriptor named its region or allocation: the peers may have mapped it */
 } reg_t;
 
 typedef struct pmap {
@@ -100,6 +103,14 @@ typedef struct pmap {
 } pmap_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+/* Links a new record at the head of one of the lists below (each record's first member is its next pointer). */
+#define LINK(head, node)                                                                                      \
+    do {                                                                                                      \
+        pthread_mutex_lock(&mu);                                                                              \
+        (node)->next = (head);                                                                                \
+        (head) = (node);                                                                                      \
+        pthread_mutex_unlock(&mu);                                                                            \
+    } while (0)
 static region_t *regions;
 static dalloc_t *dallocs;
 static reg_t *regs;
@@ -144,10 +155,7 @@ zccl_result_t zccl__mem_alloc(void **ptr, size_t bytes) {
     r->base = p;
     r->bytes = sz;
     r->id = id;
-    pthread_mutex_lock(&mu);
-    r->next = regions;
-    regions = r;
-    pthread_mutex_unlock(&mu);
+    LINK(regions, r);
     *ptr = p;
     return ZCCL_SUCCESS;
 }
@@ -239,29 +247,82 @@ zccl_result_t zccl__comm_register(struct zccl_comm *comm, void *buf, size_t byte
         free(g);
         return res;
     }
-    pthread_mutex_lock(&mu);
-    g->next = regs;
-    regs = g;
-    pthread_mutex_unlock(&mu);
+    LINK(regs, g);
     *handle = g;
     return ZCCL_SUCCESS;
 }
 
+/* Whether [a, a+an) and [b, b+bn) overlap. */
+static bool overlaps(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) { return a < b + bn && b < a + an; }
+
+/* The ids of this process's regions and allocations that [buf, buf+bytes) touches, at most `cap`. Caller holds mu. */
+static size_t ids_touched(const uint8_t *buf, size_t bytes, uint64_t *ids, size_t cap) {
+    size_t n = 0;
+    for (const region_t *r = regions; r && n < cap; r = r->next)
+        if (overlaps(buf, bytes, r->base, r->bytes)) ids[n++] = r->id;
+    for (const dalloc_t *a = dallocs; a && n < cap; a = a->next)
+        if (a->shareable && overlaps(buf, bytes, a->base, a->bytes)) ids[n++] = a->id;
+    return n;
+}
+
+/*
+ * Deregistration tells the peers. A peer that ran a direct-path call on this registration keeps the region or
+ * allocation mapped (per communicator, to map it once), so freeing the memory afterwards would leave it mapped there
+ * (host: pages that never return to the system; CUDA: an allocation another process still has open, which CUDA leaves
+ * undefined). So once the registration is gone here (no later call can publish it), every peer is told, over the
+ * connection service with an acknowledgement (notice.c, ZCCL_NOTICE_DEREG), to close its mapping of each region or
+ * allocation the range touches; the acknowledgement comes after the close, so the memory may be freed when this call
+ * returns. A peer maps only during a call that this rank's descriptor takes part in, so none can be mapping it now:
+ * a registration that a collective running on another thread or stream publishes is refused instead.
+ */
 zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle) {
     pthread_mutex_lock(&mu);
     reg_t **pp = &regs;
     while (*pp && (*pp != handle || (*pp)->comm != comm)) pp = &(*pp)->next;
     reg_t *g = *pp;
-    if (g) {
+    const bool busy = g && g->busy;
+    uint64_t ids[8];
+    size_t nids = 0;
+    if (g && !busy) {
         *pp = g->next;
+        if (g->published) nids = ids_touched(g->buf, g->bytes, ids, 8);
         dalloc_put(g->da);
     }
     pthread_mutex_unlock(&mu);
     if (!g)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_deregister: argument 'handle' = %p is not a registration "
                            "of this communicator (rank %d) or was deregistered already", handle, comm->rank);
+    if (busy)
+        return zccl__error(ZCCL_INVALID_USAGE, "zccl_comm_deregister: rank %d: the registration %p is in use by a "
+                           "collective running now on this communicator (on a stream or another thread); deregister "
+                           "it once that call has completed (zccl_stream_synchronize)", comm->rank, handle);
     free(g);
+    int missed = 0;
+    for (size_t i = 0; i < nids; i++) missed += zccl__notice_send(comm, ZCCL_NOTICE_DEREG, ids[i], "", -1);
+    if (missed)
+        return zccl__error(ZCCL_REMOTE_ERROR, "zccl_comm_deregister: rank %d: %d peer(s) could not be told to close "
+                           "their mapping of the deregistered buffer (the registration is gone; free the memory only "
+                           "after destroying the communicator)", comm->rank, missed);
     return ZCCL_SUCCESS;
+}
+
+/* A peer's mapping of one region or allocation, closed. Caller holds mu. */
+static void pmap_close(pmap_t *m) {
+    if (m->type == ZCCL_MEM_HOST) munmap(m->base, m->bytes);
+    else if (m->opened) zccl__mem_ops(m->type)->ipc_close(m->base);
+    free(m);
+}
+
+/* peer -1: every mapping of comm (its destruction). */
+void zccl__reg_peer_dropped(struct zccl_comm *comm, int peer, uint64_t id) {
+    pthread_mutex_lock(&mu);
+    for (pmap_t **pp = &pmaps; *pp;) {
+        pmap_t *m = *pp;
+        if (m->comm != comm || (peer >= 0 && (m->peer != peer || m->id != id))) { pp = &m->next; continue; }
+        *pp = m->next;
+        pmap_close(m);
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 static uint64_t direct_calls[ZCCL_MEM_TYPES]; /* calls this process ran on the direct path, per memory type */
@@ -281,34 +342,28 @@ void zccl__reg_comm_gone(struct zccl_comm *comm) {
         reg_t *g = *pp;
         if (g->comm == comm) { *pp = g->next; dalloc_put(g->da); free(g); } else pp = &g->next;
     }
-    for (pmap_t **pp = &pmaps; *pp;) {
-        pmap_t *m = *pp;
-        if (m->comm != comm) { pp = &m->next; continue; }
-        *pp = m->next;
-        if (m->type == ZCCL_MEM_HOST) munmap(m->base, m->bytes);
-        else if (m->opened) zccl__mem_ops(m->type)->ipc_close(m->base);
-        free(m);
-    }
     pthread_mutex_unlock(&mu);
+    zccl__reg_peer_dropped(comm, -1, 0);
 }
 
 /* Region id and offset of [p, p+bytes) of memory type t when comm registered a range holding it and it lies in one
- * zccl_mem_alloc region (host) or one shareable allocation (other types; *h gets its handle); id 0 otherwise.
- * Caller holds mu. */
+ * zccl_mem_alloc region (host) or one shareable allocation (other types; *h gets its handle, *used the registration);
+ * id 0 otherwise. Caller holds mu. */
 static uint64_t locate(struct zccl_comm *comm, zccl_mem_type_t t, const void *p, size_t bytes, uint64_t *off,
-                       zccl_mem_ipc_handle_t *h) {
+                       zccl_mem_ipc_handle_t *h, reg_t **used) {
     const uint8_t *b = p;
-    bool registered = false;
+    reg_t *reg = NULL;
     if (!p) return 0;
-    for (const reg_t *g = regs; g && !registered; g = g->next)
-        registered = g->comm == comm && b >= g->buf && bytes <= g->bytes && (size_t)(b - g->buf) <= g->bytes - bytes;
-    if (!registered) return 0;
+    for (reg_t *g = regs; g && !reg; g = g->next)
+        if (g->comm == comm && b >= g->buf && bytes <= g->bytes && (size_t)(b - g->buf) <= g->bytes - bytes) reg = g;
+    if (!reg) return 0;
     if (t != ZCCL_MEM_HOST) {
         for (const dalloc_t *a = dallocs; a; a = a->next)
             if (a->type == t && a->shareable && b >= a->base && bytes <= a->bytes &&
                 (size_t)(b - a->base) <= a->bytes - bytes) {
                 *off = (uint64_t)(b - a->base);
                 *h = a->handle;
+                *used = reg;
                 return a->id;
             }
         return 0;
@@ -316,6 +371,7 @@ static uint64_t locate(struct zccl_comm *comm, zccl_mem_type_t t, const void *p,
     for (const region_t *r = regions; r; r = r->next)
         if (b >= r->base && bytes <= r->bytes && (size_t)(b - r->base) <= r->bytes - bytes) {
             *off = (uint64_t)(b - r->base);
+            *used = reg;
             return r->id;
         }
     return 0;
@@ -404,6 +460,7 @@ typedef struct {
     uint32_t mem;              /* the call's memory type on this rank (zccl_mem_type_t) */
     _Alignas(64) uint64_t done; /* the last call whose direct path this rank finished */
     uint64_t ready;             /* 2 * seq + 1 once this rank mapped every peer buffer of call seq, 2 * seq if not */
+    zccl_call_desc_t call;      /* the call, for the mismatch check (with seq's fields) */
     _Alignas(64) zccl_mem_ipc_handle_t send_h, recv_h; /* non-host memory: the allocations' handles */
 } desc_t;
 _Static_assert(sizeof(desc_t) <= ZCCL_SHM_REG_AREA_BYTES, "descriptor must fit the shm header's area");
@@ -437,17 +494,17 @@ static zccl_result_t wait_all_in(struct zccl_comm *comm, area_fn area, size_t fi
             __builtin_ia32_pause();
             continue;
         }
-        uint32_t seen = __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST);
-        __atomic_store_n(comm->tc.sleeping, 1, __ATOMIC_SEQ_CST);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST); /* pairs with the fence in zccl__doorbell_ring */
+        const uint32_t seen = zccl__doorbell_announce(&comm->tc);
         if (!all_reached(comm, field, want)) zccl__doorbell_wait(&comm->tc, seen, 50);
-        __atomic_store_n(comm->tc.sleeping, 0, __ATOMIC_SEQ_CST);
+        zccl__doorbell_awake(&comm->tc);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
                                (unsigned long long)comm->seq);
         /* Look again before judging the peers: one that set its word, woke us and then left (its call done, its
          * communicator destroyed) is not lost. */
         if (all_reached(comm, field, want)) return ZCCL_SUCCESS;
+        /* A peer that refused this call or gave it up never sets its word: its notice says so. */
+        ZCCL_CHECK(zccl__notice_check(comm, comm->cseq, comm->op_name));
         const uint64_t now = zccl__now_ns();
         if (now - last_check < 50000000ull) continue;
         last_check = now;
@@ -499,15 +556,28 @@ static zccl_result_t reduce_blocks(struct zccl_comm *comm, const zccl_mem_ops_t 
 typedef struct {
     uint64_t send_id, send_off, recv_id, recv_off;
     uint32_t mem;
+    zccl_call_desc_t call;
     zccl_mem_ipc_handle_t send_h, recv_h;
 } snap_t;
+
+/* ZCCL_INVALID_USAGE naming both calls when rank r's call `theirs` differs from this rank's (comm->desc_mine). */
+static zccl_result_t call_mismatch(struct zccl_comm *comm, int r, const zccl_call_desc_t *theirs) {
+    const zccl_call_desc_t *mine = &comm->desc_mine;
+    if (r == comm->rank || memcmp(theirs, mine, sizeof *mine) == 0) return ZCCL_SUCCESS;
+    char dm[160], dt[160];
+    zccl__desc_describe(mine, dm, sizeof dm);
+    zccl__desc_describe(theirs, dt, sizeof dt);
+    return zccl__error(ZCCL_INVALID_USAGE, "ranks called different collectives: rank %d called %s, rank %d called %s; "
+                       "every rank must make the same calls in the same order with the same count, datatype, op and "
+                       "root", comm->rank, dm, r, dt);
+}
 
 /* Rank r's descriptor of call seq into *out; false when r has moved past it (it took the normal schedule). */
 static bool read_desc(struct zccl_comm *comm, int r, uint64_t seq, snap_t *out) {
     const desc_t *d = zccl__shm_reg_area(&comm->tc, r);
     if (__atomic_load_n(&d->seq, __ATOMIC_ACQUIRE) != seq) return false;
     *out = (snap_t){.send_id = d->send_id, .send_off = d->send_off, .recv_id = d->recv_id, .recv_off = d->recv_off,
-                    .mem = d->mem, .send_h = d->send_h, .recv_h = d->recv_h};
+                    .mem = d->mem, .call = d->call, .send_h = d->send_h, .recv_h = d->recv_h};
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return __atomic_load_n(&d->seq, __ATOMIC_RELAXED) == seq;
 }
@@ -549,7 +619,24 @@ static zccl_result_t run_direct(struct zccl_comm *comm, const zccl_op_t *o, uint
     return reduce_blocks(comm, m, tmp, step, srcv, (size_t)i * o->count, &mine, 1, 0, o->count, o->dt, o->op);
 }
 
+static zccl_result_t reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started,
+                                 reg_t **used);
+
+/* The registrations a call publishes are busy until it returns: zccl_comm_deregister refuses them meanwhile. */
 zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started) {
+    reg_t *used[2] = {NULL, NULL};
+    const zccl_result_t res = reg_try_run(comm, o, done, started, used);
+    if (used[0] || used[1]) {
+        pthread_mutex_lock(&mu);
+        for (int k = 0; k < 2; k++)
+            if (used[k]) used[k]->busy--;
+        pthread_mutex_unlock(&mu);
+    }
+    return res;
+}
+
+static zccl_result_t reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool *done, bool *started,
+                                 reg_t **used) {
     *done = *started = false;
     const int n = comm->nranks;
     if (n < 2 || o->vcounts || o->barrier || o->count == 0) return ZCCL_SUCCESS;
@@ -580,8 +667,13 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     memset(&rh, 0, sizeof rh);
     pthread_mutex_lock(&mu);
     uint64_t soff = 0, roff = 0;
-    uint64_t sid = need_send ? locate(comm, o->mem, o->sendbuf, sbytes, &soff, &sh) : 0;
-    uint64_t rid = need_recv ? locate(comm, o->mem, o->recvbuf, rbytes, &roff, &rh) : 0;
+    uint64_t sid = need_send ? locate(comm, o->mem, o->sendbuf, sbytes, &soff, &sh, &used[0]) : 0;
+    uint64_t rid = need_recv ? locate(comm, o->mem, o->recvbuf, rbytes, &roff, &rh, &used[1]) : 0;
+    for (int k = 0; k < 2; k++)
+        if (used[k]) {
+            used[k]->busy++;
+            used[k]->published = true;
+        }
     pthread_mutex_unlock(&mu);
     /* A rank whose own buffers are not registered knows the answer already (every rank will read its descriptor and
      * fall back): it does not wait for the others' descriptors, so unregistered programs pay one cache-line write. */
@@ -597,6 +689,7 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     me->recv_id = rid;
     me->recv_off = roff;
     me->mem = (uint32_t)o->mem;
+    me->call = comm->desc_mine;
     if (o->mem != ZCCL_MEM_HOST) {
         me->send_h = sh;
         me->recv_h = rh;
@@ -619,10 +712,14 @@ zccl_result_t zccl__reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
         res = zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d buffer descriptors", comm->rank, n);
         direct = false;
     }
+    /* Calls that differ (a broadcast's root, above all: each rank would read another root's buffer) fail on every
+     * rank that reads the descriptors, naming both; the others meet it in the schedule's descriptors. */
     for (int r = 0; r < n && direct; r++) {
         snap_t *d = &snaps[r];
-        direct = read_desc(comm, r, comm->seq, d) && d->mem == (uint32_t)o->mem &&
-                 ((bcast && r != o->root) || d->send_id != 0) && (!need_recv || d->recv_id != 0);
+        direct = read_desc(comm, r, comm->seq, d);
+        if (direct && (res = call_mismatch(comm, r, &d->call)) != ZCCL_SUCCESS) direct = false;
+        direct = direct && d->mem == (uint32_t)o->mem && ((bcast && r != o->root) || d->send_id != 0) &&
+                 (!need_recv || d->recv_id != 0);
     }
     if (direct) {
         zccl_result_t mres = ZCCL_SUCCESS;
@@ -844,17 +941,7 @@ void zccl__stg_free(struct zccl_comm *comm) {
 }
 
 static zccl_result_t stg_check_desc(struct zccl_comm *comm) {
-    const zccl_call_desc_t *mine = &STG_HDR(comm, comm->rank)->desc;
-    for (int r = 0; r < comm->nranks; r++) {
-        const zccl_call_desc_t *theirs = &STG_HDR(comm, r)->desc;
-        if (r == comm->rank || memcmp(theirs, mine, sizeof *mine) == 0) continue;
-        char dm[160], dt[160];
-        zccl__desc_describe(mine, dm, sizeof dm);
-        zccl__desc_describe(theirs, dt, sizeof dt);
-        return zccl__error(ZCCL_INVALID_USAGE, "ranks called different collectives: rank %d called %s, rank %d called "
-                           "%s; every rank must make the same calls in the same order with the same count, datatype, "
-                           "op and root", comm->rank, dm, r, dt);
-    }
+    for (int r = 0; r < comm->nranks; r++) ZCCL_CHECK(call_mismatch(comm, r, &STG_HDR(comm, r)->desc));
     return ZCCL_SUCCESS;
 }
 

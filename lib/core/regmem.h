@@ -15,6 +15,9 @@ zccl_result_t zccl__comm_register(struct zccl_comm *comm, void *buf, size_t byte
 zccl_result_t zccl__comm_deregister(struct zccl_comm *comm, void *handle);
 /** Forgets comm's registrations and unmaps the peers' regions it mapped (zccl__comm_free). */
 void zccl__reg_comm_gone(struct zccl_comm *comm);
+/** Service thread: peer deregistered its region or allocation `id` (ZCCL_NOTICE_DEREG): closes this rank's mapping
+ *  of it on comm, if any, before the notice is acknowledged. */
+void zccl__reg_peer_dropped(struct zccl_comm *comm, int peer, uint64_t id);
 
 /**
  * Runs all-reduce, reduce-scatter, all-gather or broadcast o (sequence number comm->seq) straight out of the peers'

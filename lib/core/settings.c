@@ -27,8 +27,12 @@ ZCCL_SETTING(zccl__set_rs_round_bytes) = {.name = "ZCCL_RS_ROUND_BYTES", .deflt 
         .kind = ZCCL_CFG_BYTES, .lo = 64, .hi = 1ll << 40, .must_match = true};
 ZCCL_SETTING(zccl__set_check) = {.name = "ZCCL_CHECK", .deflt = "0",
                         .help = "1: before each collective, verify that every rank called the same one (sequence number, "
-                        "operation, count, datatype, op, root); costs one small all-gather per collective",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+                        "operation, count, datatype, op, root); costs one small all-gather per collective. 0: each "
+                        "channel's first message is the call's descriptor, and broadcast, reduce, gather and scatter "
+                        "send it to every peer, so every rank fails a call another rank refused or rooted elsewhere. "
+                        "-1: as 0 without the every-peer exchange (lower latency for rooted collectives; a rank that "
+                        "needs no data from the refusing one fails only its next call)",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1, .must_match = true};
 ZCCL_SETTING(zccl__set_ring_order) = {.name = "ZCCL_RING_ORDER", .deflt = "topo",
                              .help = "ring order: topo (neighbours share NUMA node/package/host), rank (0,1,...,n-1), or "
                              "an explicit permutation such as 3,1,0,2", .must_match = true};
