@@ -15,7 +15,10 @@
 #   ZCCL_TORCH2_CTEST   extra ctest arguments (e.g. "-R Torch.ops")
 #
 # Reuse: ROOT/.zccl-stamp holds the package list and the hash of this script's create_root function; a root whose
-# stamp differs is made again (into ROOT.new, then swapped in, so a failed creation never leaves a half root).
+# stamp differs is made again (into ROOT.new, then swapped in, so a failed creation never leaves a half root),
+# except when only the package list changed: then apt-get installs the list in the existing root.
+#   ZCCL_DEEPSPEED_SRC  a DeepSpeed source tree (default /var/cache/zccl/deepspeed), bind-mounted read-only at
+#                       /opt/deepspeed in the root when it exists (test_deepspeed.py skips without it)
 # Mounts: the checkout is bind-mounted at ROOT/src, /proc, /sys and /dev (not recursive) are bound, and /dev/shm is
 # a fresh tmpfs of the root's own (the tests' segments never meet the host's); every mount is undone on exit, and
 # a mount that is still there afterwards (left by a test) fails the run. A lock (ROOT.lock) serialises runs.
@@ -29,7 +32,10 @@ MIRROR="${ZCCL_TORCH2_MIRROR:-http://deb.debian.org/debian}"
 SUITE=trixie
 PKGS=(python3-torch libtorch-dev pybind11-dev python3-pytest python3-numpy python3-setuptools python3-dev
       cmake make g++ gcc pkg-config ninja-build libssl-dev libhwloc-dev libxml2-dev libjansson-dev zlib1g-dev
-      googletest libgtest-dev procps iproute2 ca-certificates)
+      googletest libgtest-dev procps iproute2 ca-certificates
+      # DeepSpeed's Python dependencies (its source is not packaged: test_deepspeed.py takes a fetched tree)
+      python3-einops python3-hjson python3-msgpack python3-packaging python3-psutil python3-cpuinfo
+      python3-pydantic python3-tqdm)
 
 skip() { echo "tools/torch2-root.sh: SKIP: $*"; exit 0; }
 say() { echo "tools/torch2-root.sh: $*"; }
@@ -87,8 +93,21 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 want="$(stamp_text)"
-if [ "${ZCCL_TORCH2_REBUILD:-0}" != 1 ] && [ -f "$ROOT/.zccl-stamp" ] && [ "$(cat "$ROOT/.zccl-stamp")" = "$want" ]; then
+have="$(cat "$ROOT/.zccl-stamp" 2>/dev/null || true)"
+same_recipe() { [ "$(sed -n 1p <<<"$have")" = "$(sed -n 1p <<<"$want")" ] && [ "$(sed -n 3p <<<"$have")" = "$(sed -n 3p <<<"$want")" ]; }
+if [ "${ZCCL_TORCH2_REBUILD:-0}" != 1 ] && [ "$have" = "$want" ]; then
   say "reusing $ROOT (current: $(sed -n 2p "$ROOT/.zccl-stamp" | cut -c1-60)...)"
+elif [ "${ZCCL_TORCH2_REBUILD:-0}" != 1 ] && [ -n "$have" ] && same_recipe; then
+  say "reusing $ROOT; the package list changed: apt-get install in it"
+  t0=$(date +%s)
+  mount -t proc proc "$ROOT/proc"
+  arc=0
+  chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+    bash -c "apt-get update -q && apt-get install -y -q ${PKGS[*]} && apt-get clean" >"$ROOT.add.log" 2>&1 || arc=$?
+  umount "$ROOT/proc"
+  [ $arc = 0 ] || { tail -n 30 "$ROOT.add.log"; say "apt-get install in the root failed (log: $ROOT.add.log)"; exit 1; }
+  echo "$want" >"$ROOT/.zccl-stamp"
+  say "packages installed in $(($(date +%s) - t0)) s"
 else
   # the archive must answer before anything is written
   if ! curl -fsS --max-time 20 -o /dev/null "$MIRROR/dists/$SUITE/Release" 2>/dev/null &&
@@ -128,6 +147,8 @@ bind sysfs "$ROOT/sys" -t sysfs -o ro
 bind /dev "$ROOT/dev" --bind
 bind tmpfs "$ROOT/dev/shm" -t tmpfs -o mode=1777,size=50%
 bind "$SRC" "$ROOT/src" --bind
+DS="${ZCCL_DEEPSPEED_SRC:-/var/cache/zccl/deepspeed}"
+if [ -d "$DS/deepspeed" ]; then bind "$DS" "$ROOT/opt/deepspeed" --bind -o ro; fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
 
 jobs="$(nproc)"

@@ -252,8 +252,9 @@ std::exception_ptr guarded(const std::string &what, int rank, int size, const st
         body();
     } catch (const ZcclFailure &f) {
         if (f.result == ZCCL_TIMEOUT)
-            return backend_error(where + "Timed out waiting for a peer (zccl's timeout, ZCCL_TIMEOUT_MS: the "
-                                         "process group's timeout unless set): " + f.message);
+            return backend_error(where + "Timed out waiting for a peer (" + zccl_get_error_string(f.result) +
+                                 "; zccl's timeout is ZCCL_TIMEOUT_MS, the process group's timeout unless set): " +
+                                 f.message);
         return backend_error(where + zccl_get_error_string(f.result) + ": " + f.message);
     } catch (const std::exception &e) {
         return backend_error(where + e.what());
