@@ -190,7 +190,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     job.works.push_back(work);
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
-    if (!inBlock()) {
+    if (!inBlock() && std::this_thread::get_id() == lanes_[lane].thread.get_id()) {
+        /* Called on the lane's own thread: a future callback (the lane completes futures, running their callbacks)
+         * that issues an operation and waits for it, as PowerSGD's hook does. Queued, it would wait for ever behind
+         * the job that runs the callback; it runs here and now instead, between two jobs of the lane, which is the
+         * same point in the lane's order on every rank (the callback of the same operation). */
+        runJob(lanes_[lane], single);
+    } else if (!inBlock()) {
         push(lane, std::move(single));
         if (cuda_device >= 0) wait_unlocked(*work); /* device memory: complete on return (ProcessGroupZccl.hpp) */
     }

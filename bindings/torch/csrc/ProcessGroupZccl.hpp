@@ -25,6 +25,9 @@
  * Correct and simple, not overlapped: binding the operation to the caller's current stream instead (zccl's CUDA
  * stream order) is the next step. Compiled against torch 1.13 (CPU) here; never run on a GPU yet.
  *
+ * A future's callbacks run on the lane that completed it; an operation such a callback issues on that same lane
+ * runs at once on it (inside the callback), so that a callback may wait for it (PowerSGD's hook does).
+ *
  * Lane 0 (communicator comms_[0]) runs the collectives, the coalescing blocks and single point-to-point messages
  * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
  * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not

@@ -42,7 +42,9 @@ def ddp(rank, n, hook):
     elif hook == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        m.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        # bf16_compress_hook itself is refused without CUDA and NCCL (DDP checks its name); the wrapper around
+        # the plain all-reduce hook is the same compression on CPU
+        m.register_comm_hook(None, default_hooks.bf16_compress_wrapper(default_hooks.allreduce_hook))
     elif hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
