@@ -31,6 +31,17 @@ def _train(m, opt, rank, forward=None):
         opt.step()
 
 
+def bf16_hook(state, bucket):
+    t = bucket.buffer().to(torch.bfloat16).div_(dist.get_world_size())
+
+    def back(fut):
+        out = bucket.buffer()
+        out.copy_(fut.value()[0])
+        return out
+
+    return dist.all_reduce(t, async_op=True).get_future().then(back)
+
+
 def ddp(rank, n, hook):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -42,9 +53,9 @@ def ddp(rank, n, hook):
     elif hook == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-        # bf16_compress_hook itself is refused without CUDA and NCCL (DDP checks its name); the wrapper around
-        # the plain all-reduce hook is the same compression on CPU
-        m.register_comm_hook(None, default_hooks.bf16_compress_wrapper(default_hooks.allreduce_hook))
+        # DDP refuses torch's bf16_compress_hook and bf16_compress_wrapper without CUDA and NCCL (it checks their
+        # names); the same compression written out: the bucket in bfloat16, averaged, back into the bucket
+        m.register_comm_hook(None, bf16_hook)
     elif hook == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
 
