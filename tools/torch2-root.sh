@@ -19,7 +19,7 @@
 # except when only the package list changed: then apt-get installs the list in the existing root.
 #   ZCCL_DEEPSPEED_SRC  a DeepSpeed source tree (default /var/cache/zccl/deepspeed), bind-mounted read-only at
 #                       /opt/deepspeed in the root when it exists (test_deepspeed.py skips without it)
-# Mounts: the checkout is bind-mounted at ROOT/src, /proc, /sys and /dev (not recursive) are bound, and /dev/shm is
+# Mounts: the checkout is bind-mounted at ROOT/src (../shared, the data sets, at ROOT/shared, read-only), /proc, /sys and /dev (not recursive) are bound, and /dev/shm is
 # a fresh tmpfs of the root's own (the tests' segments never meet the host's); every mount is undone on exit, and
 # a mount that is still there afterwards (left by a test) fails the run. A lock (ROOT.lock) serialises runs.
 # Without root, without debootstrap (installed with apt-get when missing) or without the archive it prints
@@ -147,6 +147,8 @@ bind sysfs "$ROOT/sys" -t sysfs -o ro
 bind /dev "$ROOT/dev" --bind
 bind tmpfs "$ROOT/dev/shm" -t tmpfs -o mode=1777,size=50%
 bind "$SRC" "$ROOT/src" --bind
+# the data sets next to the checkout (../shared: test_ddp's digits), read-only, where the tests look for them
+if [ -d "$SRC/../shared/data" ]; then bind "$SRC/../shared" "$ROOT/shared" --bind -o ro; fi
 DS="${ZCCL_DEEPSPEED_SRC:-/var/cache/zccl/deepspeed}"
 if [ -d "$DS/deepspeed" ]; then bind "$DS" "$ROOT/opt/deepspeed" --bind -o ro; fi
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf" 2>/dev/null || true
