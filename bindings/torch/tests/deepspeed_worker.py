@@ -36,9 +36,7 @@ def zero(rank, n, stage, backend):
         engine.step()
         losses.append(loss.item())
     if stage == 3:
-        from deepspeed.zero import GatheredParameters
-
-        with GatheredParameters(list(engine.module.parameters())):
+        with deepspeed.zero.GatheredParameters(list(engine.module.parameters())):
             params = fw.flat(engine.module.parameters())
     else:
         params = fw.flat(engine.module.parameters())

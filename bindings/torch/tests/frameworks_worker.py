@@ -109,10 +109,13 @@ def fsdp2(rank, n):
         from torch.distributed._composable.fsdp import fully_shard
     _cpu_stream_shim()
     m = model()
+    # reshard_after_forward=False: the backward pass reuses the forward's unsharded parameters. With resharding,
+    # torch 2.6 on CPU all-gathers them again in place into storage autograd saved ("modified by an inplace
+    # operation", with gloo as with zccl: the CPU path lacks the CUDA path's stream/version handling)
     for layer in m:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(m)
+            fully_shard(layer, reshard_after_forward=False)
+    fully_shard(m, reshard_after_forward=False)
     _train(m, torch.optim.SGD(m.parameters(), lr=LR), rank)
     return {"params": flat(p.full_tensor() for p in m.parameters())}
 
