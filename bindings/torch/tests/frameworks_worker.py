@@ -22,6 +22,19 @@ def flat(params):
     return torch.cat([p.detach().reshape(-1).float() for p in params]).tolist()
 
 
+def local_reference(n):
+    """The same training in one process: each step's gradient is the mean over the n ranks' batches (what data
+    parallel training averages), an independent reference for the distributed runs."""
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=LR)
+    for s in range(STEPS):
+        opt.zero_grad()
+        loss = sum(nn.functional.mse_loss(m(x), y) for x, y in (batch(r, s) for r in range(n))) / n
+        loss.backward()
+        opt.step()
+    return flat(m.parameters())
+
+
 def _train(m, opt, rank, forward=None):
     forward = forward or m
     for s in range(STEPS):
