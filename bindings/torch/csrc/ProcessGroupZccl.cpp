@@ -111,6 +111,7 @@ void ProcessGroupZccl::stopLanes() {
 }
 
 void ProcessGroupZccl::shutdown() {
+    std::lock_guard<std::mutex> once(shutdownMutex_);
     if (shut_) return;
     shut_ = true;
     if (!block_.works.empty()) { /* a coalescing block that was never ended: nothing of it ran */
@@ -142,11 +143,14 @@ void ProcessGroupZccl::shutdown() {
  * reductions, PREMUL_SUM's handle creation) that is between two of them at that instant can still reach the freed communicator: zccl's API has
  * no way to close that window until it offers an abort that does not free. */
 void ProcessGroupZccl::abort() {
-    if (shut_) return;
-    for (auto &l : lanes_) {
-        std::lock_guard<std::mutex> g(l.mutex);
-        aborted_ = true;
-        zccl_comm_abort(l.comm); /* blocked calls return within ~50 ms; queued jobs fail without running */
+    {
+        std::lock_guard<std::mutex> once(shutdownMutex_);
+        if (shut_ || aborted_) return;
+        for (auto &l : lanes_) {
+            std::lock_guard<std::mutex> g(l.mutex);
+            aborted_ = true;
+            zccl_comm_abort(l.comm); /* blocked calls return within ~50 ms; queued jobs fail without running */
+        }
     }
     shutdown();
 }
@@ -175,6 +179,7 @@ void wait_unlocked(WorkZccl &w) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType type, const char *name,
                                                          std::vector<at::Tensor> outputs, Post fn) {
     if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
+    seq_++;
     auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
     Job single;
     Job &job = inBlock() ? block_ : single; /* in a block: recorded, queued by the outermost endBlock */
@@ -185,7 +190,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     job.works.push_back(work);
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
-    if (!inBlock()) {
+    if (!inBlock() && std::this_thread::get_id() == lanes_[lane].thread.get_id()) {
+        /* Called on the lane's own thread: a future callback (the lane completes futures, running their callbacks)
+         * that issues an operation and waits for it, as PowerSGD's hook does. Queued, it would wait for ever behind
+         * the job that runs the callback; it runs here and now instead, between two jobs of the lane, which is the
+         * same point in the lane's order on every rank (the callback of the same operation). */
+        runJob(lanes_[lane], single);
+    } else if (!inBlock()) {
         push(lane, std::move(single));
         if (cuda_device >= 0) wait_unlocked(*work); /* device memory: complete on return (ProcessGroupZccl.hpp) */
     }
@@ -227,19 +238,34 @@ void ProcessGroupZccl::push(int lane, Job job) {
 
 namespace {
 
-/* Runs body; an error comes back as one runtime_error whose message names the operation, the rank and zccl's
- * message. */
+/* Runs body; an error comes back as one exception whose message names the operation, the rank and zccl's
+ * message: c10::DistBackendError where torch has it (>= 2.1; Python sees torch.distributed.DistBackendError, a
+ * RuntimeError), else std::runtime_error. A deadline that passed says " Timed out " and " timeout " (what torch's
+ * own tests and its users match, as with gloo and NCCL). */
+std::exception_ptr backend_error(const std::string &msg) {
+#if ZCCL_TORCH_DIST_BACKEND_ERROR
+    return std::make_exception_ptr(c10::DistBackendError(
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg));
+#else
+    return std::make_exception_ptr(std::runtime_error(msg));
+#endif
+}
+
 std::exception_ptr guarded(const std::string &what, int rank, int size, const std::function<void()> &body) {
     const std::string where = "zccl_torch: " + what + " failed on rank " + std::to_string(rank) + " of " +
                               std::to_string(size) + ": ";
     try {
         body();
     } catch (const ZcclFailure &f) {
-        return std::make_exception_ptr(std::runtime_error(where + zccl_get_error_string(f.result) + ": " + f.message));
+        if (f.result == ZCCL_TIMEOUT)
+            return backend_error(where + "Timed out waiting for a peer (" + zccl_get_error_string(f.result) +
+                                 "; zccl's timeout is ZCCL_TIMEOUT_MS, the process group's timeout unless set): " +
+                                 f.message);
+        return backend_error(where + zccl_get_error_string(f.result) + ": " + f.message);
     } catch (const std::exception &e) {
-        return std::make_exception_ptr(std::runtime_error(where + e.what()));
+        return backend_error(where + e.what());
     } catch (...) {
-        return std::make_exception_ptr(std::runtime_error(where + "unknown error"));
+        return backend_error(where + "unknown error");
     }
     return nullptr;
 }

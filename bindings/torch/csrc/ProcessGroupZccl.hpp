@@ -25,6 +25,9 @@
  * Correct and simple, not overlapped: binding the operation to the caller's current stream instead (zccl's CUDA
  * stream order) is the next step. Compiled against torch 1.13 (CPU) here; never run on a GPU yet.
  *
+ * A future's callbacks run on the lane that completed it; an operation such a callback issues on that same lane
+ * runs at once on it (inside the callback), so that a callback may wait for it (PowerSGD's hook does).
+ *
  * Lane 0 (communicator comms_[0]) runs the collectives, the coalescing blocks and single point-to-point messages
  * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
  * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not
@@ -86,6 +89,16 @@ class ProcessGroupZccl : public BackendBase {
     ~ProcessGroupZccl() override;
 
     const std::string getBackendName() const override { return "zccl"; }
+
+    /* Sequence numbers, as gloo keeps them: every operation the caller issues counts one (in issue order, the
+     * same on every rank of a correct program); torch asks for them (object collectives on subgroups, its
+     * desync debugging) and refuses a backend without them. set...() restarts the count at 0. */
+    void setSequenceNumberForGroup() override { seq_ = 0; }
+    uint64_t getSequenceNumberForGroup() override { return seq_; }
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+    /* torch >= 2.7 asks before it coalesces batch_isend_irecv on a non-NCCL backend: zccl groups them. */
+    bool supportsCoalescing() const override { return true; }
+#endif
 
     c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                              const c10d::BroadcastOptions &opts = c10d::BroadcastOptions()) override;
@@ -149,9 +162,11 @@ class ProcessGroupZccl : public BackendBase {
 #endif
 
     /* Frees the communicators without waiting for peers: operations in progress fail within ~50 ms, queued ones
-     * fail without running. The group cannot be used afterwards. */
+     * fail without running. The group cannot be used afterwards. Idempotent, safe from any thread and after
+     * shutdown() (then it does nothing). */
     void abort();
-    /* Completes queued operations, then destroys the communicators (also done by the destructor). */
+    /* Completes queued operations, then destroys the communicators (also done by the destructor). Idempotent and
+     * safe from any thread: a second call (or one racing the first) returns once the first has finished. */
     void shutdown();
     std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -194,7 +209,9 @@ class ProcessGroupZccl : public BackendBase {
     std::chrono::milliseconds timeout_;
     Lane lanes_[2];
     std::atomic<bool> aborted_{false};
-    bool shut_ = false;
+    std::atomic<bool> shut_{false};
+    std::mutex shutdownMutex_; /* serialises shutdown()/abort() */
+    std::atomic<uint64_t> seq_{0};
     uint64_t monitoredSeq_ = 0;
     int blockDepth_ = 0; /* touched by the caller's thread only */
     Job block_;

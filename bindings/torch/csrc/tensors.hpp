@@ -61,6 +61,14 @@ inline bool to_zccl_type(at::ScalarType st, zccl_datatype_t *out) {
 #define ZCCL_TORCH_CUDA 0
 #endif
 
+/* c10::DistBackendError (torch >= 2.1): the lanes' errors are of that type (torch.distributed.DistBackendError). */
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define ZCCL_TORCH_DIST_BACKEND_ERROR 1
+#include <c10/util/Exception.h>
+#else
+#define ZCCL_TORCH_DIST_BACKEND_ERROR 0
+#endif
+
 inline void check_tensor(const char *op, const at::Tensor &t, const char *what) {
     if (!t.defined()) refuse(op, std::string(what) + " is an undefined tensor");
     if (t.device().is_cuda() && !ZCCL_TORCH_CUDA)

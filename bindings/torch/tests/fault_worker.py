@@ -53,6 +53,8 @@ def abort_unblocks(rank, n):
         time.sleep(3.0)  # stays away from the collective until rank 0 has aborted
         return {"error": None, "seconds": 0.0}
     pg = dist.distributed_c10d._get_default_group()
+    if hasattr(pg, "_get_backend"):  # torch 2.x: zccl's object is the group's CPU backend
+        pg = pg._get_backend(torch.device("cpu"))
     work = dist.all_reduce(torch.ones(1 << 16), async_op=True)
     time.sleep(0.3)
     t0 = time.monotonic()

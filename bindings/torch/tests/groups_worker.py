@@ -111,16 +111,36 @@ def run(rank, n):
             w.append(dist.isend(values(rank, torch.float32, 9, salt=5), (rank + 1) % n))
         return w
 
-    _coalesced(block)
-    check(fails, same(ar, reference("sum", torch.float32, n)), "block: all_reduce")
-    check(fails, same(bx, reference("bxor", torch.int32, n)), "block: all_reduce BXOR")
-    check(fails, same(bc, values(n - 1, torch.int64)), "block: broadcast")
-    check(fails, all(same(ag[r], values(r, torch.float64, 5)) for r in range(n)), "block: all_gather")
-    full = reference("sum", torch.float32, n, 4 * n)
-    check(fails, same(rs, full[4 * rank:4 * rank + 4]), "block: reduce_scatter_tensor")
-    check(fails, same(pm, reference("premul", torch.float64, n, factor=0.25)), "block: all_reduce PREMUL_SUM")
-    if n > 1:
-        check(fails, same(ring, values((rank - 1) % n, torch.float32, 9, salt=5)), "block: isend/irecv ring")
+    if int(torch.__version__.split(".")[0]) >= 2:
+        # torch 2.x's coalescing manager records the all_reduces of a block and issues them as ONE
+        # allreduce_coalesced with the first one's operator (it refuses mixing them with all-gathers or
+        # reduce-scatters): the block is two SUM all-reduces and a ring of messages, one zccl group
+        ar2 = values(rank, torch.float32, salt=3)
+        with c10d._coalescing_manager(group=c10d._get_default_group(), device=torch.device("cpu"),
+                                      async_ops=True) as cm:
+            dist.all_reduce(ar)
+            dist.all_reduce(ar2)
+            if n > 1:
+                dist.irecv(ring, (rank - 1) % n)
+                dist.isend(values(rank, torch.float32, 9, salt=5), (rank + 1) % n)
+        cm.wait()
+        check(fails, same(ar, reference("sum", torch.float32, n)), "2.x block: all_reduce")
+        want2 = sum(values(r, torch.float32, salt=3).double() for r in range(n)).float()
+        check(fails, same(ar2, want2), "2.x block: second all_reduce")
+        if n > 1:
+            check(fails, same(ring, values((rank - 1) % n, torch.float32, 9, salt=5)), "2.x block: isend/irecv ring")
+        block = None
+    if block is not None:
+        _coalesced(block)
+        check(fails, same(ar, reference("sum", torch.float32, n)), "block: all_reduce")
+        check(fails, same(bx, reference("bxor", torch.int32, n)), "block: all_reduce BXOR")
+        check(fails, same(bc, values(n - 1, torch.int64)), "block: broadcast")
+        check(fails, all(same(ag[r], values(r, torch.float64, 5)) for r in range(n)), "block: all_gather")
+        full = reference("sum", torch.float32, n, 4 * n)
+        check(fails, same(rs, full[4 * rank:4 * rank + 4]), "block: reduce_scatter_tensor")
+        check(fails, same(pm, reference("premul", torch.float64, n, factor=0.25)), "block: all_reduce PREMUL_SUM")
+        if n > 1:
+            check(fails, same(ring, values((rank - 1) % n, torch.float32, 9, salt=5)), "block: isend/irecv ring")
 
     # ---- native all-to-all in place (the same tensor as input and output), equal and uneven splits ----
     t = torch.stack([values(rank, torch.int64, 3, salt=p) for p in range(n)])  # row p goes to rank p
