@@ -23,6 +23,7 @@ extern "C" {
 #include "mem_gdr.h"
 #include "topo.h"
 }
+#include "harness/harness.h"
 #include "zccl.h"
 
 namespace {
@@ -37,19 +38,6 @@ Topo load(const char *name) {
     const std::string path = std::string(ZCCL_TEST_TOPO_DIR) + "/" + name;
     EXPECT_EQ(zccl_topo_create_file(path.c_str(), 0, &raw), ZCCL_SUCCESS) << path;
     return Topo(raw);
-}
-
-int child(const std::vector<std::pair<const char *, const char *>> &env, const std::function<int()> &fn) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (auto &e : env) setenv(e.first, e.second, 1);
-        _exit(fn());
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
 #define GCHECK(cond, ...)                                                                                         \
@@ -128,17 +116,17 @@ TEST(Gdr, ZcclTopoSaysPerGpuWhetherAndWhyNot) {
 }
 
 TEST(Gdr, SettingsErrorsNameTheVariable) {
-    EXPECT_EQ(child({{"ZCCL_GDR", "2"}}, [] {
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_GDR", "2"}}, [] {
         zccl_gdr_cfg_t c;
         return zccl__gdr_cfg(&c) == ZCCL_INVALID_ARGUMENT && strstr(zccl_get_last_error(nullptr), "ZCCL_GDR=2") ? 0 : 1;
     }), 0);
-    EXPECT_EQ(child({{"NCCL_NET_GDR_LEVEL", "PXN"}}, [] {
+    EXPECT_EQ(zt::run_in_child({{"NCCL_NET_GDR_LEVEL", "PXN"}}, [] {
         unsetenv("ZCCL_NET_GDR_LEVEL");
         zccl_gdr_cfg_t c;
         return zccl__gdr_cfg(&c) == ZCCL_INVALID_ARGUMENT &&
                        strstr(zccl_get_last_error(nullptr), "NCCL_NET_GDR_LEVEL=PXN") ? 0 : 1;
     }), 0);
-    EXPECT_EQ(child({{"NCCL_GDR_FLUSH_DISABLE", "1"}, {"NCCL_DMABUF_ENABLE", "0"}, {"NCCL_NET_GDR_READ", "0"}}, [] {
+    EXPECT_EQ(zt::run_in_child({{"NCCL_GDR_FLUSH_DISABLE", "1"}, {"NCCL_DMABUF_ENABLE", "0"}, {"NCCL_NET_GDR_READ", "0"}}, [] {
         unsetenv("ZCCL_GDR_FLUSH_DISABLE");
         unsetenv("ZCCL_DMABUF_ENABLE");
         unsetenv("ZCCL_NET_GDR_READ");
@@ -187,19 +175,19 @@ int decide_body(bool want_gdr, bool want_flush, const char *want_text, int nic_d
 
 TEST(Gdr, DecisionWithTheFakeDriverAttributes) {
     const char *lib = ZCCL_FAKE_CUDA_PATH;
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
                     [] { return decide_body(true, true, "gdr (dma-buf", 1, false); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "90"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "90"}},
                     [] { return decide_body(true, false, "flush not needed", 1, false); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}, {"ZCCL_GDR_FLUSH_DISABLE", "1"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}, {"ZCCL_GDR_FLUSH_DISABLE", "1"}},
                     [] { return decide_body(true, false, "ZCCL_GDR_FLUSH_DISABLE", 1, false); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_CC", "80"}},
                     [] { return decide_body(false, false, "staged: neither dma-buf (NIC no", 0, false); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF", "0"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF", "0"}},
                     [] { return decide_body(true, false, "gdr (peer memory", 1, true); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"ZCCL_GDR", "0"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"ZCCL_GDR", "0"}},
                     [] { return decide_body(false, false, "staged: ZCCL_GDR=0", 1, true); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}},
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}},
                     [] { return decide_body(false, false, "staged: no CUDA driver", 1, true); }), 0);
 }
 
@@ -231,12 +219,12 @@ TEST(Gdr, DmaBufExportErrorsNameTheCause) {
         zccl_mem_free_cuda(d);
         return 0;
     };
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}}, [&] { return body(false); }), 0);
-    EXPECT_EQ(child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF_EXPORT", "0"}}, [&] { return body(true); }), 0);
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}}, [&] { return body(false); }), 0);
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF_EXPORT", "0"}}, [&] { return body(true); }), 0);
 }
 
 TEST(Gdr, ConfigDescribeSaysIt) {
-    EXPECT_EQ(child({{"ZCCL_GDR", "0"}, {"NCCL_NET_GDR_LEVEL", "PIX"}}, [] {
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_GDR", "0"}, {"NCCL_NET_GDR_LEVEL", "PIX"}}, [] {
         unsetenv("ZCCL_NET_GDR_LEVEL");
         std::string s(zccl_config_describe(nullptr, 0) + 1, '\0');
         zccl_config_describe(&s[0], s.size());

@@ -36,20 +36,6 @@ extern "C" {
 
 namespace {
 
-/* Runs fn in a forked child with `env` set; the child's exit status is the result (0 = pass). */
-int in_child(const std::vector<std::pair<const char *, const char *>> &env, const std::function<int()> &fn) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (auto &e : env) setenv(e.first, e.second, 1);
-        _exit(fn());
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-}
-
 
 struct FakeStats {
     long copies, launches, allocs, inits, ctx_syncs;
@@ -220,7 +206,7 @@ TEST(MemLayer, CudaElementCodeMatchesCpuKernels) {
 }
 
 TEST(MemLayer, WithoutADriverEveryBufferIsHost) {
-    const int rc = in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
+    const int rc = zt::run_in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
         const char *why = nullptr;
         ZT_CHECK(!zccl__mem_cuda_available(&why), "a driver was loaded");
         ZT_CHECK(why && strstr(why, "/nonexistent/libcuda.so.1"), "reason does not name the file: %s", why);
@@ -237,7 +223,7 @@ TEST(MemLayer, WithoutADriverEveryBufferIsHost) {
 }
 
 TEST(MemLayer, FakeDriverQueryAndCallType) {
-    const int rc = in_child(kFakeEnv, [] {
+    const int rc = zt::run_in_child(kFakeEnv, [] {
         Fake f;
         ZT_CHECK(zccl__mem_cuda_available(nullptr), "the fake driver did not load");
         ZT_CHECK(open_fake(&f), "fake symbols");
@@ -274,7 +260,7 @@ TEST(MemLayer, FakeDriverQueryAndCallType) {
 
 TEST(MemLayer, FakeDriverCudaTable) {
     if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
-    const int rc = in_child(kFakeEnv, [] {
+    const int rc = zt::run_in_child(kFakeEnv, [] {
         Fake f;
         ZT_CHECK(open_fake(&f), "fake symbols");
         const zccl_mem_ops_t *c = zccl__mem_ops(ZCCL_MEM_CUDA);
@@ -330,7 +316,7 @@ TEST(MemLayer, FakeDriverCudaTable) {
  * the caller's stream, the tickets, waiting for the inputs, the completion word, and the errors. */
 TEST(MemLayer, FakeDriverStreamOrderSequencing) {
     if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
-    const int rc = in_child(kFakeEnv, [] {
+    const int rc = zt::run_in_child(kFakeEnv, [] {
         Fake f;
         ZT_CHECK(open_fake(&f), "fake symbols");
         void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
@@ -387,7 +373,7 @@ TEST(MemLayer, FakeDriverStreamOrderSequencing) {
 }
 
 TEST(MemLayer, StreamOrderWithoutDriverIsAClearError) {
-    const int rc = in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
+    const int rc = zt::run_in_child({{"ZCCL_CUDA_LIBRARY", "/nonexistent/libcuda.so.1"}}, [] {
         zccl_cuda_order_t *o = (zccl_cuda_order_t *)1;
         ZT_CHECK(zccl__cuda_order_create((void *)1, &o) == ZCCL_INVALID_USAGE && !o, "accepted");
         ZT_CHECK(strstr(zccl_get_last_error(NULL), "no CUDA driver is loaded"), "message: %s",
@@ -533,7 +519,7 @@ bool open_fake_order(FakeOrder *f) {
 
 TEST(MemLayer, CudaStreamCreateErrors) {
     if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
-    const int rc = in_child(kFakeEnv, [] {
+    const int rc = zt::run_in_child(kFakeEnv, [] {
         FakeOrder fo;
         ZT_CHECK(open_fake_order(&fo), "fake symbols");
         zccl_stream_t zs = nullptr;

@@ -288,19 +288,6 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
 /* The fake driver's dma-buf export (for the GDR path): a page-aligned range of cuMemAlloc memory gives an fd that
  * maps the same bytes; misaligned ranges, memory the driver did not allocate and FAKE_CUDA_DMABUF_EXPORT=0 are
  * refused; the attributes follow FAKE_CUDA_CC / FAKE_CUDA_DMABUF / FAKE_CUDA_GDR. */
-int child(const std::vector<std::pair<const char *, const char *>> &env, const std::function<int()> &fn) {
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        for (auto &e : env) setenv(e.first, e.second, 1);
-        _exit(fn());
-    }
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 int dmabuf_body(bool export_ok) {
     void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
     PCHECK(h, "dlopen");
@@ -338,8 +325,8 @@ int dmabuf_body(bool export_ok) {
 }
 
 TEST(FakeCudaGdr, DmaBufExportAndAttributes) {
-    EXPECT_EQ(child({{"FAKE_CUDA_CC", "80"}}, [] { return dmabuf_body(true); }), 0);
-    EXPECT_EQ(child({{"FAKE_CUDA_CC", "80"}, {"FAKE_CUDA_DMABUF", "0"}}, [] { return dmabuf_body(false); }), 0);
+    EXPECT_EQ(zt::run_in_child({{"FAKE_CUDA_CC", "80"}}, [] { return dmabuf_body(true); }), 0);
+    EXPECT_EQ(zt::run_in_child({{"FAKE_CUDA_CC", "80"}, {"FAKE_CUDA_DMABUF", "0"}}, [] { return dmabuf_body(false); }), 0);
 }
 
 }  // namespace

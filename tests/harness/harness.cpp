@@ -497,4 +497,21 @@ bool recv_exact(int fd, void *buf, size_t len, double timeout_s) {
     return true;
 }
 
+int run_in_child(const std::vector<std::pair<const char *, const char *>> &env, const ChildFn &fn,
+                 unsigned deadline_s) {
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) return 127;
+    if (pid == 0) {
+        alarm(deadline_s);
+        for (auto &e : env) setenv(e.first, e.second, 1);
+        _exit(fn());
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
 }  // namespace zt

@@ -74,6 +74,14 @@ struct GroupResult {
 using ChildFn = std::function<int()>;
 
 /**
+ * Runs fn in one forked child with `env` set (setenv, overwriting) and returns its exit status: fn's return value,
+ * 128 + the signal that ended it, or 128 + SIGALRM when it ran past deadline_s seconds (alarm(2) in the child).
+ * For tests that need a fresh process (the memory layer decides once per process whether a CUDA driver exists).
+ */
+int run_in_child(const std::vector<std::pair<const char *, const char *>> &env, const ChildFn &fn,
+                 unsigned deadline_s = 120);
+
+/**
  * A set of forked child processes that share one deadline. Destroying a group SIGKILLs and reaps any child that
  * is still running.
  */

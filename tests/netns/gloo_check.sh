@@ -7,11 +7,7 @@ set -u
 RUN=${1:?usage: gloo_check.sh ZCCLRUN GLOO_BENCH}
 GB=${2:?usage: gloo_check.sh ZCCLRUN GLOO_BENCH}
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
-store=$(mktemp -d)
-HOSTS_NO_TRAP=1
-trap 'hosts_down; rm -rf "$store"' EXIT
-trap 'hosts_down; rm -rf "$store"; exit 130' INT
-trap 'hosts_down; rm -rf "$store"; exit 143' TERM
+hosts_scratch store || exit 1
 hosts_up 2; rc=$?
 [ $rc -eq 0 ] || exit $rc
 hosts_hostfile 2 "$store/hostfile" || exit 1

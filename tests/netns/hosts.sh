@@ -44,6 +44,19 @@ HOSTS_RAILS=1
 # The bridge namespace's name for host i's port on rail j.
 hosts_rail_port() { if [ "$2" -eq 0 ]; then echo "p$1"; else echo "p$1r$2"; fi; }
 
+# hosts_scratch VAR: a scratch folder in $VAR (mktemp -d) and the EXIT/INT/TERM traps that remove it and the hosts,
+# for a script that keeps files beside its hosts (sets HOSTS_NO_TRAP=1, so call it before hosts_up).
+hosts_scratch() {
+    local d
+    d=$(mktemp -d "${TMPDIR:-/tmp}/zccl-hosts.XXXXXX") || return 1
+    printf -v "$1" %s "$d"
+    hosts__scratch=$d
+    HOSTS_NO_TRAP=1
+    trap 'hosts_down; rm -rf "$hosts__scratch"' EXIT
+    trap 'hosts_down; rm -rf "$hosts__scratch"; exit 130' INT
+    trap 'hosts_down; rm -rf "$hosts__scratch"; exit 143' TERM
+}
+
 hosts_down() {
     local ns pid
     for ns in "${HOST_NS[@]}" ${HOSTS_BRIDGE_NS:+"$HOSTS_BRIDGE_NS"}; do
@@ -177,11 +190,7 @@ hosts__main() {
     [ $# -ge 4 ] && [ "$3" = "--" ] || { echo "usage: hosts.sh [--rate RATE] [--mtu BYTES] [--rails R] K M -- COMMAND [ARGS...]" >&2; return 2; }
     [[ $m =~ ^[0-9]+$ ]] && [ "$m" -ge 1 ] || { echo "hosts.sh: M must be a positive integer (got '$m')" >&2; return 2; }
     shift 3
-    hosts__dir=$(mktemp -d "${TMPDIR:-/tmp}/zccl-hosts.XXXXXX") || return 1
-    HOSTS_NO_TRAP=1
-    trap 'hosts_down; rm -rf "$hosts__dir"' EXIT
-    trap 'hosts_down; rm -rf "$hosts__dir"; exit 130' INT
-    trap 'hosts_down; rm -rf "$hosts__dir"; exit 143' TERM
+    hosts_scratch hosts__dir || return 1
     hosts_up "$k" "$rate" "$rails"; rc=$?
     [ $rc -eq 0 ] || return $rc
     HOSTFILE=$hosts__dir/hostfile

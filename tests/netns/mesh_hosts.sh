@@ -8,11 +8,7 @@ set -u
 RUN=${1:?usage: mesh_hosts.sh ZCCLRUN MESH_CHECK}
 CHECK=${2:?usage: mesh_hosts.sh ZCCLRUN MESH_CHECK}
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
-out=$(mktemp -d)
-HOSTS_NO_TRAP=1
-trap 'hosts_down; rm -rf "$out"' EXIT
-trap 'hosts_down; rm -rf "$out"; exit 130' INT
-trap 'hosts_down; rm -rf "$out"; exit 143' TERM
+hosts_scratch out || exit 1
 hosts_up 2; rc=$?
 [ $rc -eq 0 ] || exit $rc
 hosts_hostfile 4 "$out/hostfile" || exit 1

@@ -23,11 +23,7 @@ DEADLINE=${RAIL_LOSS_DEADLINE_S:-120}
 BOUND=${RAIL_LOSS_BOUND_S:-60}
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
 
-out=$(mktemp -d)
-HOSTS_NO_TRAP=1
-trap 'hosts_down; rm -rf "$out"' EXIT
-trap 'hosts_down; rm -rf "$out"; exit 130' INT
-trap 'hosts_down; rm -rf "$out"; exit 143' TERM
+hosts_scratch out || exit 1
 fail=0
 for ((t = 1; t <= TRIALS; t++)); do
     hosts_up 2 "$RATE" 2; rc=$?

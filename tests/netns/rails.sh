@@ -27,11 +27,7 @@ MODE=${6:-all}
 DEADLINE=${RAILS_DEADLINE_S:-120}
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
 
-out=$(mktemp -d)
-HOSTS_NO_TRAP=1
-trap 'hosts_down; rm -rf "$out"' EXIT
-trap 'hosts_down; rm -rf "$out"; exit 130' INT
-trap 'hosts_down; rm -rf "$out"; exit 143' TERM
+hosts_scratch out || exit 1
 hosts_up "$K" "" "$R"; rc=$?
 [ $rc -eq 0 ] || exit $rc
 hosts_hostfile "$M" "$out/hostfile" || exit 1

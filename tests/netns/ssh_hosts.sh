@@ -16,11 +16,7 @@ BENCH=${2:?usage: ssh_hosts.sh ZCCLRUN ZCCL_BENCH}
 DEADLINE=${SSH_HOSTS_DEADLINE_S:-180}
 command -v unshare >/dev/null || { echo "SKIP: unshare (util-linux) not found"; exit 77; }
 source "$(dirname "${BASH_SOURCE[0]}")/hosts.sh"
-out=$(mktemp -d)
-HOSTS_NO_TRAP=1
-trap 'hosts_down; rm -rf "$out"' EXIT
-trap 'hosts_down; rm -rf "$out"; exit 130' INT
-trap 'hosts_down; rm -rf "$out"; exit 143' TERM
+hosts_scratch out || exit 1
 hosts_up 2; rc=$?
 [ $rc -eq 0 ] || exit $rc
 
