@@ -62,7 +62,9 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
  * its part of the call completes before the peer even makes its call, so it must wait for something from every peer.
  * The cheapest such thing is the descriptor itself: every rank sends it to every peer in the call's first phase (on
  * the channels the schedule uses, ahead of their first data; on the others as the channel's only message) and
- * receives one from every peer (at the channel's first use, else in the last phase, so the wait overlaps the data).
+ * receives one from every peer in that phase too (a descriptor may travel by rendezvous: shm's single-copy path with
+ * ZCCL_CMA_THRESHOLD=0 acknowledges a send only once the receiver took it, so a receive kept for a later phase would
+ * hold every rank in the first one).
  * A peer that refused never sends it: the wait ends with its refusal notice (it is told before anything it sends
  * afterwards arrives); a peer with another root sends a differing one. Every rank therefore fails that call itself.
  * All descriptor sends leave in phase 0, before anything can block, so a rank whose schedule differs from a peer's
@@ -311,7 +313,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
         ZCCL_CHECK(ensure_desc(comm));
         comm->desc_run++;
     }
-    const size_t extra = all_pairs ? 2 * ((size_t)comm->nranks - 1) : 0; /* first phase sends, last receives */
+    const size_t extra = all_pairs ? 2 * ((size_t)comm->nranks - 1) : 0; /* the first phase's sends and receives */
     zccl_xfer_t xs_local[16], *xs = xs_local;
     size_t xcap = 16;
     zccl_result_t res = ZCCL_SUCCESS;
@@ -327,7 +329,13 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             xcap = need;
         }
         size_t nx = 0;
-        if (all_pairs && p == 0) nx += add_all_pairs(comm, xs + nx, true);
+        /* Rooted calls: every pair's descriptors, both ways, in the first phase. Receives there too, not later: a
+         * descriptor may travel by rendezvous (shm's single-copy path acknowledges only once the receiver took it), so a
+         * send whose receive waited for a later phase would hold every rank in this one. */
+        if (all_pairs && p == 0) {
+            nx += add_all_pairs(comm, xs + nx, true);
+            nx += add_all_pairs(comm, xs + nx, false);
+        }
         for (size_t i = first; i < end; i++) {
             const zccl_step_t *st = &s->steps[i];
             uint8_t *b = base[st->buf] + st->off * es;
@@ -366,7 +374,6 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
-        if (all_pairs && p + 1 == s->nphases) nx += add_all_pairs(comm, xs + nx, false);
         if (nx && pipelined) { /* engine_stage.c: chunks whose copies overlap the wire */
             if ((res = zccl__stage_run_phase(comm, mt, xs, nx, p)) != ZCCL_SUCCESS) break;
             continue;
