@@ -40,16 +40,6 @@ Topo load(const char *name) {
     return Topo(raw);
 }
 
-#define GCHECK(cond, ...)                                                                                         \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                           \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, "\n");                                                                             \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
-
 std::string run(const std::string &env_and_cmd) {
     std::string out;
     FILE *p = popen((env_and_cmd + " 2>&1").c_str(), "r");
@@ -161,7 +151,7 @@ TEST(Gdr, PeerMemoryProbeReadsSysfs) {
  * staged, naming both; ZCCL_GDR=0 -> staged. */
 int decide_body(bool want_gdr, bool want_flush, const char *want_text, int nic_dmabuf, bool peermem) {
     zccl_gdr_cfg_t c;
-    GCHECK(zccl__gdr_cfg(&c) == ZCCL_SUCCESS, "%s", zccl_get_last_error(nullptr));
+    ZT_CHECK(zccl__gdr_cfg(&c) == ZCCL_SUCCESS, "%s", zccl_get_last_error(nullptr));
     zccl_nic_gdr_t nic = {};
     nic.nic_dmabuf = nic_dmabuf;
     nic.peermem = peermem;
@@ -169,7 +159,7 @@ int decide_body(bool want_gdr, bool want_flush, const char *want_text, int nic_d
     bool flush = false;
     char buf[400];
     const bool g = zccl__gdr_decide(&c, &nic, 0, &flush, buf, sizeof buf);
-    GCHECK(g == want_gdr && flush == want_flush && strstr(buf, want_text), "gdr %d flush %d: %s", g, flush, buf);
+    ZT_CHECK(g == want_gdr && flush == want_flush && strstr(buf, want_text), "gdr %d flush %d: %s", g, flush, buf);
     return 0;
 }
 
@@ -197,25 +187,25 @@ TEST(Gdr, DmaBufExportErrorsNameTheCause) {
     auto body = [](bool refuse) -> int {
         zccl_gpu_gdr_t g;
         zccl__mem_gpu_gdr(0, &g);
-        GCHECK(g.driver && g.export_entry, "%s", g.why);
+        ZT_CHECK(g.driver && g.export_entry, "%s", g.why);
         void *d = nullptr;
-        GCHECK(zccl_mem_alloc_cuda(&d, 1 << 16) == ZCCL_SUCCESS, "alloc: %s", zccl_get_last_error(nullptr));
+        ZT_CHECK(zccl_mem_alloc_cuda(&d, 1 << 16) == ZCCL_SUCCESS, "alloc: %s", zccl_get_last_error(nullptr));
         int fd = -1;
         const long page = sysconf(_SC_PAGESIZE);
         if (refuse) {
-            GCHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_INVALID_USAGE &&
+            ZT_CHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_INVALID_USAGE &&
                        strstr(zccl_get_last_error(nullptr), "cannot be exported"), "%s", zccl_get_last_error(nullptr));
             return 0;
         }
-        GCHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_SUCCESS && fd >= 0, "%s",
+        ZT_CHECK(zccl__mem_gpu_dmabuf_fd(d, (size_t)page, &fd) == ZCCL_SUCCESS && fd >= 0, "%s",
                zccl_get_last_error(nullptr));
         close(fd);
-        GCHECK(zccl__mem_gpu_dmabuf_fd((char *)d + 1, (size_t)page, &fd) == ZCCL_INVALID_ARGUMENT &&
+        ZT_CHECK(zccl__mem_gpu_dmabuf_fd((char *)d + 1, (size_t)page, &fd) == ZCCL_INVALID_ARGUMENT &&
                    strstr(zccl_get_last_error(nullptr), "page-aligned"), "%s", zccl_get_last_error(nullptr));
-        GCHECK(zccl__mem_gpu_dmabuf_fd(d, 100, &fd) == ZCCL_INVALID_ARGUMENT, "size 100");
+        ZT_CHECK(zccl__mem_gpu_dmabuf_fd(d, 100, &fd) == ZCCL_INVALID_ARGUMENT, "size 100");
         std::vector<char> host(3 * (size_t)page);
         char *aligned = (char *)(((uintptr_t)host.data() + (uintptr_t)page - 1) & ~(uintptr_t)(page - 1));
-        GCHECK(zccl__mem_gpu_dmabuf_fd(aligned, (size_t)page, &fd) == ZCCL_INVALID_USAGE, "host memory exported");
+        ZT_CHECK(zccl__mem_gpu_dmabuf_fd(aligned, (size_t)page, &fd) == ZCCL_INVALID_USAGE, "host memory exported");
         zccl_mem_free_cuda(d);
         return 0;
     };

@@ -32,16 +32,6 @@
 
 namespace {
 
-#define PCHECK(cond, ...)                                                                                         \
-    do {                                                                                                       \
-        if (!(cond)) {                                                                                         \
-            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                           \
-            fprintf(stderr, __VA_ARGS__);                                                                      \
-            fprintf(stderr, "\n");                                                                             \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
-
 struct CeStats {
     long copies[4], bytes[4], kernels, max_in_flight, in_flight; /* [1] host->device, [2] device->host */
 };
@@ -85,119 +75,119 @@ int run_all(zccl_comm_t comm, int rank, int n, Fake &f, bool check_chunks) {
             for (size_t i = 0; i < count; i++) s[i] = fin(rank, i);
             CeStats a, b;
             f.ce(&a);
-            PCHECK(zccl_allreduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_allreduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
                    "allreduce: %s", zccl_get_last_error(NULL));
             f.ce(&b);
             for (size_t i = 0; i < count; i++) {
                 float want = 0;
                 for (int q = 0; q < n; q++) want += fin(q, i);
-                PCHECK(r[i] == want, "allreduce count %zu [%zu] = %g, want %g", count, i, r[i], want);
+                ZT_CHECK(r[i] == want, "allreduce count %zu [%zu] = %g, want %g", count, i, r[i], want);
             }
             /* Any algorithm sends at least (n-1)/n of the vector out of this rank; in chunks of at most kChunk. */
             const size_t least = (count * 4 * (size_t)(n - 1) / (size_t)n) / kChunk;
             if (check_chunks && n > 1)
-                PCHECK((size_t)(b.copies[2] - a.copies[2]) >= least, "%ld device-to-host copies for %zu bytes out: "
+                ZT_CHECK((size_t)(b.copies[2] - a.copies[2]) >= least, "%ld device-to-host copies for %zu bytes out: "
                        "not chunked", b.copies[2] - a.copies[2], count * 4 * (size_t)(n - 1) / (size_t)n);
         }
         /* all-reduce float32 AVG in place; int32 SUM in place */
         {
             Dev<float> io(&f, count);
             for (size_t i = 0; i < count; i++) io[i] = fin(rank, i);
-            PCHECK(zccl_allreduce(io.p(), io.p(), count, ZCCL_FLOAT32, ZCCL_AVG, comm, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_allreduce(io.p(), io.p(), count, ZCCL_FLOAT32, ZCCL_AVG, comm, NULL) == ZCCL_SUCCESS,
                    "allreduce avg: %s", zccl_get_last_error(NULL));
             for (size_t i = 0; i < count; i++) {
                 float sum = 0;
                 for (int q = 0; q < n; q++) sum += fin(q, i);
                 const float want = n > 1 ? sum / (float)n : sum;
-                PCHECK(io[i] == want, "avg count %zu [%zu] = %g, want %g", count, i, io[i], want);
+                ZT_CHECK(io[i] == want, "avg count %zu [%zu] = %g, want %g", count, i, io[i], want);
             }
             Dev<int32_t> ii(&f, count);
             for (size_t i = 0; i < count; i++) ii[i] = iin(rank, i);
-            PCHECK(zccl_allreduce(ii.p(), ii.p(), count, ZCCL_INT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_allreduce(ii.p(), ii.p(), count, ZCCL_INT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
                    "allreduce int32: %s", zccl_get_last_error(NULL));
             for (size_t i = 0; i < count; i++) {
                 int32_t want = 0;
                 for (int q = 0; q < n; q++) want += iin(q, i);
-                PCHECK(ii[i] == want, "allreduce int32 [%zu] = %d, want %d", i, ii[i], want);
+                ZT_CHECK(ii[i] == want, "allreduce int32 [%zu] = %d, want %d", i, ii[i], want);
             }
         }
         /* reduce-scatter int32 SUM */
         {
             Dev<int32_t> s(&f, total), r(&f, count, -7);
             for (size_t i = 0; i < total; i++) s[i] = iin(rank, i);
-            PCHECK(zccl_reduce_scatter(s.p(), r.p(), count, ZCCL_INT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_reduce_scatter(s.p(), r.p(), count, ZCCL_INT32, ZCCL_SUM, comm, NULL) == ZCCL_SUCCESS,
                    "reduce_scatter: %s", zccl_get_last_error(NULL));
             for (size_t i = 0; i < count; i++) {
                 int32_t want = 0;
                 for (int q = 0; q < n; q++) want += iin(q, (size_t)rank * count + i);
-                PCHECK(r[i] == want, "reduce_scatter [%zu] = %d, want %d", i, r[i], want);
+                ZT_CHECK(r[i] == want, "reduce_scatter [%zu] = %d, want %d", i, r[i], want);
             }
         }
         /* all-gather float32, out of place and in place */
         {
             Dev<float> s(&f, count), r(&f, total, -1.f);
             for (size_t i = 0; i < count; i++) s[i] = fin(rank, i);
-            PCHECK(zccl_allgather(s.p(), r.p(), count, ZCCL_FLOAT32, comm, NULL) == ZCCL_SUCCESS, "allgather: %s",
+            ZT_CHECK(zccl_allgather(s.p(), r.p(), count, ZCCL_FLOAT32, comm, NULL) == ZCCL_SUCCESS, "allgather: %s",
                    zccl_get_last_error(NULL));
             for (int q = 0; q < n; q++)
                 for (size_t i = 0; i < count; i++)
-                    PCHECK(r[(size_t)q * count + i] == fin(q, i), "allgather [%d][%zu]", q, i);
+                    ZT_CHECK(r[(size_t)q * count + i] == fin(q, i), "allgather [%d][%zu]", q, i);
             Dev<float> io(&f, total, -1.f);
             for (size_t i = 0; i < count; i++) io[(size_t)rank * count + i] = fin(rank, i);
-            PCHECK(zccl_allgather(io.p() + (size_t)rank * count, io.p(), count, ZCCL_FLOAT32, comm, NULL) ==
+            ZT_CHECK(zccl_allgather(io.p() + (size_t)rank * count, io.p(), count, ZCCL_FLOAT32, comm, NULL) ==
                        ZCCL_SUCCESS, "allgather in place: %s", zccl_get_last_error(NULL));
             for (int q = 0; q < n; q++)
                 for (size_t i = 0; i < count; i++)
-                    PCHECK(io[(size_t)q * count + i] == fin(q, i), "allgather in place [%d][%zu]", q, i);
+                    ZT_CHECK(io[(size_t)q * count + i] == fin(q, i), "allgather in place [%d][%zu]", q, i);
         }
         /* broadcast from the last rank, out of place */
         {
             Dev<int32_t> s(&f, count), r(&f, count, -1);
             for (size_t i = 0; i < count; i++) s[i] = iin(rank, i);
-            PCHECK(zccl_broadcast(s.p(), r.p(), count, ZCCL_INT32, n - 1, comm, NULL) == ZCCL_SUCCESS, "broadcast: %s",
+            ZT_CHECK(zccl_broadcast(s.p(), r.p(), count, ZCCL_INT32, n - 1, comm, NULL) == ZCCL_SUCCESS, "broadcast: %s",
                    zccl_get_last_error(NULL));
-            for (size_t i = 0; i < count; i++) PCHECK(r[i] == iin(n - 1, i), "broadcast [%zu]", i);
+            for (size_t i = 0; i < count; i++) ZT_CHECK(r[i] == iin(n - 1, i), "broadcast [%zu]", i);
         }
         /* reduce float32 SUM to rank 0 */
         {
             Dev<float> s(&f, count), r(&f, count, -1.f);
             for (size_t i = 0; i < count; i++) s[i] = fin(rank, i);
-            PCHECK(zccl_reduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, 0, comm, NULL) == ZCCL_SUCCESS,
+            ZT_CHECK(zccl_reduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, 0, comm, NULL) == ZCCL_SUCCESS,
                    "reduce: %s", zccl_get_last_error(NULL));
             if (rank == 0)
                 for (size_t i = 0; i < count; i++) {
                     float want = 0;
                     for (int q = 0; q < n; q++) want += fin(q, i);
-                    PCHECK(r[i] == want, "reduce [%zu] = %g, want %g", i, r[i], want);
+                    ZT_CHECK(r[i] == want, "reduce [%zu] = %g, want %g", i, r[i], want);
                 }
         }
         /* all-to-all int32: block q of rank r's input goes to rank q's block r */
         {
             Dev<int32_t> s(&f, total), r(&f, total, -1);
             for (size_t i = 0; i < total; i++) s[i] = iin(rank, i);
-            PCHECK(zccl_alltoall(s.p(), r.p(), count, ZCCL_INT32, comm, NULL) == ZCCL_SUCCESS, "alltoall: %s",
+            ZT_CHECK(zccl_alltoall(s.p(), r.p(), count, ZCCL_INT32, comm, NULL) == ZCCL_SUCCESS, "alltoall: %s",
                    zccl_get_last_error(NULL));
             for (int q = 0; q < n; q++)
                 for (size_t i = 0; i < count; i++)
-                    PCHECK(r[(size_t)q * count + i] == iin(q, (size_t)rank * count + i), "alltoall [%d][%zu]", q, i);
+                    ZT_CHECK(r[(size_t)q * count + i] == iin(q, (size_t)rank * count + i), "alltoall [%d][%zu]", q, i);
         }
         /* gather to rank n/2, scatter from rank 0 */
         {
             const int groot = n / 2;
             Dev<float> s(&f, count), r(&f, total, -1.f);
             for (size_t i = 0; i < count; i++) s[i] = fin(rank, i);
-            PCHECK(zccl_gather(s.p(), r.p(), count, ZCCL_FLOAT32, groot, comm, NULL) == ZCCL_SUCCESS, "gather: %s",
+            ZT_CHECK(zccl_gather(s.p(), r.p(), count, ZCCL_FLOAT32, groot, comm, NULL) == ZCCL_SUCCESS, "gather: %s",
                    zccl_get_last_error(NULL));
             if (rank == groot)
                 for (int q = 0; q < n; q++)
                     for (size_t i = 0; i < count; i++)
-                        PCHECK(r[(size_t)q * count + i] == fin(q, i), "gather [%d][%zu]", q, i);
+                        ZT_CHECK(r[(size_t)q * count + i] == fin(q, i), "gather [%d][%zu]", q, i);
             Dev<int32_t> ss(&f, total), sr(&f, count, -1);
             for (size_t i = 0; i < total; i++) ss[i] = iin(0, i);
-            PCHECK(zccl_scatter(ss.p(), sr.p(), count, ZCCL_INT32, 0, comm, NULL) == ZCCL_SUCCESS, "scatter: %s",
+            ZT_CHECK(zccl_scatter(ss.p(), sr.p(), count, ZCCL_INT32, 0, comm, NULL) == ZCCL_SUCCESS, "scatter: %s",
                    zccl_get_last_error(NULL));
             for (size_t i = 0; i < count; i++)
-                PCHECK(sr[i] == iin(0, (size_t)rank * count + i), "scatter [%zu]", i);
+                ZT_CHECK(sr[i] == iin(0, (size_t)rank * count + i), "scatter [%zu]", i);
         }
         /* send/recv: rank 0 sends to rank 1, then rank 1 sends back (outside a group, ordered) */
         if (n > 1 && rank < 2) {
@@ -208,9 +198,9 @@ int run_all(zccl_comm_t comm, int rank, int n, Fake &f, bool check_chunks) {
                 const bool sending = (turn == 0) == (rank == 0);
                 zccl_result_t res = sending ? zccl_send(s.p(), count, ZCCL_FLOAT32, peer, comm, NULL)
                                             : zccl_recv(r.p(), count, ZCCL_FLOAT32, peer, comm, NULL);
-                PCHECK(res == ZCCL_SUCCESS, "%s: %s", sending ? "send" : "recv", zccl_get_last_error(NULL));
+                ZT_CHECK(res == ZCCL_SUCCESS, "%s: %s", sending ? "send" : "recv", zccl_get_last_error(NULL));
             }
-            for (size_t i = 0; i < count; i++) PCHECK(r[i] == fin(peer, i), "recv [%zu] = %g", i, r[i]);
+            for (size_t i = 0; i < count; i++) ZT_CHECK(r[i] == fin(peer, i), "recv [%zu] = %g", i, r[i]);
         }
     }
     return 0;
@@ -234,7 +224,7 @@ TEST_P(StagePipe, EveryCollectiveOnDeviceBuffersIsExact) {
     const int n = std::get<0>(GetParam());
     zt::run_ranks(n, [](zccl_comm_t comm, int rank, int nranks) -> int {
         Fake f;
-        PCHECK(open_fake(&f), "fake symbols");
+        ZT_CHECK(open_fake(&f), "fake symbols");
         return run_all(comm, rank, nranks, f, true);
     }, opts(std::get<1>(GetParam()), "2"));
 }
@@ -249,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(RanksTransports, StagePipe,
 TEST(StagePipeSync, DepthZeroIsTheSynchronousPathWithTheSameResults) {
     zt::run_ranks(3, [](zccl_comm_t comm, int rank, int nranks) -> int {
         Fake f;
-        PCHECK(open_fake(&f), "fake symbols");
+        ZT_CHECK(open_fake(&f), "fake symbols");
         return run_all(comm, rank, nranks, f, false);
     }, opts("tcp", "0"));
 }
@@ -263,7 +253,7 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
     for (int nr : {2, 3}) {
         zt::run_ranks(nr, [](zccl_comm_t comm, int rank, int nranks) -> int {
             Fake f;
-            PCHECK(open_fake(&f), "fake symbols");
+            ZT_CHECK(open_fake(&f), "fake symbols");
             const size_t count = 100000;
             std::vector<float> s(count, 1.f), r(count, -1.f);
             if (rank == 0) {
@@ -272,8 +262,8 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
             }
             zccl_result_t res = zccl_allreduce(s.data(), r.data(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL);
             const std::string msg = zccl_get_last_error(NULL);
-            PCHECK(res != ZCCL_SUCCESS, "rank %d: a call mixing host and device ranks succeeded", rank);
-            PCHECK(msg.find("device memory") != std::string::npos,
+            ZT_CHECK(res != ZCCL_SUCCESS, "rank %d: a call mixing host and device ranks succeeded", rank);
+            ZT_CHECK(msg.find("device memory") != std::string::npos,
                    "rank %d: the error does not say why: %s", rank, msg.c_str());
             if (rank == 0) {
                 f.unmark(s.data());
@@ -290,37 +280,37 @@ TEST(StagePipeMixed, HostAndDeviceRanksInOneCallFailOnEveryRank) {
  * refused; the attributes follow FAKE_CUDA_CC / FAKE_CUDA_DMABUF / FAKE_CUDA_GDR. */
 int dmabuf_body(bool export_ok) {
     void *h = dlopen(ZCCL_FAKE_CUDA_PATH, RTLD_NOW);
-    PCHECK(h, "dlopen");
+    ZT_CHECK(h, "dlopen");
     auto alloc = (int (*)(unsigned long long *, size_t))dlsym(h, "cuMemAlloc_v2");
     auto getfd = (int (*)(void *, unsigned long long, size_t, int, unsigned long long))dlsym(
         h, "cuMemGetHandleForAddressRange");
     auto attr = (int (*)(int *, int, int))dlsym(h, "cuDeviceGetAttribute");
-    PCHECK(alloc && getfd && attr, "symbols");
+    ZT_CHECK(alloc && getfd && attr, "symbols");
     int v = 0;
-    PCHECK(attr(&v, 75, 0) == 0 && v == 8 && attr(&v, 76, 0) == 0 && v == 0, "compute capability 8.0: %d", v);
-    PCHECK(attr(&v, 124, 0) == 0 && v == (export_ok ? 1 : 0), "DMA_BUF_SUPPORTED %d", v);
-    PCHECK(attr(&v, 116, 0) == 0 && v == 1, "GPU_DIRECT_RDMA_SUPPORTED %d", v);
+    ZT_CHECK(attr(&v, 75, 0) == 0 && v == 8 && attr(&v, 76, 0) == 0 && v == 0, "compute capability 8.0: %d", v);
+    ZT_CHECK(attr(&v, 124, 0) == 0 && v == (export_ok ? 1 : 0), "DMA_BUF_SUPPORTED %d", v);
+    ZT_CHECK(attr(&v, 116, 0) == 0 && v == 1, "GPU_DIRECT_RDMA_SUPPORTED %d", v);
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     unsigned long long d = 0;
-    PCHECK(alloc(&d, 3 * page) == 0, "alloc");
+    ZT_CHECK(alloc(&d, 3 * page) == 0, "alloc");
     memset((void *)d, 0x5a, 3 * page);
     int fd = -1;
     const int r = getfd(&fd, d + page, 2 * page, 1, 0);
     if (!export_ok) {
-        PCHECK(r == 801, "export refused with NOT_SUPPORTED, got %d", r);
+        ZT_CHECK(r == 801, "export refused with NOT_SUPPORTED, got %d", r);
         return 0;
     }
-    PCHECK(r == 0 && fd >= 0, "export: %d", r);
+    ZT_CHECK(r == 0 && fd >= 0, "export: %d", r);
     void *m = mmap(NULL, 3 * page, PROT_READ, MAP_SHARED, fd, 0);
-    PCHECK(m != MAP_FAILED, "mmap of the dma-buf fd");
-    PCHECK(((unsigned char *)m)[page + 5] == 0x5a, "the fd maps the allocation's bytes");
+    ZT_CHECK(m != MAP_FAILED, "mmap of the dma-buf fd");
+    ZT_CHECK(((unsigned char *)m)[page + 5] == 0x5a, "the fd maps the allocation's bytes");
     munmap(m, 3 * page);
     close(fd);
-    PCHECK(getfd(&fd, d + 1, page, 1, 0) == 1, "misaligned start refused");
-    PCHECK(getfd(&fd, d, page + 1, 1, 0) == 1, "misaligned size refused");
-    PCHECK(getfd(&fd, d, 4 * page, 1, 0) == 1, "range beyond the allocation refused");
+    ZT_CHECK(getfd(&fd, d + 1, page, 1, 0) == 1, "misaligned start refused");
+    ZT_CHECK(getfd(&fd, d, page + 1, 1, 0) == 1, "misaligned size refused");
+    ZT_CHECK(getfd(&fd, d, 4 * page, 1, 0) == 1, "range beyond the allocation refused");
     std::vector<unsigned char> host(2 * page);
-    PCHECK(getfd(&fd, (unsigned long long)(uintptr_t)host.data(), page, 1, 0) == 1, "host memory refused");
+    ZT_CHECK(getfd(&fd, (unsigned long long)(uintptr_t)host.data(), page, 1, 0) == 1, "host memory refused");
     return 0;
 }
 
@@ -342,13 +332,13 @@ TEST(StagePipeMixed, DifferentDeviceCallsFailNamingBothOnBothPaths) {
         o.deadline_s = 60;
         zt::run_ranks(2, [](zccl_comm_t comm, int rank, int) -> int {
             Fake f;
-            PCHECK(open_fake(&f), "fake symbols");
+            ZT_CHECK(open_fake(&f), "fake symbols");
             const size_t count = 1000 + (size_t)rank;
             Dev<float> s(&f, count, 1.f), r(&f, count, -1.f);
             zccl_result_t res = zccl_allreduce(s.p(), r.p(), count, ZCCL_FLOAT32, ZCCL_SUM, comm, NULL);
             const std::string msg = zccl_get_last_error(NULL);
-            PCHECK(res != ZCCL_SUCCESS, "rank %d: different calls succeeded", rank);
-            PCHECK(msg.find("different collectives") != std::string::npos && msg.find("count 1001") != std::string::npos,
+            ZT_CHECK(res != ZCCL_SUCCESS, "rank %d: different calls succeeded", rank);
+            ZT_CHECK(msg.find("different collectives") != std::string::npos && msg.find("count 1001") != std::string::npos,
                    "rank %d: %s", rank, msg.c_str());
             return 0;
         }, o);
