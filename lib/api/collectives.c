@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "api.h"
 #include "comm.h"
 #include "kernels.h"
@@ -14,6 +15,9 @@
 #include "zccl_ext.h"
 #include "stream.h"
 #include "tuner.h"
+
+/* How long a rank whose peer closed its connection mid-call waits for the notice that says why (docs/faults.md). */
+#define NOTICE_GRACE_MS 1000
 
 static const size_t type_sizes[ZCCL_NUM_TYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
 
@@ -293,7 +297,15 @@ static zccl_result_t op_run(const zccl_op_t *o) {
      * data, so the communicator stays usable after it. */
     /* A transport's "closed its connection" is often a peer that gave up and said why: quote it. */
     if (res == ZCCL_REMOTE_ERROR && !comm->notice_learned) {
-        const zccl_result_t why = zccl__notice_check(comm, seq, name);
+        zccl_result_t why = zccl__notice_check(comm, seq, name);
+        /* The peer that closed may have left because of a third rank's notice, which that rank is still delivering
+         * here (it tells its peers one at a time, each acknowledged, and the peer that learned it first does not pass
+         * it on): give it a moment, so that the message names the cause. A crashed peer costs this wait once. */
+        const uint64_t until = zccl__now_ns() + NOTICE_GRACE_MS * 1000000ull;
+        while (why == ZCCL_SUCCESS && !__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE) && zccl__now_ns() < until) {
+            usleep(1000);
+            why = zccl__notice_check(comm, seq, name);
+        }
         if (why != ZCCL_SUCCESS) res = why;
     }
     if (res != ZCCL_SUCCESS && (in_engine || res == ZCCL_REMOTE_ERROR || res == ZCCL_TIMEOUT ||
