@@ -488,6 +488,40 @@ TEST(TunerCalibration, CacheFileAndDefaults) {
     rmdir(dir);
 }
 
+// ZCCL_DETERMINISTIC=1: nothing is measured even with ZCCL_TUNER_CALIBRATE=1 and a cache file to fill (the file is
+// not written), and the INFO line says why; with a cache file every rank has, the cache is used as written.
+TEST(TunerCalibration, DeterministicNeverMeasures) {
+    const std::string bench = std::string(ZCCL_TOOLS_DIR) + "/zccl-bench";
+    if (access(bench.c_str(), X_OK) != 0) GTEST_SKIP() << bench << " not built";
+    char dir[] = "/tmp/zccl-tuner-det-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string cache = std::string(dir) + "/cache";
+    const std::string env = "ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TUNE ZCCL_TRANSPORT=shm ZCCL_TUNER_CALIBRATE=1 "
+                            "ZCCL_DETERMINISTIC=1 ZCCL_TUNER_CACHE=" + cache + " timeout 60 ";
+    const std::string args = " allreduce -np 3 -b 8 -e 8 -n 2 -w 1 -c 1 2>&1";
+    int st = -1;
+    std::string out = run_capture(env + bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("tuner: defaults parameters (ZCCL_DETERMINISTIC=1: nothing measured)"), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("tuner: calibrated parameters"), std::string::npos) << out;
+    EXPECT_NE(access(cache.c_str(), F_OK), 0) << "ZCCL_DETERMINISTIC=1 wrote " << cache;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    {
+        FILE *f = fopen(cache.c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fprintf(f, "%s intra-shm 1000 0.001\n%s gamma 0 0.001\n%s copy 0 0.001\n", host, host, host);
+        fclose(f);
+    }
+    out = run_capture(env + bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("tuner: cache parameters (ZCCL_DETERMINISTIC=1: nothing measured)"), std::string::npos) << out;
+    EXPECT_NE(out.find("intra-host alpha 1000.00 us beta 0.0010 ns/B"), std::string::npos) << out;
+    unlink(cache.c_str());
+    rmdir(dir);
+}
+
 // Every algorithm of every collective, forced with zccl_comm_set_algo (and once through ZCCL_ALGO), gives the
 // reference result on every rank, bitwise identical across ranks, for several sizes and in/out of place.
 struct ForcedShared {

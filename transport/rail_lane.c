@@ -19,11 +19,14 @@
  */
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_snd_wnd (glibc's lacks it) */
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include "rail.h"
@@ -43,6 +46,8 @@ typedef struct zccl_lane {
     bool peer_eof;     /* the receiver closed the connection after taking everything written (it left) */
     size_t part_done;  /* bytes of the current transfer's part accepted into the ring */
     uint64_t part_end; /* the stream position where that part ends, once all of it is in the ring */
+    int stall_fd;      /* the connection stall_ns refers to (stalled_rail) */
+    uint64_t stall_ns; /* when the kernel was first seen holding bytes of it without an acknowledgement since */
     /* receive side */
     int rfd;
     uint64_t rpos, racked;
@@ -206,6 +211,7 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
                 close(old);
                 *lr = (int8_t)next;
                 L[k].sfd = fd;
+                L[k].stall_ns = 0;
                 L[k].resuming = true;
                 L[k].afill = 0;
                 char nm[64];
@@ -254,6 +260,7 @@ static zccl_result_t lane_pump(zccl_rails_t *r, int peer, int k, bool *progresse
             ZCCL_CHECK(rail_dead(r, peer, c, why)); /* points this lane at a live rail, or fails naming them all */
         }
         lane_sockopts(r, l->sfd);
+        l->stall_ns = 0;
         l->resuming = l->connected;
         l->connected = true;
         l->afill = 0;
@@ -504,17 +511,43 @@ int zccl__lane_wait_fd(zccl_rails_t *r, const zccl_xfer_t *x, short *events) {
     return -1;
 }
 
-/* Whether lane k's connection has bytes the peer's kernel has not acknowledged, retransmitted them, and has had no
- * acknowledgement for ZCCL_RAIL_TIMEOUT_MS (TCP_INFO): the rail is dead. A peer that merely does not read keeps acknowledging (its
- * zero-window answers), so it is not taken for one. */
-static bool stalled_rail(const zccl_rails_t *r, int fd) {
+/* Whether lane l's connection is on a dead rail: the kernel has held bytes of it (sent and unacknowledged, or not
+ * sent at all) for ZCCL_RAIL_TIMEOUT_MS, no acknowledgement of any kind arrived in that time (TCP_INFO's
+ * tcpi_last_ack_recv), and the reason is not the peer's closed window. Counting retransmissions alone misses a rail
+ * whose segments never left: where the local interface is down or the peer's address no longer resolves, the
+ * kernel fails the transmission locally, keeps the bytes unsent and counts no retransmission, so such a lane
+ * (typically one that carried only small messages and got them after the cut) hung until the kernel's
+ * TCP_USER_TIMEOUT (ZCCL_SOCKET_USER_TIMEOUT_MS, 30 s): 7 of 11 trials of tests/netns/rail_loss.sh took 42-50 s.
+ * A peer that does not read (busy elsewhere, e.g. in a connect on another rail) closes its window: then the kernel
+ * holds unsent bytes too and its zero-window probes back off (their answers can be seconds apart), so a held queue
+ * with nothing in flight counts only while the peer's last advertised window is open (tcpi_snd_wnd; on a kernel
+ * too old to report it, only retransmitted bytes count, as before). The bytes must be seen held at two looks
+ * ZCCL_RAIL_TIMEOUT_MS apart, so data just written on a connection idle for long (whose last acknowledgement is
+ * old) is not taken for a stall. */
+static bool stalled_rail(const zccl_rails_t *r, zccl_lane_t *l) {
+    int outq = 0;
+    if (ioctl(l->sfd, SIOCOUTQ, &outq) != 0 || outq <= 0) {
+        l->stall_ns = 0;
+        return false;
+    }
+    const uint64_t now = zccl__now_ns();
+    if (l->stall_fd != l->sfd || l->stall_ns == 0) {
+        l->stall_fd = l->sfd;
+        l->stall_ns = now;
+        return false;
+    }
     struct tcp_info ti;
+    memset(&ti, 0, sizeof ti);
     socklen_t len = sizeof ti;
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
-    /* tcpi_last_ack_recv alone would also count the idle time before the last send; tcpi_retransmits (consecutive
-     * retransmissions of the oldest unacknowledged segment, reset by any acknowledgement) says the bytes were sent
-     * and went unanswered. */
-    return ti.tcpi_unacked > 0 && ti.tcpi_retransmits >= 2 && (int64_t)ti.tcpi_last_ack_recv >= r->rail_timeout_ms;
+    if (getsockopt(l->sfd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+    const bool have_wnd = len >= offsetof(struct tcp_info, tcpi_snd_wnd) + sizeof ti.tcpi_snd_wnd;
+    const bool in_flight = ti.tcpi_unacked > 0 && ti.tcpi_retransmits >= 2;
+    const bool unsent_open = ti.tcpi_unacked == 0 && have_wnd && ti.tcpi_snd_wnd > 0;
+    if ((int64_t)ti.tcpi_last_ack_recv < r->rail_timeout_ms || !(in_flight || unsent_open)) {
+        l->stall_ns = now; /* acknowledgements arrive, or the peer's window is closed: the peer, not the rail */
+        return false;
+    }
+    return now - l->stall_ns >= (uint64_t)r->rail_timeout_ms * 1000000ull;
 }
 
 zccl_result_t zccl__lanes_check(zccl_rails_t *r, int peer) {
@@ -522,7 +555,7 @@ zccl_result_t zccl__lanes_check(zccl_rails_t *r, int peer) {
     zccl_lane_t *L = lanes_of(r, peer);
     bool moved = false;
     for (int k = 0; k < r->nsock[peer]; k++) {
-        if (L[k].sfd >= 0 && L[k].acked < L[k].head && stalled_rail(r, L[k].sfd))
+        if (L[k].sfd >= 0 && L[k].acked < L[k].head && stalled_rail(r, &L[k]))
             ZCCL_CHECK(send_failed(r, peer, k, ETIMEDOUT, false));
         if (L[k].sfd >= 0 && L[k].acked < L[k].head) ZCCL_CHECK(lane_pump(r, peer, k, &moved));
     }

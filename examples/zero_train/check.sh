@@ -11,6 +11,10 @@
 # the file zero_train itself uses, ${XDG_CACHE_HOME:-~/.cache}/zccl/digits.csv.gz); when that fails too the test is
 # skipped (exit 77). Each run has zcclrun --timeout as its deadline.
 set -uo pipefail
+# Runs are compared digit for digit (stage N with and without CPU offload): the tuner must choose the same algorithms
+# in every run, so it must not measure (a calibration differs from run to run and two algorithms of close cost sum in
+# different orders: the last digit of a loss moved in 1 of 8 runs without this; docs/tuning.md, "Reproducible results").
+export ZCCL_DETERMINISTIC=1
 zcclrun=${1:?usage: check.sh ZCCLRUN ZERO_TRAIN DATA FALLBACK [EPOCHS]}
 prog=${2:?}
 data=${3:?}

@@ -126,6 +126,8 @@ zccl_result_t zccl__tuner_setup(struct zccl_comm *comm);
  * After the transports are up (collective over comm): loads ZCCL_TUNER_CACHE or measures alpha and beta per link
  * class with ring shifts between neighbours and gamma with the reduction kernel (ZCCL_TUNER_CALIBRATE), then
  * makes every rank adopt the same parameters (all-reduce MAX) and checks that every rank has the same ZCCL_ALGO.
+ * With ZCCL_DETERMINISTIC=1 nothing is measured (the cache when every rank has its entries, else the defaults) and
+ * the cache is never written, so the choices, hence the summation orders, are the same in every run.
  */
 zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm);
 void zccl__tuner_free(struct zccl_comm *comm);
@@ -141,6 +143,8 @@ extern const zccl_cfg_desc_t zccl__set_algo;
 #define ZCCL_CFG_ALGO (&zccl__set_algo)
 extern const zccl_cfg_desc_t zccl__set_tuner_calibrate;
 #define ZCCL_CFG_TUNER_CALIBRATE (&zccl__set_tuner_calibrate)
+extern const zccl_cfg_desc_t zccl__set_deterministic;
+#define ZCCL_CFG_DETERMINISTIC (&zccl__set_deterministic)
 extern const zccl_cfg_desc_t zccl__set_tuner_cache;
 #define ZCCL_CFG_TUNER_CACHE (&zccl__set_tuner_cache)
 
