@@ -726,8 +726,9 @@ size_t zccl_type_size(zccl_datatype_t datatype);
  * of this host can map: a POSIX shared-memory object named /zccl-mem-<id>-p<pid>, mapped shared and read and write,
  * page-aligned, zero-filled and already faulted in. The name exists until zccl_mem_free (a process that dies
  * leaves it; the next communicator created on the host removes it an hour later).
- * Errors: ZCCL_INVALID_ARGUMENT (ptr NULL); ZCCL_SYSTEM_ERROR (shm_open, ftruncate or mmap failed, the message
- * names which and why, e.g. /dev/shm too small).
+ * Errors: ZCCL_INVALID_ARGUMENT (ptr NULL); ZCCL_SYSTEM_ERROR (shm_open, ftruncate or mmap failed, or /dev/shm has no
+ * room for the pages: they are reserved here, so a full /dev/shm fails this call instead of raising SIGBUS at a
+ * later write; the message names which and why).
  */
 zccl_result_t zccl_mem_alloc(void **ptr, size_t bytes);
 /** Frees memory from zccl_mem_alloc. ptr NULL: nothing. Errors: ZCCL_INVALID_ARGUMENT (ptr is not the start of a

@@ -275,6 +275,10 @@ typedef struct {
     double finish_wait_s;      /**< total time zccl_bucket_finish waited for communication (exposed time) */
     double grad_wait_s;        /**< total time zccl_bucket_grad_ptr waited for a shared buffer (REDUCE_SCATTER) */
     double comm_s;             /**< total time from launch to completion of each bucket, summed */
+    int registered_buffers;    /**< bucket buffers (and the shard block of a REDUCE_SCATTER plan) in zccl_mem_alloc
+                                    memory registered with the plan's communicator (ZCCL_BUCKET_REGISTER: when every
+                                    rank shares one host), so their collectives take the registered one-pass path;
+                                    0: ordinary memory */
 } zccl_bucket_stats_t;
 
 /** Copies the plan's counters into *stats. Errors: ZCCL_INVALID_ARGUMENT (plan or stats NULL). */

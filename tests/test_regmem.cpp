@@ -10,9 +10,12 @@
  */
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +112,33 @@ int register_body(zccl_comm_t comm, int rank, int n) {
 }
 
 }  // namespace
+
+// A /dev/shm too small for the block: zccl_mem_alloc fails naming /dev/shm (the pages are reserved at the call),
+// instead of succeeding and raising SIGBUS at a later write. A child in its own mount namespace mounts a 1 MiB
+// tmpfs over /dev/shm (needs root; skipped otherwise).
+TEST(RegMem, FullDevShmIsAnErrorNotALaterSigbus) {
+    const int rc = run_in_child({}, []() -> int {
+        if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            mount("zccl-test", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+            return 77;
+        void *p = nullptr;
+        if (zccl_mem_alloc(&p, 256u << 10) != ZCCL_SUCCESS) return 3; /* fits: must work */
+        memset(p, 1, 256u << 10);
+        zccl_mem_free(p);
+        p = nullptr;
+        const zccl_result_t r = zccl_mem_alloc(&p, 4u << 20); /* does not fit */
+        if (r == ZCCL_SUCCESS) {
+            memset(p, 1, 4u << 20); /* before the fix: SIGBUS here */
+            return 4;
+        }
+        if (r != ZCCL_SYSTEM_ERROR) return 5;
+        if (!strstr(zccl_get_last_error(nullptr), "/dev/shm")) return 6;
+        return 0;
+    }, 60);
+    if (rc == 77) GTEST_SKIP() << "cannot mount a small tmpfs over /dev/shm here (needs root and mount namespaces)";
+    EXPECT_EQ(rc, 0) << "3: a block that fits failed; 4: a block that does not fit was returned (128+" << SIGBUS
+                     << ": SIGBUS); 5: wrong error code; 6: message does not name /dev/shm";
+}
 
 TEST(RegMem, RegistrationErrorsAndMixedBuffersFallBack) {
     Options o;

@@ -187,6 +187,7 @@ struct RunCfg {
     const std::vector<size_t> *model = &kModel;
     size_t first_bytes = 2048, cap_bytes = 16384;
     bool pauses = true; /* random short sleeps between marks */
+    bool registered = true; /* bucket buffers expected in registered zccl_mem_alloc memory (ZCCL_BUCKET_REGISTER) */
 };
 
 /* One rank's run of cfg: writes gradients, marks them, checks results against the reference. */
@@ -285,6 +286,12 @@ int bucket_body(zccl_comm_t comm, int rank, int nranks, const RunCfg &cfg) {
         (uint64_t)nb * (uint64_t)cfg.windows * (cfg.mode == ZCCL_BUCKET_REDUCE_SCATTER ? (uint64_t)cfg.accum : 1u);
     ZT_CHILD_CHECK(st.launches == want_launches, "launches %llu, want %llu", (unsigned long long)st.launches,
                 (unsigned long long)want_launches);
+    /* Every rank shares this host: each bucket buffer (ALLREDUCE: one per bucket; REDUCE_SCATTER: min(K, nb) and
+     * the shards' block) is registered unless ZCCL_BUCKET_REGISTER=0. */
+    const int want_reg = !cfg.registered || nranks == 1 ? 0
+                         : cfg.mode == ZCCL_BUCKET_ALLREDUCE ? nb : std::min(cfg.K, nb) + 1;
+    ZT_CHILD_CHECK(st.registered_buffers == want_reg, "registered bucket buffers %d, want %d", st.registered_buffers,
+                   want_reg);
     if (rank == 0)
         child_log(rank, "buckets %d, peak in flight %d (K %d), launches %llu, finish wait %.3f s, comm %.3f s", nb,
                   st.peak_in_flight, cfg.K, (unsigned long long)st.launches, st.finish_wait_s, st.comm_s);
@@ -315,6 +322,26 @@ TEST(ZeroBuckets, ReduceScatterShardsK2) {
 TEST(ZeroBuckets, ReduceScatterAccumulatesShardsK1) {
     RunCfg c{ZCCL_BUCKET_REDUCE_SCATTER, 1, 3, 2, false, true};
     run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
+}
+
+/* Buckets of 32-240 KiB, at and above ZCCL_SHM_REG_MIN_BYTES, so their collectives take the registered one-pass
+ * path out of the registered bucket buffers; and the same plans in ordinary memory (ZCCL_BUCKET_REGISTER=0):
+ * exact results both ways. */
+const std::vector<size_t> kLargeModel = {30000, 4000, 30000, 5000, 30000, 12000};
+
+TEST(ZeroBuckets, RegisteredBucketBuffersAllReduceAndReduceScatter) {
+    for (zccl_bucket_mode_t mode : {ZCCL_BUCKET_ALLREDUCE, ZCCL_BUCKET_REDUCE_SCATTER}) {
+        RunCfg c{mode, 2, 2, 2, false, true};
+        c.model = &kLargeModel;
+        c.first_bytes = 65536;
+        c.cap_bytes = 262144;
+        c.pauses = false;
+        run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, deadline_options(90));
+        c.registered = false;
+        Options o = deadline_options(90);
+        o.env = {{"ZCCL_BUCKET_REGISTER", std::string("0")}};
+        run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return bucket_body(comm, r, n, c); }, o);
+    }
 }
 
 /* Many small buckets (about 100), K = 3, 4 ranks, marks in random order without pauses, 4 windows. */

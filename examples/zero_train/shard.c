@@ -274,9 +274,10 @@ void zt_zero_report(const zt_zero_t *z, FILE *f)
     zccl_bucket_stats_t bs;
     if (zccl_bucket_stats(z->plan, &bs) == ZCCL_SUCCESS)
         fprintf(f, "bucket scheduler: %llu bucket collectives in %llu micro-steps, at most %d in flight; "
-                   "communication %.3f s, of which exposed at finish %.3f s, waiting for a bucket buffer %.3f s\n",
+                   "communication %.3f s, of which exposed at finish %.3f s, waiting for a bucket buffer %.3f s; "
+                   "%d registered bucket buffers\n",
                 (unsigned long long)bs.launches, (unsigned long long)bs.microsteps, bs.peak_in_flight, bs.comm_s,
-                bs.finish_wait_s, bs.grad_wait_s);
+                bs.finish_wait_s, bs.grad_wait_s, bs.registered_buffers);
     zccl_zero_offload_stats_t os;
     if (z->off && zccl_zero_offload_stats(z->off, &os) == ZCCL_SUCCESS)
         fprintf(f, "CPU offload: host optimizer state %zu bytes + staging %zu bytes (%zu pinned); %llu steps, "

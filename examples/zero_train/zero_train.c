@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zccl.h>
 
 #include "bytes.h"
@@ -456,12 +457,15 @@ int main(int argc, char **argv)
     }
 
     double last_loss = 0, last_acc = 0;
+    double train_s = 0; /* wall time of the optimizer steps (forward, backward, communication, update), no evaluation */
     unsigned long long order_state = o.seed ^ 0xD1B54A32D192ED03ULL;
     for (int epoch = 1; epoch <= o.epochs; epoch++) {
         for (size_t i = 0; i < train.n; i++) order[i] = i;
         zt_shuffle(order, train.n, &order_state);
         double sums[2] = {0, 0}; /* loss, correct */
         double norm_max = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         for (size_t s = 0; s < steps; s++) {
             for (int k = 0; k < o.accum; k++) {
                 CHECK(zt_zero_begin_micro(&z, k == o.accum - 1));
@@ -480,6 +484,8 @@ int main(int argc, char **argv)
             CHECK(zt_zero_step(&z, lr, 0.9, 0.999, 1e-8, o.wd, o.clip, (double)o.batch, &norm));
             if (norm > norm_max) norm_max = norm;
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        train_s += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         CHECK(zt_zero_sum(&z, sums, 2));
         last_loss = sums[0] / (double)(steps * (size_t)o.batch);
 
@@ -528,6 +534,8 @@ int main(int argc, char **argv)
                z.sent_grads, z.sent_params, z.sent_other, z.sent_grads / total_steps,
                z.sent_params / total_steps);
         zt_zero_report(&z, stdout);
+        printf("step time: %.3f ms per optimizer step on rank 0 (%.0f steps, training only, evaluation excluded)\n",
+               1e3 * train_s / total_steps, total_steps);
         printf("final loss=%.15e accuracy=%.4f bytes_sent=%.0f stage=%d ranks=%d params_bytes=%.0f grads_bytes=%.0f "
                "optimizer_bytes=%.0f psi=%zu\n",
                last_loss, last_acc, sent, o.stage, n, pb, gb, ob, z.psi);

@@ -143,6 +143,15 @@ zccl_result_t zccl__mem_alloc(void **ptr, size_t bytes) {
         free(r);
         return zccl__syserror(e, "zccl_mem_alloc: sizing %s to %zu bytes (is /dev/shm large enough?)", name, sz);
     }
+    /* tmpfs accepts any size at ftruncate and raises SIGBUS at the first page it has no room for: reserve the pages
+     * now, so a /dev/shm too small for the block is an error here (callers fall back to ordinary memory). */
+    int fe = posix_fallocate(fd, 0, (off_t)sz);
+    if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
+        close(fd);
+        shm_unlink(name);
+        free(r);
+        return zccl__syserror(fe, "zccl_mem_alloc: reserving %zu bytes of %s (is /dev/shm large enough?)", sz, name);
+    }
     /* MAP_POPULATE: the pages are faulted in now, not in the first collective. */
     void *p = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     int e = errno;

@@ -34,6 +34,11 @@ struct zccl_bucket_plan {
     int nslots;
     void **buf;
     void **acc;
+    void **buf_reg;   /* per buffer: its zccl_comm_register handle (memory from zccl_mem_alloc), NULL: calloc'd */
+    void *acc_block;  /* REDUCE_SCATTER: the accumulators' one zccl_mem_alloc block, NULL: each calloc'd */
+    void *acc_reg;    /* its registration */
+    bool registered;  /* buffers were to be registered (ZCCL_BUCKET_REGISTER, one host, >1 rank) */
+    bool reg_fallback; /* some could not be: INFO said so once */
     int *slot_owner; /* REDUCE_SCATTER: bucket using each slot in this micro-step, -1 if none */
 
     /* scheduling state, under mu */
@@ -99,6 +104,8 @@ zccl_result_t zccl__bucket_check_reuse(struct zccl_bucket_plan *p, int slot);
 zccl_result_t zccl__bucket_check_finish(struct zccl_bucket_plan *p);
 
 /* This layer's rows of the settings table (lib/zero/settings.c). */
+extern const zccl_cfg_desc_t zccl__set_bucket_register;
+#define ZCCL_CFG_BUCKET_REGISTER (&zccl__set_bucket_register)
 extern const zccl_cfg_desc_t zccl__set_bucket_check;
 #define ZCCL_CFG_BUCKET_CHECK (&zccl__set_bucket_check)
 extern const zccl_cfg_desc_t zccl__set_bucket_first_bytes;

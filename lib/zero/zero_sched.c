@@ -110,10 +110,47 @@ static void on_complete(void *arg) {
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Bucket memory: with `reg` (ZCCL_BUCKET_REGISTER, every rank on one host) from zccl_mem_alloc and registered with
+ * the plan's communicator, so the bucket's collectives run in one pass out of the peers' buffers (2-5x the staged
+ * path between 32 KiB and a few MiB, docs/performance.md); otherwise, or when /dev/shm has no room, calloc'd.
+ * Zero-filled either way. *handle: the registration, NULL for calloc'd memory. */
+static void *bucket_alloc(struct zccl_bucket_plan *p, bool reg, size_t bytes, void **handle) {
+    *handle = NULL;
+    if (reg) {
+        void *m = NULL;
+        if (zccl_mem_alloc(&m, bytes) == ZCCL_SUCCESS) {
+            if (zccl_comm_register(p->comm, m, bytes, handle) == ZCCL_SUCCESS) {
+                p->st.registered_buffers++;
+                return m;
+            }
+            *handle = NULL;
+            zccl_mem_free(m);
+        }
+        if (!p->reg_fallback) {
+            p->reg_fallback = true;
+            ZCCL_INFO(ZCCL_LOG_INIT, "zccl_bucket_plan_create: rank %d: bucket buffers in ordinary memory (%s); "
+                      "bucket collectives take the staged path", p->rank, zccl__last_error());
+        }
+    }
+    return zccl__calloc(bytes ? bytes : 1, 1);
+}
+
+/* A registered block is freed only once every peer has closed its mapping (zccl_comm_deregister succeeded);
+ * otherwise it stays mapped until the process ends: a peer may still read it. */
+static void bucket_release(struct zccl_bucket_plan *p, void *m, void *handle) {
+    if (!m) return;
+    if (!handle) {
+        free(m);
+    } else if (zccl_comm_deregister(p->comm, handle) == ZCCL_SUCCESS) {
+        zccl_mem_free(m);
+    }
+}
+
 zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
     const int nb = p->nbuckets;
     p->nslots = (p->o.mode == ZCCL_BUCKET_ALLREDUCE) ? nb : ZCCL_MIN(p->o.max_in_flight, nb);
     p->buf = calloc((size_t)p->nslots, sizeof *p->buf);
+    p->buf_reg = calloc((size_t)p->nslots, sizeof *p->buf_reg);
     p->marked = calloc((size_t)p->nparams, 1);
     p->pending = calloc((size_t)nb, sizeof *p->pending);
     p->ticket = calloc((size_t)nb, sizeof *p->ticket);
@@ -121,22 +158,37 @@ zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
     p->log = calloc((size_t)nb, sizeof *p->log);
     p->slot_owner = calloc((size_t)p->nslots, sizeof *p->slot_owner);
     if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER) p->acc = calloc((size_t)nb, sizeof *p->acc);
-    if (!p->buf || !p->marked || !p->pending || !p->ticket || !p->t_launch || !p->log || !p->slot_owner ||
-        (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER && !p->acc))
+    if (!p->buf || !p->buf_reg || !p->marked || !p->pending || !p->ticket || !p->t_launch || !p->log ||
+        !p->slot_owner || (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER && !p->acc))
         return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for %d buckets", nb);
+    /* Registration pays only where the registered path runs: every rank on this host (a collective: every rank
+     * reaches it, in the same order, since plan creation is collective). */
+    int64_t want = 1;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_REGISTER, &want));
+    bool one_host = false;
+    ZCCL_CHECK(zccl__zero_same_on_all(p->comm, zccl__host_hash(), &one_host));
+    const bool reg = want && one_host && p->nranks > 1;
+    p->registered = reg;
     for (int s = 0; s < p->nslots; s++) {
         size_t elems = (p->o.mode == ZCCL_BUCKET_ALLREDUCE) ? p->b[s].elems : p->max_elems;
-        p->buf[s] = zccl__calloc(elems, p->es);
+        p->buf[s] = bucket_alloc(p, reg, elems * p->es, &p->buf_reg[s]);
         if (!p->buf[s])
             return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for a bucket buffer of "
                                "%zu bytes", elems * p->es);
         p->slot_owner[s] = -1;
     }
-    for (int b = 0; p->acc && b < nb; b++) {
-        p->acc[b] = zccl__calloc(p->b[b].shard, p->es);
-        if (!p->acc[b])
-            return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for a shard of %zu bytes",
-                               p->b[b].shard * p->es);
+    if (p->acc) { /* the shard accumulators (reduce-scatter outputs): one block, each shard 64-byte aligned */
+        size_t total = 0;
+        for (int b = 0; b < nb; b++) total += (p->b[b].shard * p->es + 63) / 64 * 64;
+        char *blk = bucket_alloc(p, reg, total, &p->acc_reg);
+        if (!blk)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for the shards (%zu bytes)",
+                               total);
+        p->acc_block = blk;
+        for (int b = 0; b < nb; b++) {
+            p->acc[b] = blk;
+            blk += (p->b[b].shard * p->es + 63) / 64 * 64;
+        }
     }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
@@ -155,9 +207,10 @@ void zccl__bucket_sched_free(struct zccl_bucket_plan *p) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->cv);
     }
-    for (int s = 0; p->buf && s < p->nslots; s++) free(p->buf[s]);
-    for (int b = 0; p->acc && b < p->nbuckets; b++) free(p->acc[b]);
+    for (int s = 0; p->buf && s < p->nslots; s++) bucket_release(p, p->buf[s], p->buf_reg ? p->buf_reg[s] : NULL);
+    bucket_release(p, p->acc_block, p->acc_reg);
     free(p->buf);
+    free(p->buf_reg);
     free(p->acc);
     free(p->marked);
     free(p->pending);
