@@ -390,6 +390,10 @@ typedef struct {
     double fetch_wait_s;     /**< total time fetches waited for gathers (exposed gather time) */
     double gather_s;         /**< total time from issue to completion of gathers, summed */
     int steps;               /**< steps ended */
+    uint64_t registered_allocs; /**< gathered-layer buffers allocated with zccl_mem_alloc and registered (the pool,
+                                     where every rank shares one host and ZCCL_BUCKET_REGISTER=1); released buffers
+                                     are reused, so after step 1 this grows only when a layer finds no idle buffer
+                                     of its size (at most twice it). 0: ordinary memory */
 } zccl_zero3_stats_t;
 
 /** Copies the counters. Errors: ZCCL_INVALID_ARGUMENT (z or stats NULL). */

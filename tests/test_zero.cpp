@@ -525,7 +525,7 @@ int check_layer(int rank, int l, const void *full) {
 }
 
 TEST(Zero3, FetchGathersShardsAndPrefetchStaysWithinLiveBytes) {
-    run_ranks(3, [](zccl_comm_t comm, int rank, int nranks) -> int {
+    auto body = [](zccl_comm_t comm, int rank, int nranks) -> int {
         zccl_comm_t comm3 = nullptr; /* a communicator of its own, as zccl_zero.h recommends */
         ZT_CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
         const int L = (int)kLayers.size();
@@ -560,12 +560,79 @@ TEST(Zero3, FetchGathersShardsAndPrefetchStaysWithinLiveBytes) {
                     o.max_live_bytes);
         ZT_CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after the steps", st.live_bytes);
         ZT_CHILD_CHECK(st.gathers == 4u * 2u * (uint64_t)L, "gathers %llu", (unsigned long long)st.gathers);
+        /* One host: gathered layers come from the registered pool, unless ZCCL_BUCKET_REGISTER=0. */
+        const char *regenv = getenv("ZCCL_BUCKET_REGISTER");
+        const bool reg_off = regenv && !strcmp(regenv, "0");
+        ZT_CHILD_CHECK(reg_off ? st.registered_allocs == 0 : st.registered_allocs >= 1,
+                       "registered pool buffers %llu with ZCCL_BUCKET_REGISTER=%s", (unsigned long long)st.registered_allocs,
+                       regenv ? regenv : "(unset)");
         /* Steps 2-4: every fetch but the first few of a step was issued ahead. */
         ZT_CHILD_CHECK(st.prefetched >= 3u * (2u * (uint64_t)L - 2u), "prefetch hits %llu", (unsigned long long)st.prefetched);
         if (rank == 0)
             child_log(rank, "peak live %zu of %zu bytes, prefetch hits %llu, wait %.4f s, gather %.4f s",
                       st.peak_live_bytes, o.max_live_bytes, (unsigned long long)st.prefetched, st.fetch_wait_s,
                       st.gather_s);
+        zccl_zero3_destroy(z);
+        zccl_comm_destroy(comm3);
+        return 0;
+    };
+    run_ranks(3, body, deadline_options(90));
+    Options o = deadline_options(90);
+    o.env = {{"ZCCL_BUCKET_REGISTER", std::string("0")}};
+    run_ranks(3, body, o);
+}
+
+// A transformer-like stack (8 layers of one size) under a bound of 3 layers: the pool's registered buffers are
+// reused from step to step (none allocated after step 2), never more than live + idle (2 x 3 layers), and every
+// gathered layer is still the right one.
+TEST(Zero3, RegisteredPoolReusesBuffersAcrossSteps) {
+    run_ranks(4, [](zccl_comm_t comm, int rank, int nranks) -> int {
+        zccl_comm_t comm3 = nullptr;
+        ZT_CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
+        const int L = 8;
+        const size_t n = 9000; /* 9000 doubles: 72 KB per gathered layer */
+        std::vector<size_t> layers((size_t)L, n);
+        zccl_zero3_options_t o = {};
+        o.max_live_bytes = 3 * ((n + (size_t)nranks - 1) / (size_t)nranks * (size_t)nranks * 8);
+        zccl_zero3_t z = nullptr;
+        ZT_CHILD_OK(zccl_zero3_create(comm3, L, layers.data(), ZCCL_FLOAT64, &o, &z));
+        for (int l = 0; l < L; l++) {
+            void *s;
+            size_t cnt, off;
+            ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+            for (size_t e = 0; e < cnt; e++) static_cast<double *>(s)[e] = param_value(l, off + e);
+        }
+        uint64_t after2 = 0;
+        for (int step = 1; step <= 5; step++) {
+            ZT_CHILD_OK(zccl_zero3_begin(z));
+            for (int pass = 0; pass < 2; pass++)
+                for (int k = 0; k < L; k++) {
+                    const int l = pass == 0 ? k : L - 1 - k;
+                    void *full;
+                    ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                    const double *p = static_cast<const double *>(full);
+                    for (size_t i = 0; i < n; i++)
+                        ZT_CHILD_CHECK(p[i] == param_value(l, i), "step %d layer %d element %zu: %g", step, l, i, p[i]);
+                    ZT_CHILD_OK(zccl_zero3_release(z, l));
+                }
+            ZT_CHILD_OK(zccl_zero3_end(z));
+            if (step == 2) {
+                zccl_zero3_stats_t s2;
+                ZT_CHILD_OK(zccl_zero3_stats(z, &s2));
+                after2 = s2.registered_allocs;
+            }
+        }
+        zccl_zero3_stats_t st;
+        ZT_CHILD_OK(zccl_zero3_stats(z, &st));
+        ZT_CHILD_CHECK(st.registered_allocs >= 1 && st.registered_allocs <= 6, "pool buffers %llu (want 1..6)",
+                       (unsigned long long)st.registered_allocs);
+        ZT_CHILD_CHECK(st.registered_allocs == after2, "steps 3-5 allocated %llu more pool buffers",
+                       (unsigned long long)(st.registered_allocs - after2));
+        ZT_CHILD_CHECK(st.peak_live_bytes <= o.max_live_bytes, "peak live %zu > %zu", st.peak_live_bytes,
+                       o.max_live_bytes);
+        if (rank == 0)
+            child_log(rank, "pool buffers %llu, gathers %llu, prefetched %llu", (unsigned long long)st.registered_allocs,
+                      (unsigned long long)st.gathers, (unsigned long long)st.prefetched);
         zccl_zero3_destroy(z);
         zccl_comm_destroy(comm3);
         return 0;

@@ -20,9 +20,10 @@ ZCCL_SETTING(zccl__set_zero3_live_bytes) = {.name = "ZCCL_ZERO3_MAX_LIVE_BYTES",
                                    "stops there)",
         .kind = ZCCL_CFG_BYTES, .lo = 1, .hi = INT64_MAX / 2};
 ZCCL_SETTING(zccl__set_bucket_register) = {.name = "ZCCL_BUCKET_REGISTER", .deflt = "1",
-                                  .help = "1: gradient bucket plans whose ranks share one host allocate their bucket "
-                                  "buffers with zccl_mem_alloc and register them, so bucket collectives take the "
-                                  "registered one-pass path; 0: ordinary memory (docs/zero.md)",
+                                  .help = "1: gradient bucket plans and ZeRO-3 stores whose ranks share one host "
+                                  "allocate their bucket buffers and gathered layers (a pool) with zccl_mem_alloc and "
+                                  "register them, so their collectives take the registered one-pass path; 0: ordinary "
+                                  "memory (docs/zero.md)",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1};
 ZCCL_SETTING(zccl__set_bucket_check) = {.name = "ZCCL_BUCKET_CHECK", .deflt = "0",
                                .help = "1: gradient bucket plans checksum every gradient region at mark_ready and check it "

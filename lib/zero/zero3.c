@@ -7,15 +7,37 @@
  *
  * Buffers belong to sequence positions, not layers: a layer fetched in forward and again in backward has two
  * positions, and the backward gather may be prefetched while the forward copy is still held.
+ *
+ * Where every rank shares one host (ZCCL_BUCKET_REGISTER, as for bucket plans) the gathered buffers come from a
+ * pool of zccl_mem_alloc blocks registered with the store's communicator, so each layer's all-gather takes the
+ * registered one-pass path; a released buffer goes back to the pool, and later steps reuse it (registering costs
+ * a mapping on every peer, deregistering a message to each). The idle buffers are bounded like the live ones (the
+ * layers they last held within max_live_bytes; beyond, the largest is deregistered and freed), so the store holds
+ * at most about twice the bound (plus under a page per buffer), as a caching allocator reserves more than it hands
+ * out.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "zccl_ext.h"
 #include "zero.h"
 
+/* A gathered-layer buffer of the pool: zccl_mem_alloc memory registered with the store's communicator. */
+typedef struct z3_buf {
+    struct z3_buf *next;
+    void *p;
+    size_t bytes; /* capacity: whole pages */
+    size_t used;  /* bytes of the layer it holds or last held */
+    void *reg;
+} z3_buf_t;
+
 struct zccl_zero3 {
     zccl_comm_t comm;
+    bool pool_on;              /* gathered buffers from the registered pool (one host, ZCCL_BUCKET_REGISTER) */
+    bool pool_fallback;        /* the pool could not grow once: INFO said so; ordinary memory since */
+    z3_buf_t *busy, *idle;     /* pool buffers holding a position's layer / free for reuse */
+    size_t idle_bytes;         /* idle buffers' `used` bytes, kept within max_live_bytes */
     int nranks, rank, nlayers;
     zccl_datatype_t dt;
     size_t es;
@@ -83,17 +105,87 @@ static zccl_result_t grow(struct zccl_zero3 *z, int need) {
     return ZCCL_SUCCESS;
 }
 
+static void pool_drop(struct zccl_zero3 *z, z3_buf_t *b) {
+    if (zccl_comm_deregister(z->comm, b->reg) == ZCCL_SUCCESS) zccl_mem_free(b->p);
+    /* else a peer may still map it: it stays until the process ends (docs/zero.md) */
+    free(b);
+}
+
+/* Under z->mu: a buffer of at least `bytes` for a gathered layer: the smallest idle pool buffer that fits and is
+ * at most twice the size (in whole pages), else a new registered one of whole pages, else malloc. */
+static void *buf_get(struct zccl_zero3 *z, size_t bytes) {
+    if (!z->pool_on) return malloc(bytes);
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), cap = (bytes + page - 1) / page * page;
+    z3_buf_t **best = NULL;
+    for (z3_buf_t **pp = &z->idle; *pp; pp = &(*pp)->next)
+        if ((*pp)->bytes >= cap && (*pp)->bytes / 2 <= cap && (!best || (*pp)->bytes < (*best)->bytes)) best = pp;
+    if (best) {
+        z3_buf_t *b = *best;
+        *best = b->next;
+        z->idle_bytes -= b->used;
+        b->used = bytes;
+        b->next = z->busy;
+        z->busy = b;
+        return b->p;
+    }
+    z3_buf_t *b = calloc(1, sizeof *b);
+    void *m = NULL;
+    if (b && zccl_mem_alloc(&m, cap) == ZCCL_SUCCESS) { /* whole pages: zccl_mem_alloc rounds up anyway */
+        if (zccl_comm_register(z->comm, m, cap, &b->reg) == ZCCL_SUCCESS) {
+            b->p = m;
+            b->bytes = cap;
+            b->used = bytes;
+            b->next = z->busy;
+            z->busy = b;
+            z->st.registered_allocs++;
+            return m;
+        }
+        zccl_mem_free(m);
+    }
+    free(b);
+    if (!z->pool_fallback) {
+        z->pool_fallback = true;
+        ZCCL_INFO(ZCCL_LOG_INIT, "zccl_zero3: rank %d: gathered layers in ordinary memory from now on (%s)", z->rank,
+                  zccl__last_error());
+    }
+    z->pool_on = false;
+    return malloc(bytes);
+}
+
+/* Under z->mu: a gathered buffer is done with: back to the pool, or freed. */
+static void buf_put(struct zccl_zero3 *z, void *p) {
+    for (z3_buf_t **pp = &z->busy; *pp; pp = &(*pp)->next) {
+        if ((*pp)->p != p) continue;
+        z3_buf_t *b = *pp;
+        *pp = b->next;
+        b->next = z->idle;
+        z->idle = b;
+        z->idle_bytes += b->used;
+        while (z->idle_bytes > z->limit) { /* idle buffers stay within the bound too: the largest goes first */
+            z3_buf_t **big = &z->idle;
+            for (z3_buf_t **q = &z->idle; *q; q = &(*q)->next)
+                if ((*q)->bytes > (*big)->bytes) big = q;
+            z3_buf_t *d = *big;
+            *big = d->next;
+            z->idle_bytes -= d->used;
+            pool_drop(z, d);
+        }
+        return;
+    }
+    free(p);
+}
+
 /* Under z->mu: allocate position i's buffer, place the shard, queue the in-place all-gather. */
 static zccl_result_t issue(struct zccl_zero3 *z, int i) {
     const int l = z->rec[i];
-    char *buf = malloc(layer_bytes(z, l));
+    char *buf = buf_get(z, layer_bytes(z, l));
     if (!buf)
         return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_zero3: out of memory gathering layer %d (%zu bytes)", l,
                            layer_bytes(z, l));
     char *mine = buf + (size_t)z->rank * z->shard[l] * z->es;
     memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
     zccl_result_t res = zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream);
-    if (res != ZCCL_SUCCESS) { free(buf); return res; }
+    if (res != ZCCL_SUCCESS) { buf_put(z, buf); return res; }
     z->pbuf[i] = buf;
     z->ticket[i] = zccl__stream_issued(z->stream);
     z->t_issue[i] = zccl__now_ns();
@@ -233,6 +325,13 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     else if (res == ZCCL_SUCCESS && !same)
         res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists or datatypes, or another rank's "
                           "max_live_bytes is below the largest layer (rank %d: %d layers)", fn, z->rank, nlayers);
+    if (res == ZCCL_SUCCESS) { /* the pool pays only where the registered path runs: every rank on this host */
+        int64_t want = 1;
+        bool one_host = false;
+        res = zccl__cfg_int(ZCCL_CFG_BUCKET_REGISTER, &want);
+        if (res == ZCCL_SUCCESS) res = zccl__zero_same_on_all(comm, zccl__host_hash(), &one_host);
+        z->pool_on = want && one_host && z->nranks > 1;
+    }
     if (res == ZCCL_SUCCESS) res = zccl_stream_create(&z->stream);
     if (res != ZCCL_SUCCESS) goto fail;
     zccl__stream_set_notify(z->stream, on_complete, z);
@@ -249,7 +348,13 @@ ZCCL_API zccl_result_t zccl_zero3_destroy(zccl_zero3_t z) {
         zccl__stream_set_notify(z->stream, NULL, NULL);
         zccl_stream_destroy(z->stream);
     }
-    for (int i = 0; z->pbuf && i < z->cap; i++) free(z->pbuf[i]);
+    for (int i = 0; z->pbuf && i < z->cap; i++)
+        if (z->pbuf[i]) buf_put(z, z->pbuf[i]);
+    while (z->idle) {
+        z3_buf_t *b = z->idle;
+        z->idle = b->next;
+        pool_drop(z, b);
+    }
     for (int l = 0; z->shard_buf && l < z->nlayers; l++) free(z->shard_buf[l]);
     free(z->numel);
     free(z->padded);
@@ -351,7 +456,7 @@ ZCCL_API zccl_result_t zccl_zero3_release(zccl_zero3_t z, int layer) {
     if (i < 0) {
         res = zccl__error(ZCCL_INVALID_USAGE, "%s: step %d: layer %d is not fetched", fn, z->step, layer);
     } else {
-        free(z->pbuf[i]);
+        buf_put(z, z->pbuf[i]);
         z->pbuf[i] = NULL;
         z->live -= layer_bytes(z, layer);
         z->held[layer] = -1;
@@ -380,7 +485,7 @@ ZCCL_API zccl_result_t zccl_zero3_end(zccl_zero3_t z) {
     stamp(z);
     for (int i = 0; i < z->next_issue && i < z->cap; i++) {
         if (!z->pbuf[i]) continue;
-        free(z->pbuf[i]);
+        buf_put(z, z->pbuf[i]);
         z->pbuf[i] = NULL;
         z->live -= layer_bytes(z, z->rec[i]);
     }
