@@ -197,6 +197,8 @@ class ProcessGroupZccl : public BackendBase {
                                            std::vector<at::Tensor> outputs, Post fn);
     /* Coalescing blocks nest (a *_coalesced call inside startCoalescing/endCoalescing); the outermost end queues
      * the block. endBlock returns a Work that completes with the block and carries `outputs`. */
+    c10::intrusive_ptr<c10d::Work> allreduce_sparse_coo(std::vector<at::Tensor> &tensors,
+                                                        const c10d::AllreduceOptions &opts);
     void beginBlock() { blockDepth_++; }
     c10::intrusive_ptr<WorkZccl> endBlock(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs);
     bool inBlock() const { return blockDepth_ > 0; }

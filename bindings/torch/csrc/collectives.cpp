@@ -31,9 +31,75 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::broadcast(std::vector<at::Tenso
     });
 }
 
+/* Sparse COO all-reduce (DDP's sparse embedding gradients), SUM only, as gloo: every rank all-gathers every rank's
+ * coalesced (index, value) pairs — first the pair counts with a description of the tensor, so that ranks whose
+ * shapes or types differ all fail alike, then the indices and the values as uneven all-gathers — and coalesces
+ * their concatenation in rank order, which sums the duplicates. Every rank builds the same concatenation, so the
+ * result is bitwise the same on every rank. Two dependent rounds: not inside a coalescing block. */
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce_sparse_coo(std::vector<at::Tensor> &tensors,
+                                                                      const c10d::AllreduceOptions &opts) {
+    const char *op = "allreduce";
+    if (tensors.size() != 1)
+        refuse(op, "expects exactly one tensor (one per process), got " + std::to_string(tensors.size()));
+    const at::Tensor &t0 = tensors[0];
+    if (t0.layout() != at::kSparse)
+        refuse(op, "the tensor's layout is not strided or sparse COO; only those are supported");
+    if (!t0.device().is_cpu()) refuse(op, "a sparse tensor must be on the CPU (it is on " + t0.device().str() + ")");
+    if (opts.reduceOp.op_ != c10d::ReduceOp::SUM)
+        refuse(op, std::string("a sparse tensor is reduced with SUM only (as gloo does), not ") +
+                       redop_name(opts.reduceOp.op_));
+    if (inBlock()) refuse(op, "a sparse all-reduce cannot be part of a coalescing block (it needs two rounds)");
+    at::Tensor t = t0;
+    const int n = size_;
+    return enqueue(0, c10d::OpType::ALLREDUCE, op, tensors, [t, n](zccl_comm_t comm) {
+        at::Tensor c = t.coalesce();
+        at::Tensor idx = c._indices().t().contiguous(); /* nnz x sparse_dim, int64 */
+        at::Tensor val = c._values().contiguous();      /* nnz x the dense dimensions */
+        const int64_t sd = c.sparse_dim();
+        int64_t per = 1; /* elements of one value row */
+        for (int64_t d = sd; d < c.dim(); d++) per *= c.size(d);
+        /* what must agree: dims, sizes, dtype; hashed (FNV-1a) next to the pair count */
+        uint64_t h = 1469598103934665603ull;
+        auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+        mix(static_cast<uint64_t>(c.dim()));
+        mix(static_cast<uint64_t>(sd));
+        for (int64_t d = 0; d < c.dim(); d++) mix(static_cast<uint64_t>(c.size(d)));
+        mix(static_cast<uint64_t>(c.scalar_type()));
+        int64_t mine[2] = {c._nnz(), static_cast<int64_t>(h)};
+        std::vector<int64_t> all(2 * static_cast<size_t>(n));
+        zcheck(zccl_allgather(mine, all.data(), 2, ZCCL_INT64, comm, nullptr));
+        int64_t total = 0;
+        for (int r = 0; r < n; r++) {
+            if (all[2 * r + 1] != all[1])
+                throw std::runtime_error("zccl_torch allreduce: rank " + std::to_string(r) +
+                                         "'s sparse tensor differs from rank 0's in its sizes, dimensions or dtype");
+            total += all[2 * r];
+        }
+        std::vector<int64_t> vsizes{total};
+        for (int64_t d = sd; d < c.dim(); d++) vsizes.push_back(c.size(d));
+        at::Tensor aidx = at::empty({total, sd}, idx.options());
+        at::Tensor aval = at::empty(vsizes, val.options());
+        if (total > 0) {
+            std::vector<size_t> ic(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
+            for (int r = 0; r < n; r++) {
+                ic[r] = static_cast<size_t>(all[2 * r] * sd);
+                vc[r] = static_cast<size_t>(all[2 * r] * per) * val.element_size();
+            }
+            zcheck(zccl_allgather_v(idx.numel() ? idx.data_ptr() : nullptr, aidx.data_ptr(), ic.data(), ZCCL_INT64,
+                                    comm, nullptr));
+            zcheck(zccl_allgather_v(val.numel() ? val.data_ptr() : nullptr, aval.data_ptr(), vc.data(), ZCCL_UINT8,
+                                    comm, nullptr));
+        }
+        at::Tensor sum = at::sparse_coo_tensor(aidx.t(), aval, c.sizes(), c.options()).coalesce();
+        return Finish([t, sum]() mutable { t.copy_(sum); });
+    });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduce(std::vector<at::Tensor> &tensors,
                                                            const c10d::AllreduceOptions &opts) {
     const char *op = "allreduce";
+    if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse())
+        return allreduce_sparse_coo(tensors, opts);
     check_single(op, tensors, "tensor");
     Reduction r = resolve_reduction(op, opts.reduceOp, tensors[0].scalar_type());
     Dense d = Dense::inout(tensors[0]);

@@ -77,7 +77,8 @@ inline void check_tensor(const char *op, const at::Tensor &t, const char *what) 
     if (!t.device().is_cpu() && !t.device().is_cuda())
         refuse(op, std::string(what) + " is on device " + t.device().str() + "; zccl takes CPU and CUDA tensors");
     if (t.layout() != at::kStrided)
-        refuse(op, std::string(what) + " is not a dense (strided) tensor; sparse tensors are not supported");
+        refuse(op, std::string(what) + " is not a dense (strided) tensor; of sparse tensors only all_reduce takes "
+                       "one (COO, SUM, on the CPU)");
 }
 
 inline void check_single(const char *op, const std::vector<at::Tensor> &v, const char *what) {
