@@ -357,15 +357,16 @@ int main(int argc, char **argv)
      * ZeRO plan below runs on the local list of the (stage, TP rank) holding the most elements (the first of equal
      * ones); every TP rank of a stage holds the same count, so that is the most loaded stage. */
     if (P > (unsigned long long)m.ntensors) {
-        fprintf(stderr, NAME ": --pp '%llu': more pipeline stages than the %d tensors of %s (every stage needs one)\n",
-                P, m.ntensors, model_path);
-        fprintf(stderr, "Try '" NAME " --help' for more information.\n");
+        char why[1200];
+        snprintf(why, sizeof why, "--pp '%llu': more pipeline stages than the %d tensors of %s (every stage needs one)",
+                 P, m.ntensors, model_path);
         model_free(&m);
-        return 2;
+        return bad_option("%s", why);
     }
     size_t *lnumel = malloc((size_t)m.ntensors * sizeof *lnumel);
     int *stage_end = malloc((size_t)P * sizeof *stage_end); /* index one past the stage's last tensor */
-    unsigned long long *stage_psi = calloc((size_t)P, sizeof *stage_psi), *stage_lpsi = calloc((size_t)P, sizeof *stage_lpsi);
+    unsigned long long *stage_psi = calloc((size_t)P, sizeof *stage_psi); /* full element counts per stage */
+    unsigned long long *stage_lpsi = calloc((size_t)P, sizeof *stage_lpsi); /* per TP rank */
     if (!lnumel || !stage_end || !stage_psi || !stage_lpsi) {
         fprintf(stderr, NAME ": out of memory for %d tensors and %llu stages\n", m.ntensors, P);
         return 1;
@@ -441,8 +442,8 @@ int main(int argc, char **argv)
            "(K = %u bytes per parameter: %s)\n",
            N, stage, dtype_name, B, opt_name, K, kwhat);
     if (par) {
-        printf("parallel   world %llu = %llu data-parallel (ZeRO) x %llu tensor-parallel x %llu pipeline-parallel ranks\n",
-               world, N, T, P);
+        printf("parallel   world %llu = %llu data-parallel (ZeRO) x %llu tensor-parallel x %llu pipeline-parallel "
+               "ranks\n", world, N, T, P);
         printf("           tensor parallel: %llu tensors of 2+ dimensions split %llu ways along the first dimension "
                "(rounded up: %llu padding elements over the %llu TP ranks), %llu 1-D tensors replicated\n",
                tp_split, T, tp_pad, T, (unsigned long long)m.ntensors - tp_split);
