@@ -328,4 +328,231 @@ TEST(PlanToolOffload, Gpt2FromExamplesModels) {
     }
 }
 
+// --tp T --pp P (3D parallelism), on a model small enough to work out by hand (no ../shared needed).
+// Model, definition order: a 16x4 (64), b 10 (1-D), c 7x2 (14), d 30 (1-D), e 3x4 (12); psi = 130, 5 tensors.
+// Pipeline, P = 2: stage 0 ends at the first tensor whose running sum S reaches psi/2 = 65 (2 S >= 130):
+//   S = 64 (a), 74 (b) -> stage 0 = a, b (74 elements), stage 1 = c, d, e (56).
+// Tensor parallel, T = 2, every 2+-D tensor split along its first dimension, rounded up; 1-D replicated:
+//   a 16/2 = 8 rows x 4 = 32; b 10; c ceil(7/2) = 4 rows x 2 = 8 (2 x 8 - 14 = 2 padding over the 2 TP ranks);
+//   d 30; e ceil(3/2) = 2 rows x 4 = 8 (padding 2 x 8 - 12 = 4). tp_padding = 6, 3 split tensors.
+//   Per TP rank: stage 0 32 + 10 = 42, stage 1 8 + 30 + 8 = 46 -> the most loaded is stage 1 (although stage 0
+//   holds more of the full model): local_psi = 46, 3 tensors c, d, e; world = 2 x 2 x 2 = 8.
+// ZeRO stage 2 on N = 2, bf16 (B = 2), mixed-precision Adam (K = 12): params 2 x 46 = 92, grads 2 x 46 / 2 = 46,
+//   optimizer 12 x 46 / 2 = 276, total 414. Stage 3: params 46, grads 46, optimizer 276, total 368.
+// Buckets of the local list (first 16 bytes = 8 elements, cap 64 bytes = 32, align 4, padded to 2 x 4 = 8):
+//   reverse order e (8) -> bucket 0 [0,8); d would end at 8 + 30 > 8 -> bucket 1 [0,30); c would start at 32 and
+//   end at 40 > 32 -> bucket 2 [0,8). Padded 8, 32, 8 = 48 elements (96 bytes), shard 24: layout params 96
+//   (stage 2; 48 at stage 3), grads 48, optimizer 12 x 24 = 288.
+// Traffic per rank, ring on local_psi: (N-1) B psi = 92; stage 2 reduce-scatter 46 + all-gather 46 = 92;
+//   stage 3 46 + 2 x 46 = 138 (paper 3 x 92 / 2 = 138).
+class PlanTool3D : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        path_ = ::testing::TempDir() + "zero_plan_3d.tsv";
+        std::ofstream out(path_);
+        out << "# 3d by hand\nname\tshape\tnumel\na\t16x4\t64\nb\t10\t10\nc\t7x2\t14\nd\t30\t30\ne\t3x4\t12\n";
+    }
+    void TearDown() override { std::remove(path_.c_str()); }
+    std::string base() const {
+        return "--model " + path_ + " --ranks 2 --dtype bf16 --first-bucket 16 --bucket-cap 64 --align 4";
+    }
+    std::string path_;
+};
+
+TEST_F(PlanTool3D, HandComputedTp2Pp2) {
+    struct Case {
+        int stage;
+        const char *params, *layout_params, *total, *comm, *paper;
+    };
+    for (const Case &c : {Case{2, "92", "96", "414", "92", "92"}, Case{3, "46", "48", "368", "138", "138"}}) {
+        std::string args = base() + " --tp 2 --pp 2 --stage " + std::to_string(c.stage);
+        SCOPED_TRACE(args);
+        ToolRun r = run_tool(args);
+        ASSERT_EQ(r.status, 0) << r.out;
+        auto f = plan_fields(r.out);
+        // The existing fields keep the model's totals in tensors= and psi=; the formulas run on local_psi.
+        EXPECT_EQ(f["tensors"], "5") << r.out;
+        EXPECT_EQ(f["psi"], "130") << r.out;
+        EXPECT_EQ(f["ranks"], "2") << r.out;
+        EXPECT_EQ(f["tp"], "2") << r.out;
+        EXPECT_EQ(f["pp"], "2") << r.out;
+        EXPECT_EQ(f["world"], "8") << r.out;
+        EXPECT_EQ(f["local_psi"], "46") << r.out;
+        EXPECT_EQ(f["local_tensors"], "3") << r.out;
+        EXPECT_EQ(f["pp_stage"], "1") << r.out;
+        EXPECT_EQ(f["pp_psi"], "74,56") << r.out;
+        EXPECT_EQ(f["pp_local_psi"], "42,46") << r.out;
+        EXPECT_EQ(f["tp_split_tensors"], "3") << r.out;
+        EXPECT_EQ(f["tp_padding"], "6") << r.out;
+        EXPECT_EQ(f["params_bytes"], c.params) << r.out;
+        EXPECT_EQ(f["grads_bytes"], "46") << r.out;
+        EXPECT_EQ(f["optimizer_bytes"], "276") << r.out;
+        EXPECT_EQ(f["total_bytes"], c.total) << r.out;
+        EXPECT_EQ(f["buckets"], "3") << r.out;
+        EXPECT_EQ(f["bucket_bytes"], "96") << r.out;
+        EXPECT_EQ(f["layout_params_bytes"], c.layout_params) << r.out;
+        EXPECT_EQ(f["layout_grads_bytes"], "48") << r.out;
+        EXPECT_EQ(f["layout_optimizer_bytes"], "288") << r.out;
+        EXPECT_EQ(f["comm_bytes"], c.comm) << r.out;
+        EXPECT_EQ(f["paper_comm_bytes"], c.paper) << r.out;
+        EXPECT_NE(r.out.find("world 8 = 2 data-parallel (ZeRO) x 2 tensor-parallel x 2 pipeline-parallel"),
+                  std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("pipeline stages, parameters (per TP rank): 74 (42) 56 (46)"), std::string::npos)
+            << r.out;
+        EXPECT_NE(r.out.find("most loaded: stage 1, tensors 2..4 (c .. e)"), std::string::npos) << r.out;
+    }
+    // The buckets hold only the local tensors (e, d, c of stage 1).
+    ToolRun r = run_tool(base() + " --tp 2 --pp 2 --stage 2 --list-buckets");
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("bucket 0: 8 elements (8 used, shard 4), 1 parameters: e"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("bucket 2: 8 elements (8 used, shard 4), 1 parameters: c"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("parameters: a"), std::string::npos) << r.out;
+    // One degree at a time. T = 2, P = 1: 32 + 10 + 8 + 30 + 8 = 88. T = 1, P = 2: stage 0 (74) is the most loaded.
+    // P = 5 = the tensor count: thresholds 26, 52, 78, 104 fall in a, b, c, d -> one tensor each; per TP rank (T = 2)
+    // 32, 10, 8, 30, 8 -> stage 0.
+    struct One {
+        std::string opts;
+        const char *local_psi, *pp_stage, *pp_psi, *pp_local_psi, *world;
+    };
+    for (const One &o : {One{"--tp 2", "88", "0", "130", "88", "4"}, One{"--pp 2", "74", "0", "74,56", "74,56", "4"},
+                         One{"--tp 2 --pp 5", "32", "0", "64,10,14,30,12", "32,10,8,30,8", "20"}}) {
+        ToolRun q = run_tool(base() + " --stage 1 " + o.opts);
+        ASSERT_EQ(q.status, 0) << o.opts << "\n" << q.out;
+        auto f = plan_fields(q.out);
+        EXPECT_EQ(f["local_psi"], o.local_psi) << o.opts << "\n" << q.out;
+        EXPECT_EQ(f["pp_stage"], o.pp_stage) << o.opts << "\n" << q.out;
+        EXPECT_EQ(f["pp_psi"], o.pp_psi) << o.opts << "\n" << q.out;
+        EXPECT_EQ(f["pp_local_psi"], o.pp_local_psi) << o.opts << "\n" << q.out;
+        EXPECT_EQ(f["world"], o.world) << o.opts << "\n" << q.out;
+        // Stage 1 on N = 2: optimizer 12 local_psi / 2.
+        EXPECT_EQ(std::stoull(f["optimizer_bytes"]), 6 * std::stoull(o.local_psi)) << o.opts << "\n" << q.out;
+    }
+}
+
+// Every stage keeps at least one tensor: sizes 1, 1, 100 and P = 3 put both thresholds (34, 68) in the last tensor;
+// stage 0 is cut at tensor n - P + 0 = 0 and stage 1 at 1.
+TEST_F(PlanTool3D, EveryStageGetsATensor) {
+    std::string path = ::testing::TempDir() + "zero_plan_3d_skew.tsv";
+    {
+        std::ofstream out(path);
+        out << "x\t1\t1\ny\t1\t1\nz\t10x10\t100\n";
+    }
+    ToolRun r = run_tool("--model " + path + " --ranks 1 --stage 0 --pp 3");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto f = plan_fields(r.out);
+    EXPECT_EQ(f["pp_psi"], "1,1,100") << r.out;
+    EXPECT_EQ(f["pp_stage"], "2") << r.out;
+    EXPECT_EQ(f["local_psi"], "100") << r.out;
+    EXPECT_EQ(f["params_bytes"], "200") << r.out;
+    std::remove(path.c_str());
+}
+
+// T = P = 1 is the tool without these options: the same bytes, no new fields, and the numbers of the tool before
+// --tp/--pp existed (GPT-2 small's plan line below was printed by that binary, commit c5bc75f).
+TEST_F(PlanTool3D, OneByOneIsTheOldOutput) {
+    ToolRun plain = run_tool(base() + " --stage 2"), ones = run_tool(base() + " --stage 2 --tp 1 --pp 1");
+    ASSERT_EQ(plain.status, 0) << plain.out;
+    EXPECT_EQ(plain.out, ones.out);
+    auto f = plan_fields(plain.out);
+    EXPECT_EQ(f.count("tp") + f.count("pp") + f.count("world") + f.count("local_psi"), 0u) << plain.out;
+    EXPECT_EQ(plain.out.find("parallel   world"), std::string::npos) << plain.out;
+    // psi = 130 on 2 ranks, stage 2: 2 x 130, 2 x 130 / 2, 12 x 130 / 2.
+    EXPECT_EQ(f["params_bytes"], "260");
+    EXPECT_EQ(f["grads_bytes"], "130");
+    EXPECT_EQ(f["optimizer_bytes"], "780");
+    std::string src = ZCCL_SHARED_DIR;
+    src = src.substr(0, src.rfind("/../shared"));
+    const std::string gpt2 = "--model " + src + "/examples/models/gpt2-124m.tsv --ranks 4 --stage 2 "
+                             "--first-bucket 1M --bucket-cap 25M";
+    const std::string old_line =
+        "plan tensors=148 psi=124439808 ranks=4 stage=2 dtype=bf16 optimizer=adam B=2 K=12 params_bytes=248879616 "
+        "grads_bytes=62219904 optimizer_bytes=373319424 total_bytes=684418944 layout_params_bytes=248879616 "
+        "layout_grads_bytes=62219904 layout_optimizer_bytes=373319424 buckets=10 bucket_bytes=248879616 "
+        "comm_bytes=373319424 paper_comm_bytes=373319424\n";
+    for (const char *extra : {"", " --tp 1", " --pp 1 --tp 1"}) {
+        ToolRun r = run_tool(gpt2 + extra);
+        ASSERT_EQ(r.status, 0) << r.out;
+        ASSERT_GE(r.out.size(), old_line.size());
+        EXPECT_EQ(r.out.substr(r.out.size() - old_line.size()), old_line) << extra << "\n" << r.out;
+    }
+}
+
+TEST_F(PlanTool3D, BadValuesNameTheOptionAndValue) {
+    struct Bad {
+        std::string opts;
+        const char *says;
+    };
+    for (const Bad &b : {Bad{"--tp 0", "--tp '0': need an integer in [1, 65536]"},
+                         Bad{"--pp -1", "--pp '-1': need an integer in [1, 65536]"},
+                         Bad{"--tp two", "--tp 'two'"}, Bad{"--pp 2.5", "--pp '2.5'"},
+                         Bad{"--tp 65537", "--tp '65537'"}, Bad{"--pp", "option '--pp' needs a value"},
+                         Bad{"--pp 6", "--pp '6': more pipeline stages than the 5 tensors"}}) {
+        ToolRun r = run_tool(base() + " --stage 2 " + b.opts);
+        EXPECT_EQ(r.status, 2) << b.opts << "\n" << r.out;
+        EXPECT_NE(r.out.find(b.says), std::string::npos) << b.opts << "\n" << r.out;
+    }
+}
+
+// GPT-2 small from examples/models against the rule re-derived here from the TSV's shapes: stages, per-TP-rank
+// counts (wte's 50257 rows are odd: ceil(50257/2) = 25129 rows per TP rank at T = 2) and the stage-2 bytes.
+TEST(PlanTool3DGpt2, StagesAndShardsMatchTheRule) {
+    std::string src = ZCCL_SHARED_DIR;
+    src = src.substr(0, src.rfind("/../shared"));
+    const std::string file = src + "/examples/models/gpt2-124m.tsv";
+    std::vector<unsigned long long> numel, rows;
+    {
+        std::ifstream in(file);
+        ASSERT_TRUE(in.good()) << file;
+        std::string line;
+        while (std::getline(in, line)) {
+            if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
+            size_t t1 = line.find('\t'), t2 = line.rfind('\t');
+            std::string shape = line.substr(t1 + 1, t2 - t1 - 1);
+            numel.push_back(std::stoull(line.substr(t2 + 1)));
+            rows.push_back(shape.find('x') == std::string::npos ? 0 : std::stoull(shape));
+        }
+    }
+    unsigned long long psi = 0;
+    for (auto n : numel) psi += n;
+    for (auto tp : std::vector<std::pair<unsigned long long, unsigned long long>>{{2, 2}, {4, 1}, {1, 4}, {2, 3}}) {
+        const unsigned long long T = tp.first, P = tp.second, n = numel.size();
+        std::vector<unsigned long long> local(n), spsi, slocal;
+        for (size_t i = 0; i < n; i++) local[i] = rows[i] ? ceil_div(rows[i], T) * (numel[i] / rows[i]) : numel[i];
+        // Stage k < P-1 takes tensors until its running sum S reaches (k+1) psi / P or only P-1-k tensors are left.
+        size_t i = 0;
+        unsigned long long run = 0;
+        for (unsigned long long k = 0; k < P; k++) {
+            unsigned long long a = 0, b = 0;
+            do {
+                run += numel[i], a += numel[i], b += local[i];
+                i++;
+            } while (k + 1 == P ? i < n : (n - i > P - 1 - k && run * P < (k + 1) * psi));
+            spsi.push_back(a);
+            slocal.push_back(b);
+        }
+        size_t best = std::max_element(slocal.begin(), slocal.end()) - slocal.begin();
+        std::string want_psi, want_local;
+        for (unsigned long long k = 0; k < P; k++) {
+            want_psi += (k ? "," : "") + std::to_string(spsi[k]);
+            want_local += (k ? "," : "") + std::to_string(slocal[k]);
+        }
+        std::string args = "--model " + file + " --ranks 4 --stage 2 --tp " + std::to_string(T) + " --pp " +
+                           std::to_string(P);
+        SCOPED_TRACE(args);
+        ToolRun r = run_tool(args);
+        ASSERT_EQ(r.status, 0) << r.out;
+        auto f = plan_fields(r.out);
+        EXPECT_EQ(f["pp_psi"], want_psi);
+        EXPECT_EQ(f["pp_local_psi"], want_local);
+        EXPECT_EQ(std::stoull(f["pp_stage"]), best);
+        EXPECT_EQ(std::stoull(f["local_psi"]), slocal[best]);
+        EXPECT_EQ(std::stoull(f["world"]), 4 * T * P);
+        EXPECT_EQ(std::stoull(f["params_bytes"]), 2 * slocal[best]);
+        EXPECT_EQ(std::stoull(f["grads_bytes"]), ceil_div(2 * slocal[best], 4));
+        EXPECT_EQ(std::stoull(f["optimizer_bytes"]), ceil_div(12 * slocal[best], 4));
+        EXPECT_EQ(std::stoull(f["comm_bytes"]), 2 * ceil_div(3 * 2 * slocal[best], 4));
+        if (T == 2) EXPECT_EQ(f["tp_padding"], "768");  // wte: 2 x 25129 x 768 - 50257 x 768
+    }
+}
+
 }  // namespace

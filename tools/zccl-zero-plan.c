@@ -4,7 +4,7 @@
  *
  *   zccl-zero-plan --model FILE --ranks N --stage S [--dtype bf16|fp16|fp32] [--optimizer adam|sgd]
  *                  [--first-bucket BYTES] [--bucket-cap BYTES] [--align ELEMS] [--list-buckets]
- *                  [--offload cpu [--pin-memory]]
+ *                  [--offload cpu [--pin-memory]] [--tp T] [--pp P]
  *
  * Memory follows the ZeRO paper's accounting (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
  * Trillion Parameter Models", SC 2020, section 3.1 and Figure 1): with psi parameters, B bytes per parameter and
@@ -23,7 +23,13 @@
  * shard (device-to-host) and of the updated parameter shard (host-to-device), B bytes per shard element each; the
  * GPU keeps the parameters and the bucket scheduler's gradient buffers. --pin-memory: those host bytes are
  * page-locked (reported as pinned).
- * The last line is machine-readable: "plan key=value ...".
+ * --tp T --pp P (3D parallelism, Megatron-LM: Shoeybi et al. 2019 for the tensor-parallel split of the weight
+ * matrices, Narayanan et al. SC'21 for the pipeline split of the layers): world = N x T x P ranks, N the ZeRO
+ * (data-parallel) group. The tensors are cut into P contiguous pipeline stages balancing their element counts,
+ * each tensor of 2+ dimensions is split T ways along its first dimension (rounded up), 1-D tensors are replicated;
+ * the plan above is then that of the most loaded (stage, TP rank)'s local tensors on N ranks (rule: main()).
+ * The last line is machine-readable: "plan key=value ..."; with T = P = 1 the output is that of the tool
+ * without these options.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -41,6 +47,7 @@ typedef struct {
     int ntensors;
     char **names;
     size_t *numel;
+    unsigned long long *rows; /* first dimension of a tensor with two or more dimensions; 0 for a 1-D tensor */
     unsigned long long psi;
     char title[256];
 } model_t;
@@ -48,14 +55,14 @@ typedef struct {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: " NAME " --model FILE --ranks N --stage S [options]\n"
+            "Usage: " NAME " --model FILE --ranks N --stage S [--tp T] [--pp P] [options]\n"
             "Per-rank memory (parameters, gradients, optimizer state), gradient buckets and communication per step\n"
             "of ZeRO stage S on N ranks, for the parameter shapes in FILE (TSV: name, shape, numel; '#' comments).\n"
             "\n"
             "  --model FILE          model shape file, e.g. examples/models/gpt2-124m.tsv\n"
-            "  --ranks N             data-parallel ranks, 1..65536\n"
+            "  --ranks N             data-parallel ranks (the ZeRO group), 1..65536\n"
             "  --stage S             0 (data parallel), 1 (optimizer state sharded), 2 (+ gradients), 3 (+ parameters)\n"
-            "  --dtype T             bf16 (default), fp16 or fp32: parameters and gradients\n"
+            "  --dtype D             bf16 (default), fp16 or fp32: parameters and gradients\n"
             "  --optimizer O         adam (default) or sgd (with momentum)\n"
             "  --first-bucket BYTES  target size of the first gradient bucket (default: ZCCL_BUCKET_FIRST_BYTES, 1M)\n"
             "  --bucket-cap BYTES    target size of the other buckets (default: ZCCL_BUCKET_CAP_BYTES, 25M)\n"
@@ -63,6 +70,12 @@ static void usage(FILE *f)
             "  --list-buckets        print every bucket with its parameters\n"
             "  --offload cpu         optimizer state in host memory (stages 1, 2; adam): GPU and host bytes per rank\n"
             "  --pin-memory          with --offload cpu: the host bytes are page-locked (pinned)\n"
+            "  --tp T                tensor-parallel degree, 1..65536 (default 1): every tensor of 2+ dimensions is\n"
+            "                        split T ways along its first dimension (rounded up), 1-D tensors are replicated\n"
+            "  --pp P                pipeline-parallel degree, 1..65536 (default 1), at most the tensor count: the\n"
+            "                        tensors in definition order are cut into P contiguous stages of about psi/P\n"
+            "                        elements; world = N x T x P, and memory, buckets and traffic are those of the\n"
+            "                        most loaded (stage, TP rank) on its N ranks\n"
             "  --version             print the version and exit\n"
             "  -h, --help            this text\n"
             "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
@@ -120,6 +133,7 @@ static void model_free(model_t *m)
     for (int i = 0; i < m->ntensors; i++) free(m->names[i]);
     free(m->names);
     free(m->numel);
+    free(m->rows);
     memset(m, 0, sizeof *m);
 }
 
@@ -180,13 +194,16 @@ static int model_load(const char *path, model_t *m)
             if (nn) m->names = nn;
             size_t *ne = nn ? realloc(m->numel, (size_t)cap * sizeof *ne) : NULL;
             if (ne) m->numel = ne;
-            if (!nn || !ne) {
+            unsigned long long *nr = ne ? realloc(m->rows, (size_t)cap * sizeof *nr) : NULL;
+            if (nr) m->rows = nr;
+            if (!nn || !ne || !nr) {
                 fprintf(stderr, NAME ": out of memory reading %s\n", path);
                 goto fail;
             }
         }
         m->names[m->ntensors] = strdup(name);
         m->numel[m->ntensors] = (size_t)n;
+        m->rows[m->ntensors] = strchr(shape, 'x') ? strtoull(shape, NULL, 10) : 0; /* shape checked above */
         if (!m->names[m->ntensors]) {
             fprintf(stderr, NAME ": out of memory reading %s\n", path);
             goto fail;
@@ -233,6 +250,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL, *dtype_name = "bf16", *opt_name = "adam";
     long long ranks = -1, stage = -1;
+    unsigned long long T = 1, P = 1; /* tensor- and pipeline-parallel degrees */
     unsigned long long first = 0, cap = 0, align = 0;
     int list = 0, pin = 0;
     const char *offload = "none";
@@ -256,7 +274,8 @@ int main(int argc, char **argv)
         }
         if (a[0] != '-') return bad_option("unexpected argument '%s' (every setting is an option: --model FILE ...)", a);
         static const char *const valued[] = {"--model", "--dtype", "--optimizer", "--ranks", "--stage",
-                                             "--first-bucket", "--bucket-cap", "--align", "--offload"};
+                                             "--first-bucket", "--bucket-cap", "--align", "--offload",
+                                             "--tp", "--pp"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return bad_option("unknown option '%s'", a);
@@ -274,6 +293,12 @@ int main(int argc, char **argv)
             if (parse_count(v, &u) || u < 1 || u > 65536)
                 return bad_option("--ranks '%s': need an integer in [1, 65536]", v);
             ranks = (long long)u;
+        } else if (!strcmp(a, "--tp") || !strcmp(a, "--pp")) {
+            const bool is_tp = !strcmp(a, "--tp");
+            if (parse_count(v, &u) || u < 1 || u > 65536)
+                return bad_option(is_tp ? "--tp '%s': need an integer in [1, 65536]"
+                                        : "--pp '%s': need an integer in [1, 65536]", v);
+            *(is_tp ? &T : &P) = u;
         } else if (!strcmp(a, "--stage")) {
             if (parse_count(v, &u) || u > 3)
                 return bad_option("--stage '%s': need 0, 1, 2 or 3", v);
@@ -323,11 +348,64 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* 3D parallelism. Pipeline: the tensors in definition order are cut into P contiguous stages; stage k (0-based,
+     * k < P-1) ends at the first tensor i, from the stage's start on, whose running sum S_i of full element counts
+     * reaches (k+1) psi / P (P S_i >= (k+1) psi, no rounding), but no later than tensor n-P+k so that every later
+     * stage keeps at least one tensor; the last stage takes the rest. Tensor parallel: a tensor with two or more
+     * dimensions keeps ceil(d0/T) of its first dimension d0 on every TP rank (rounded up: the shards of an
+     * indivisible d0 are padded to equal size, as Megatron pads its vocabulary), a 1-D tensor is replicated. The
+     * ZeRO plan below runs on the local list of the (stage, TP rank) holding the most elements (the first of equal
+     * ones); every TP rank of a stage holds the same count, so that is the most loaded stage. */
+    if (P > (unsigned long long)m.ntensors) {
+        char why[1200];
+        snprintf(why, sizeof why, "--pp '%llu': more pipeline stages than the %d tensors of %s (every stage needs one)",
+                 P, m.ntensors, model_path);
+        model_free(&m);
+        return bad_option("%s", why);
+    }
+    size_t *lnumel = malloc((size_t)m.ntensors * sizeof *lnumel);
+    int *stage_end = malloc((size_t)P * sizeof *stage_end); /* index one past the stage's last tensor */
+    unsigned long long *stage_psi = calloc((size_t)P, sizeof *stage_psi); /* full element counts per stage */
+    unsigned long long *stage_lpsi = calloc((size_t)P, sizeof *stage_lpsi); /* per TP rank */
+    if (!lnumel || !stage_end || !stage_psi || !stage_lpsi) {
+        fprintf(stderr, NAME ": out of memory for %d tensors and %llu stages\n", m.ntensors, P);
+        return 1;
+    }
+    unsigned long long tp_split = 0, tp_pad = 0; /* tensors of 2+ dimensions; padding summed over the T ranks */
+    for (int i = 0; i < m.ntensors; i++) {
+        lnumel[i] = m.numel[i];
+        if (m.rows[i]) {
+            unsigned long long rest = m.numel[i] / m.rows[i];
+            lnumel[i] = (size_t)(ceil_div(m.rows[i], T) * rest);
+            tp_split++;
+            tp_pad += T * lnumel[i] - m.numel[i];
+        }
+    }
+    {
+        unsigned long long run = 0;
+        int i = 0;
+        for (unsigned long long k = 0; k + 1 < P; k++) {
+            int last = m.ntensors - (int)P + (int)k; /* the latest tensor stage k may end at */
+            do run += m.numel[i++];
+            while (i <= last && P * run < (k + 1) * psi);
+            stage_end[k] = i;
+        }
+        stage_end[P - 1] = m.ntensors;
+        for (unsigned long long k = 0, j = 0; k < P; k++)
+            for (; j < (unsigned long long)stage_end[k]; j++) stage_psi[k] += m.numel[j], stage_lpsi[k] += lnumel[j];
+    }
+    unsigned long long pstage = 0;
+    for (unsigned long long k = 1; k < P; k++)
+        if (stage_lpsi[k] > stage_lpsi[pstage]) pstage = k;
+    const int l0 = pstage ? stage_end[pstage - 1] : 0, ln = stage_end[pstage] - l0; /* the local tensor list */
+    const unsigned long long lpsi = stage_lpsi[pstage], world = N * T * P;
+    const int par = T * P > 1;
+
     /* Buckets as zccl's scheduler forms them: all-reduce mode for stages 0-1, reduce-scatter for 2-3. */
     zccl_bucket_options_t bo = {.first_bytes = first, .cap_bytes = cap, .align_elems = align,
                                 .mode = stage >= 2 ? ZCCL_BUCKET_REDUCE_SCATTER : ZCCL_BUCKET_ALLREDUCE};
     zccl_bucket_plan_t plan;
-    zccl_result_t r = zccl_bucket_layout_create((int)N, m.ntensors, m.numel, dt, &bo, &plan);
+    zccl_result_t r = zccl_bucket_layout_create((int)N, ln, lnumel + l0, dt, &bo, &plan);
     if (r != ZCCL_SUCCESS) {
         fprintf(stderr, NAME ": bucket layout: %s: %s\n", zccl_get_error_string(r), zccl_get_last_error(NULL));
         model_free(&m);
@@ -353,7 +431,7 @@ int main(int argc, char **argv)
 
     /* Memory per rank, paper formulas (exact psi, rounded up to whole bytes) and the padded shard layout. */
     unsigned long long pdiv = stage >= 3 ? N : 1, gdiv = stage >= 2 ? N : 1, odiv = stage >= 1 ? N : 1;
-    unsigned long long pb = ceil_div(B * psi, pdiv), gb = ceil_div(B * psi, gdiv), ob = ceil_div(K * psi, odiv);
+    unsigned long long pb = ceil_div(B * lpsi, pdiv), gb = ceil_div(B * lpsi, gdiv), ob = ceil_div(K * lpsi, odiv);
     unsigned long long lp = B * (stage >= 3 ? shard : padded), lg = B * (stage >= 2 ? shard : padded);
     unsigned long long lo = K * (stage >= 1 ? shard : padded);
     char h1[32], h2[32], h3[32];
@@ -363,6 +441,19 @@ int main(int argc, char **argv)
     printf("training   %llu ranks, ZeRO stage %lld, %s parameters and gradients (B = %u bytes), %s optimizer "
            "(K = %u bytes per parameter: %s)\n",
            N, stage, dtype_name, B, opt_name, K, kwhat);
+    if (par) {
+        printf("parallel   world %llu = %llu data-parallel (ZeRO) x %llu tensor-parallel x %llu pipeline-parallel "
+               "ranks\n", world, N, T, P);
+        printf("           tensor parallel: %llu tensors of 2+ dimensions split %llu ways along the first dimension "
+               "(rounded up: %llu padding elements over the %llu TP ranks), %llu 1-D tensors replicated\n",
+               tp_split, T, tp_pad, T, (unsigned long long)m.ntensors - tp_split);
+        printf("           pipeline stages, parameters (per TP rank):");
+        for (unsigned long long k = 0; k < P; k++) printf(" %llu (%llu)", stage_psi[k], stage_lpsi[k]);
+        printf("\n");
+        printf("           most loaded: stage %llu, tensors %d..%d (%s .. %s); below psi = its %llu parameters per TP "
+               "rank (local_psi) and N = %llu\n",
+               pstage, l0, l0 + ln - 1, m.names[l0], m.names[l0 + ln - 1], lpsi, N);
+    }
     printf("\nmemory per rank (Rajbhandari et al. 2020)   formula          bytes            padded layout\n");
     printf("  parameters                                %-2u psi%-10s  %-15llu  %llu\n", B, pdiv > 1 ? " / N" : "",
            pb, lp);
@@ -372,13 +463,13 @@ int main(int argc, char **argv)
            ob, lo);
     printf("  total                                                      %-15llu  %llu  (%s; stage 0: %s)\n",
            pb + gb + ob, lp + lg + lo, human((double)(pb + gb + ob), h1, sizeof h1),
-           human((double)(2ULL * B + K) * psi, h2, sizeof h2));
+           human((double)(2ULL * B + K) * lpsi, h2, sizeof h2));
 
     printf("\ngradient buckets (zccl_bucket_layout_create: reverse definition order, %s mode)\n",
            stage >= 2 ? "reduce-scatter" : "all-reduce");
     printf("  %d buckets, %s padded in all (%llu elements, padding %llu); smallest %s, largest %s; "
            "shard per rank %llu elements\n",
-           nb, human((double)padded * B, h1, sizeof h1), padded, padded - psi, human((double)smallest * B, h2, sizeof h2),
+           nb, human((double)padded * B, h1, sizeof h1), padded, padded - lpsi, human((double)smallest * B, h2, sizeof h2),
            human((double)largest * B, h3, sizeof h3), shard);
     if (!list) {
         printf("  bucket bytes:");
@@ -397,7 +488,7 @@ int main(int argc, char **argv)
         for (int b = 0; b < nb; b++) {
             printf("  bucket %d: %zu elements (%zu used, shard %zu), %d parameters:", b, bi[b].elems,
                    bi[b].used_elems, bi[b].shard_elems, bi[b].nparams);
-            for (int k = 0; k < bi[b].nparams; k++) printf(" %s", m.names[bi[b].first_param - k]);
+            for (int k = 0; k < bi[b].nparams; k++) printf(" %s", m.names[l0 + bi[b].first_param - k]);
             printf("\n");
         }
     }
@@ -423,7 +514,7 @@ int main(int argc, char **argv)
     }
 
     /* Communication per optimizer step and rank: bandwidth-optimal ring volumes, psi exact. */
-    unsigned long long ring = (N - 1) * B * psi; /* (N-1) B psi; divide by N */
+    unsigned long long ring = (N - 1) * B * lpsi; /* (N-1) B psi; divide by N */
     unsigned long long ar = ceil_div(2 * ring, N), rs = ceil_div(ring, N), ag = ceil_div(ring, N);
     unsigned long long comm, paper = stage == 3 ? ceil_div(3 * ring, N) : ceil_div(2 * ring, N);
     printf("\ncommunication per step and rank (ring volumes, Patarasuk & Yuan 2009)\n");
@@ -454,11 +545,22 @@ int main(int argc, char **argv)
            "layout_optimizer_bytes=%llu buckets=%d bucket_bytes=%llu comm_bytes=%llu paper_comm_bytes=%llu",
            m.ntensors, psi, N, stage, dtype_name, opt_name, B, K, pb, gb, ob, pb + gb + ob, lp, lg, lo, nb,
            padded * B, comm, paper);
+    if (par) {
+        printf(" tp=%llu pp=%llu world=%llu local_psi=%llu local_tensors=%d pp_stage=%llu tp_split_tensors=%llu "
+               "tp_padding=%llu pp_psi=", T, P, world, lpsi, ln, pstage, tp_split, tp_pad);
+        for (unsigned long long k = 0; k < P; k++) printf("%s%llu", k ? "," : "", stage_psi[k]);
+        printf(" pp_local_psi=");
+        for (unsigned long long k = 0; k < P; k++) printf("%s%llu", k ? "," : "", stage_lpsi[k]);
+    }
     if (off)
         printf(" offload=cpu pin_memory=%d gpu_bytes=%llu host_bytes=%llu pinned_host_bytes=%llu host_state_bytes=%zu "
                "host_staging_bytes=%zu", pin, gpu_bytes, host_bytes, pinned_bytes, host_state, host_staging);
     printf("\n");
     free(bi);
+    free(lnumel);
+    free(stage_end);
+    free(stage_psi);
+    free(stage_lpsi);
     zccl_bucket_plan_destroy(plan);
     model_free(&m);
     return 0;
