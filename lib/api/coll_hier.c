@@ -81,7 +81,7 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
     const int n = comm->nranks;
     struct zccl_hier *h = calloc(1, sizeof *h);
     uint64_t *keys = malloc((size_t)n * sizeof *keys);
-    int *host = malloc((size_t)n * sizeof *host), *local = malloc((size_t)n * sizeof *local);
+    int *host = calloc((size_t)n, sizeof *host), *local = calloc((size_t)n, sizeof *local);
     int *cnt = calloc((size_t)n, sizeof *cnt);
     int32_t *oks = malloc((size_t)n * sizeof *oks);
     zccl_result_t res = ZCCL_SUCCESS;
@@ -101,9 +101,15 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
     h->local = local[comm->rank];
     if (nh < 2 || G < 2 || !equal) {
         h->state = HIER_FLAT;
-        ZCCL_INFO(ZCCL_LOG_COLL, "%s: %d host%s of %s ranks: the hierarchical calls on this communicator run the flat "
-                  "_wire calls (they need 2 or more hosts with the same number, 2 or more, of ranks each)", fn, nh,
-                  nh == 1 ? "" : "s", equal ? (G < 2 ? "1" : "equal numbers of") : "unequal numbers of");
+        int odd = 1;
+        while (odd < nh && cnt[odd] == G) odd++;
+        if (nh < 2) ZCCL_INFO(ZCCL_LOG_COLL, "%s: all %d ranks on one host: the hierarchical calls on this "
+                              "communicator are the flat _wire calls", fn, n);
+        else if (!equal) ZCCL_INFO(ZCCL_LOG_COLL, "%s: %d hosts of unequal sizes (host 0 has %d ranks, host %d has "
+                                   "%d): the hierarchical calls on this communicator are the flat _wire calls", fn, nh,
+                                   G, odd, cnt[odd]);
+        else ZCCL_INFO(ZCCL_LOG_COLL, "%s: %d hosts of one rank each: the hierarchical calls on this communicator are "
+                       "the flat _wire calls", fn, nh);
         goto out;
     }
     h->rank_at = malloc((size_t)n * sizeof *h->rank_at);
