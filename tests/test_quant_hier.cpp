@@ -422,3 +422,44 @@ INSTANTIATE_TEST_SUITE_P(Setup, QuantHierOneRefuses, ::testing::Values(false, tr
                          [](const ::testing::TestParamInfo<bool> &i) {
                              return std::string(i.param ? "after_setup" : "first_call");
                          });
+
+/* Over tcp, 4 ranks as 2 contiguous hosts: count-0 calls (the first of them makes the layout) succeed and move
+ * nothing; a call on a zccl stream waits for that stream's queued work (a full-precision all-reduce whose result it
+ * reads) and is complete when it returns. */
+TEST(QuantHierArgs, CountZeroAndStreamOverTcp) {
+    Options o;
+    o.deadline_s = 90;
+    o.env.push_back({"ZCCL_TRANSPORT", "tcp"});
+    o.rank_env = [](int rank) { return EnvList{{"ZCCL_HOST_ID", rank < 2 ? "a" : "b"}}; };
+    run_ranks(4, [](zccl_comm_t comm, int rank, int) {
+        float f[4] = {1, 2, 3, 4};
+        bool ok = zccl_allreduce_hier(f, f, 0, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL) == ZCCL_SUCCESS &&
+                  zccl_reduce_scatter_hier(f, f, 0, ZCCL_BFLOAT16, ZCCL_AVG, ZCCL_WIRE_INT4, comm, NULL) == ZCCL_SUCCESS &&
+                  zccl_allgather_hier(f, f, 0, ZCCL_FLOAT16, ZCCL_WIRE_FP8E5M2, comm, NULL) == ZCCL_SUCCESS;
+        ok = ok && f[0] == 1 && f[3] == 4;
+        int hier = 0, nh = 0, ph = 0;
+        ok = ok && zccl_hier_layout(comm, &nh, &ph, &hier) == ZCCL_SUCCESS && hier == 1 && nh == 2 && ph == 2;
+        if (!ok) {
+            child_log(rank, "count 0 or layout: %s", zccl_get_last_error(comm));
+            return 1;
+        }
+        zccl_stream_t s = NULL;
+        if (zccl_stream_create(&s) != ZCCL_SUCCESS) return 1;
+        std::vector<float> v(1000), out(1000, -1.0f);
+        for (int i = 0; i < 1000; i++) v[i] = (float)(i % 50) + rank;
+        /* queued first: v becomes the exact sum, which the hierarchical call then reads */
+        ok = zccl_allreduce(v.data(), v.data(), 1000, ZCCL_FLOAT32, ZCCL_SUM, comm, s) == ZCCL_SUCCESS &&
+             zccl_allreduce_hier(v.data(), out.data(), 1000, ZCCL_FLOAT32, ZCCL_AVG, ZCCL_WIRE_INT8, comm, s) ==
+                 ZCCL_SUCCESS;
+        for (int i = 0; ok && i < 1000; i++) {
+            const double exact = 4.0 * (i % 50) + 6.0; /* the average of four equal sums */
+            if (std::fabs(out[i] - exact) > 2.5) { /* two int8 steps of sums up to 808, over 4 (without the wait: off by 4.5 or more) */
+                child_log(rank, "element %d = %g, exact %g", i, out[i], exact);
+                ok = false;
+            }
+        }
+        if (!ok) child_log(rank, "stream call: %s", zccl_get_last_error(comm));
+        zccl_stream_destroy(s);
+        return ok ? 0 : 1;
+    }, o);
+}
