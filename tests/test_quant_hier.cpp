@@ -285,8 +285,8 @@ void run_matrix(const Param &p) {
     else o.env.push_back({"ZCCL_QUANT_BLOCK", std::nullopt});
     const Layout l = p.layout;
     o.rank_env = [l, n](int rank) { return EnvList{{"ZCCL_HOST_ID", "host" + std::to_string(host_of(l, rank, n))}}; };
-    GroupResult g = run_ranks(n, [&](zccl_comm_t comm, int rank, int nr) { return run_cases(comm, rank, nr, hs, B, sh); },
-                              o);
+    GroupResult g = run_ranks(
+        n, [&](zccl_comm_t comm, int rank, int nr) { return run_cases(comm, rank, nr, hs, B, sh); }, o);
     if (!g.all_ok()) return;
     ASSERT_GT(sh->ncases, 0);
     for (int c = 0; c < sh->ncases; c++)
@@ -352,8 +352,8 @@ bool refuse_everything(zccl_comm_t comm, int rank) {
     ok &= expect_refused(comm, rank, zccl_allreduce_hier(iv, iv, 64, ZCCL_INT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL),
                          "int32 data", "'datatype'");
     ok &= expect_refused(comm, rank,
-                         zccl_reduce_scatter_hier(g, f, 16, ZCCL_FLOAT32, ZCCL_MAX, ZCCL_WIRE_INT4, comm, NULL), "op max",
-                         "'op'");
+                         zccl_reduce_scatter_hier(g, f, 16, ZCCL_FLOAT32, ZCCL_MAX, ZCCL_WIRE_INT4, comm, NULL),
+                         "op max", "'op'");
     ok &= expect_refused(comm, rank, zccl_allgather_hier(f, g, 16, ZCCL_FLOAT32, (zccl_wire_t)9, comm, NULL), "wire 9",
                          "'wire'");
     ok &= expect_refused(comm, rank,
@@ -409,7 +409,11 @@ TEST_P(QuantHierOneRefuses, EveryRankFails) {
         const zccl_result_t res =
             zccl_reduce_scatter_hier(f.data(), g.data(), 300, ZCCL_FLOAT32, op, ZCCL_WIRE_INT8, comm, NULL);
         const std::string msg = zccl_get_last_error(comm);
-        if (rank == 1) return res == ZCCL_INVALID_ARGUMENT ? 0 : (child_log(rank, "got %d: %s", (int)res, msg.c_str()), 1);
+        if (rank == 1) {
+            if (res == ZCCL_INVALID_ARGUMENT) return 0;
+            child_log(rank, "refusing rank got %d: %s", (int)res, msg.c_str());
+            return 1;
+        }
         if (res == ZCCL_SUCCESS || msg.find("'op'") == std::string::npos) {
             child_log(rank, "peer of the refusing rank got %d: '%s' (wanted an error quoting rank 1's 'op')", (int)res,
                       msg.c_str());
@@ -433,9 +437,10 @@ TEST(QuantHierArgs, CountZeroAndStreamOverTcp) {
     o.rank_env = [](int rank) { return EnvList{{"ZCCL_HOST_ID", rank < 2 ? "a" : "b"}}; };
     run_ranks(4, [](zccl_comm_t comm, int rank, int) {
         float f[4] = {1, 2, 3, 4};
-        bool ok = zccl_allreduce_hier(f, f, 0, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL) == ZCCL_SUCCESS &&
-                  zccl_reduce_scatter_hier(f, f, 0, ZCCL_BFLOAT16, ZCCL_AVG, ZCCL_WIRE_INT4, comm, NULL) == ZCCL_SUCCESS &&
-                  zccl_allgather_hier(f, f, 0, ZCCL_FLOAT16, ZCCL_WIRE_FP8E5M2, comm, NULL) == ZCCL_SUCCESS;
+        bool ok = zccl_allreduce_hier(f, f, 0, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL) == ZCCL_SUCCESS;
+        ok = ok &&
+             zccl_reduce_scatter_hier(f, f, 0, ZCCL_BFLOAT16, ZCCL_AVG, ZCCL_WIRE_INT4, comm, NULL) == ZCCL_SUCCESS;
+        ok = ok && zccl_allgather_hier(f, f, 0, ZCCL_FLOAT16, ZCCL_WIRE_FP8E5M2, comm, NULL) == ZCCL_SUCCESS;
         ok = ok && f[0] == 1 && f[3] == 4;
         int hier = 0, nh = 0, ph = 0;
         ok = ok && zccl_hier_layout(comm, &nh, &ph, &hier) == ZCCL_SUCCESS && hier == 1 && nh == 2 && ph == 2;
@@ -453,7 +458,8 @@ TEST(QuantHierArgs, CountZeroAndStreamOverTcp) {
                  ZCCL_SUCCESS;
         for (int i = 0; ok && i < 1000; i++) {
             const double exact = 4.0 * (i % 50) + 6.0; /* the average of four equal sums */
-            if (std::fabs(out[i] - exact) > 2.5) { /* two int8 steps of sums up to 808, over 4 (without the wait: off by 4.5 or more) */
+            /* two int8 steps of sums up to 808, over 4 (without the wait: off by 4.5 or more) */
+            if (std::fabs(out[i] - exact) > 2.5) {
                 child_log(rank, "element %d = %g, exact %g", i, out[i], exact);
                 ok = false;
             }

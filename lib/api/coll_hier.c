@@ -148,7 +148,8 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
     if (bad == comm->rank) snprintf(h->why, sizeof h->why, "%s", why);
     else snprintf(h->why, sizeof h->why, "rank %d could not make its sub-communicators (its own error says why)", bad);
     const zccl_result_t own = mk != ZCCL_SUCCESS ? mk : r1 != ZCCL_SUCCESS ? r1 : r2;
-    res = zccl__error(bad == comm->rank ? own : ZCCL_REMOTE_ERROR, "%s: the hierarchical layout of %d hosts of %d ranks failed: %s", fn, nh, G, h->why);
+    res = zccl__error(bad == comm->rank ? own : ZCCL_REMOTE_ERROR,
+                      "%s: the hierarchical layout of %d hosts of %d ranks failed: %s", fn, nh, G, h->why);
     if (h->intra) zccl_comm_destroy(h->intra);
     if (h->inter) zccl_comm_destroy(h->inter);
     h->intra = h->inter = NULL;
@@ -282,7 +283,8 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
     bool ok = true;
     float *t = alloc_or_null(N * rc * sizeof(float), &ok), *u = alloc_or_null(H * rc * sizeof(float), &ok);
     float *v = alloc_or_null(rc * sizeof(float), &ok);
-    if (!ok) res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu float32 partial sums", fn, (N + H + 1) * rc);
+    if (!ok)
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu float32 partial sums", fn, (N + H + 1) * rc);
     else
         /* Position l*H + hh of the intra-host reduce-scatter: the block of rank rank_at[hh*G + l]. */
         for (size_t l = 0; l < G; l++)
@@ -328,7 +330,8 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
     const size_t blk = sendcount * zccl_type_size(datatype);
     bool ok = true;
     uint8_t *a = alloc_or_null(H * blk, &ok), *b = alloc_or_null(N * blk, &ok);
-    if (!ok) res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu bytes of decoded blocks", fn, (N + H) * blk);
+    if (!ok)
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu bytes of decoded blocks", fn, (N + H) * blk);
     STEP(h->inter, steps[0], zccl_allgather_wire(sendbuf, a, sendcount, datatype, wire, h->inter, NULL));
     STEP(h->intra, steps[1], zccl_allgather(a, b, H * sendcount, datatype, h->intra, NULL));
     if (res == ZCCL_SUCCESS)
