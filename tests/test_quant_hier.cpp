@@ -398,7 +398,7 @@ TEST(QuantHierArgs, BadArgumentsRefusedOnEveryRankAndTheCommunicatorStillWorks) 
 
 /* One rank refuses (op max) while the others call validly, once as the first hierarchical call (the others are
  * making the layout) and once after it: the refusing rank gets ZCCL_INVALID_ARGUMENT, every other rank an error
- * quoting its 'op', none success and none hangs. */
+ * quoting its 'op' and a communicator marked broken (zccl_comm_get_async_error); none succeeds, none hangs. */
 class QuantHierOneRefuses : public ::testing::TestWithParam<bool> {};
 TEST_P(QuantHierOneRefuses, EveryRankFails) {
     const bool after_setup = GetParam();
@@ -417,6 +417,11 @@ TEST_P(QuantHierOneRefuses, EveryRankFails) {
         if (res == ZCCL_SUCCESS || msg.find("'op'") == std::string::npos) {
             child_log(rank, "peer of the refusing rank got %d: '%s' (wanted an error quoting rank 1's 'op')", (int)res,
                       msg.c_str());
+            return 1;
+        }
+        zccl_result_t broken = ZCCL_SUCCESS;
+        if (zccl_comm_get_async_error(comm, &broken) != ZCCL_SUCCESS || broken == ZCCL_SUCCESS) {
+            child_log(rank, "the communicator is not marked broken after the failed call");
             return 1;
         }
         return 0;

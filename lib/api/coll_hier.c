@@ -154,7 +154,7 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
     if (h->inter) zccl_comm_destroy(h->inter);
     h->intra = h->inter = NULL;
 out:
-    if (res == ZCCL_SUCCESS || h->state == HIER_FAILED) {
+    if (h && (res == ZCCL_SUCCESS || h->state == HIER_FAILED)) {
         comm->hier = h;
         h = NULL;
     }
@@ -202,34 +202,18 @@ ZCCL_API zccl_result_t zccl_hier_layout(zccl_comm_t comm, int *nhosts, int *per_
 /* ---- the calls --------------------------------------------------------------------------------------------- */
 
 /* One step of a call: runs `call` while every earlier step worked on this rank, else refuses the step (its first
- * collective: `coll` on `sub`) with the failure so far, which it keeps. */
+ * collective, `first`, on `sub`) with the failure so far, which it keeps. */
 #define STEP(sub, first, call)                                                                                 \
     (res = res == ZCCL_SUCCESS ? (call) : zccl__coll_refuse_op(refused_op((sub), (first)), NULL, res))
 
-/* The checks before any step; on failure the caller refuses its first step (refuse_first). */
-static zccl_result_t check_call(const char *fn, zccl_comm_t comm, const void *sendbuf, size_t sbytes, void *recvbuf,
-                                size_t rbytes, bool in_place, size_t count) {
+/* The buffer checks before any step; on failure the caller refuses every step (refuse_all). */
+static zccl_result_t check_call(const char *fn, const void *sendbuf, size_t sbytes, void *recvbuf, size_t rbytes,
+                                bool in_place, size_t count) {
     if (count == 0) return ZCCL_SUCCESS;
     ZCCL_CHECK(zccl__check_buf(fn, "sendbuf", sendbuf));
     ZCCL_CHECK(zccl__check_buf(fn, "recvbuf", recvbuf));
     ZCCL_CHECK(zccl__check_overlap(fn, sendbuf, sbytes, recvbuf, rbytes, in_place));
-    (void)comm;
     return zccl__check_host_mem(fn, sendbuf, recvbuf);
-}
-
-/* A call refused before its first step: on comm while the layout is not made yet (the peers make it: its first
- * exchange is an all-gather) or the calls are flat (the peers run the _wire call, whose first collective is
- * flat_first); on the sub-communicators, every step, when hierarchical. */
-static zccl_result_t refuse_all(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res, zccl_coll_t flat_first,
-                                const zccl_coll_t *steps, const bool *on_intra, int nsteps) {
-    if (!comm || res == ZCCL_IN_PROGRESS) return res;
-    struct zccl_hier *h = comm->hier;
-    if (!h || h->state == HIER_FLAT)
-        return zccl__coll_refuse_op(refused_op(comm, h ? flat_first : ZCCL_COLL_ALLGATHER), stream, res);
-    if (h->state != HIER_ON) return res; /* every rank fails without moving anything */
-    if (stream) zccl_stream_synchronize(stream);
-    for (int k = 0; k < nsteps; k++) STEP(on_intra[k] ? h->intra : h->inter, steps[k], ZCCL_SUCCESS);
-    return res;
 }
 
 /* After a failed step: comm takes the sub-communicators' breakage, so that later calls fail on every rank alike. */
@@ -244,6 +228,21 @@ static zccl_result_t settle(zccl_comm_t comm, const struct zccl_hier *h, zccl_re
         }
     }
     return res;
+}
+
+/* A call refused before its first step: on comm while the layout is not made yet (the peers make it: its first
+ * exchange is an all-gather) or the calls are flat (the peers run the _wire call, whose first collective is
+ * flat_first); on the sub-communicators, every step, when hierarchical. */
+static zccl_result_t refuse_all(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res, zccl_coll_t flat_first,
+                                const zccl_coll_t *steps, const bool *on_intra, int nsteps) {
+    if (!comm || res == ZCCL_IN_PROGRESS) return res;
+    struct zccl_hier *h = comm->hier;
+    if (!h || h->state == HIER_FLAT)
+        return zccl__coll_refuse_op(refused_op(comm, h ? flat_first : ZCCL_COLL_ALLGATHER), stream, res);
+    if (h->state != HIER_ON) return res; /* every rank fails without moving anything */
+    if (stream) zccl_stream_synchronize(stream);
+    for (int k = 0; k < nsteps; k++) STEP(on_intra[k] ? h->intra : h->inter, steps[k], ZCCL_SUCCESS);
+    return settle(comm, h, res);
 }
 
 static void *alloc_or_null(size_t bytes, bool *ok) {
@@ -269,7 +268,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
             res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'recvcount' = %zu: the float32 partial sums "
                               "overflow the address space", fn, recvcount);
         if (res == ZCCL_SUCCESS)
-            res = check_call(fn, comm, sendbuf, total, recvbuf, rbytes,
+            res = check_call(fn, sendbuf, total, recvbuf, rbytes,
                              (const char *)recvbuf == (const char *)sendbuf + (size_t)comm->rank * rbytes, recvcount);
     }
     if (res != ZCCL_SUCCESS) return refuse_all(comm, stream, res, ZCCL_COLL_ALLTOALL, steps, on_intra, 2);
@@ -318,7 +317,7 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
         const size_t n = (size_t)comm->nranks, sbytes = total / n;
         res = zccl__check_wire(fn, comm, wire, datatype, false, ZCCL_SUM, sendcount, n, &w);
         if (res == ZCCL_SUCCESS)
-            res = check_call(fn, comm, sendbuf, sbytes, recvbuf, total,
+            res = check_call(fn, sendbuf, sbytes, recvbuf, total,
                              (const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes, sendcount);
     }
     if (res != ZCCL_SUCCESS) return refuse_all(comm, stream, res, ZCCL_COLL_ALLGATHER, steps, on_intra, 2);
@@ -358,7 +357,7 @@ ZCCL_API zccl_result_t zccl_allreduce_hier(const void *sendbuf, void *recvbuf, s
         if (res == ZCCL_SUCCESS && (!zccl__mul_ok(count + n, sizeof(float), &f32) || f32 > SIZE_MAX / 4))
             res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu: the float32 partial sums overflow "
                               "the address space", fn, count);
-        if (res == ZCCL_SUCCESS) res = check_call(fn, comm, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, count);
+        if (res == ZCCL_SUCCESS) res = check_call(fn, sendbuf, bytes, recvbuf, bytes, sendbuf == recvbuf, count);
     }
     if (res != ZCCL_SUCCESS) return refuse_all(comm, stream, res, ZCCL_COLL_ALLTOALL, steps, on_intra, 3);
     if (stream) ZCCL_CHECK(zccl_stream_synchronize(stream));
