@@ -30,7 +30,9 @@ extern "C" {
  * The first _hier call on a communicator (every rank makes it, as any collective) exchanges the host identities
  * (one all-gather) and, when the layout is hierarchical, makes two sub-communicators with zccl_comm_split: the
  * host's ranks ("intra", ranked by local rank) and the ranks of equal local rank on every host ("inter", ranked by
- * host). They are kept in comm for every later _hier call and freed by zccl_comm_destroy / zccl_comm_abort.
+ * host). They are kept in comm for every later _hier call and freed by zccl_comm_destroy / zccl_comm_abort. Since
+ * that first call splits comm, no other stream may hold queued operations of comm then (as for zccl_comm_split; the
+ * call's own stream is waited for).
  *
  * Fallback. With one host, with one rank per host, or with hosts of unequal rank counts there is no two-hop shape
  * that keeps the flat result layout: every _hier call on that communicator then is exactly the flat _wire call
