@@ -32,6 +32,8 @@ struct zccl_hier {
     zccl_comm_t intra;    /* the host's ranks, ranked by local rank */
     zccl_comm_t inter;    /* local rank `local` of every host, ranked by host */
     char why[512];        /* HIER_FAILED: why the sub-communicators could not be made */
+    void *scratch;        /* the calls' temporaries, kept between calls (fresh pages cost more than the copies) */
+    size_t scratch_bytes;
 };
 
 void zccl__hier_free(struct zccl_comm *comm, bool abort) {
@@ -40,6 +42,7 @@ void zccl__hier_free(struct zccl_comm *comm, bool abort) {
     if (h->intra) (abort ? zccl_comm_abort : zccl_comm_destroy)(h->intra);
     if (h->inter) (abort ? zccl_comm_abort : zccl_comm_destroy)(h->inter);
     free(h->rank_at);
+    free(h->scratch);
     free(h);
     comm->hier = NULL;
 }
@@ -245,10 +248,24 @@ static zccl_result_t refuse_all(zccl_comm_t comm, zccl_stream_t stream, zccl_res
     return settle(comm, h, res);
 }
 
-static void *alloc_or_null(size_t bytes, bool *ok) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) *ok = false;
-    return p;
+/* Cuts n temporaries of the given sizes out of h's scratch area (grown when too small; 64-byte aligned parts).
+ * False when it cannot grow: *out is left unset. */
+static bool scratch_parts(struct zccl_hier *h, int n, const size_t *bytes, void **out) {
+    size_t total = 0;
+    for (int k = 0; k < n; k++) total += (bytes[k] + 63) & ~(size_t)63;
+    if (total > h->scratch_bytes) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, total ? total : 64) != 0) return false;
+        free(h->scratch);
+        h->scratch = p;
+        h->scratch_bytes = total;
+    }
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        out[k] = (uint8_t *)h->scratch + at;
+        at += (bytes[k] + 63) & ~(size_t)63;
+    }
+    return true;
 }
 
 ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -279,9 +296,10 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
         return zccl_reduce_scatter_wire(sendbuf, recvbuf, recvcount, datatype, op, wire, comm, NULL);
     const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts, G = (size_t)h->per_host;
     const size_t es = zccl_type_size(datatype), rc = recvcount;
-    bool ok = true;
-    float *t = alloc_or_null(N * rc * sizeof(float), &ok), *u = alloc_or_null(H * rc * sizeof(float), &ok);
-    float *v = alloc_or_null(rc * sizeof(float), &ok);
+    const size_t sizes[3] = {N * rc * sizeof(float), H * rc * sizeof(float), rc * sizeof(float)};
+    void *parts[3] = {NULL, NULL, NULL};
+    const bool ok = scratch_parts(h, 3, sizes, parts);
+    float *t = parts[0], *u = parts[1], *v = parts[2];
     if (!ok)
         res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu float32 partial sums", fn, (N + H + 1) * rc);
     else
@@ -297,9 +315,6 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
             for (size_t i = 0; i < rc; i++) v[i] = v[i] / (float)N;
         zccl__quant_narrow(v, rc, datatype, recvbuf);
     }
-    free(t);
-    free(u);
-    free(v);
     return settle(comm, h, res);
 }
 
@@ -327,8 +342,10 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
     if (h->state == HIER_FLAT) return zccl_allgather_wire(sendbuf, recvbuf, sendcount, datatype, wire, comm, NULL);
     const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts, G = (size_t)h->per_host;
     const size_t blk = sendcount * zccl_type_size(datatype);
-    bool ok = true;
-    uint8_t *a = alloc_or_null(H * blk, &ok), *b = alloc_or_null(N * blk, &ok);
+    const size_t sizes[2] = {H * blk, N * blk};
+    void *parts[2] = {NULL, NULL};
+    const bool ok = scratch_parts(h, 2, sizes, parts);
+    uint8_t *a = parts[0], *b = parts[1];
     if (!ok)
         res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu bytes of decoded blocks", fn, (N + H) * blk);
     STEP(h->inter, steps[0], zccl_allgather_wire(sendbuf, a, sendcount, datatype, wire, h->inter, NULL));
@@ -338,8 +355,6 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
         for (size_t l = 0; l < G; l++)
             for (size_t hh = 0; hh < H; hh++)
                 memcpy((char *)recvbuf + (size_t)h->rank_at[hh * G + l] * blk, b + (l * H + hh) * blk, blk);
-    free(a);
-    free(b);
     return settle(comm, h, res);
 }
 
@@ -367,10 +382,13 @@ ZCCL_API zccl_result_t zccl_allreduce_hier(const void *sendbuf, void *recvbuf, s
         return zccl_allreduce_wire(sendbuf, recvbuf, count, datatype, op, wire, comm, NULL);
     const size_t N = (size_t)comm->nranks, G = (size_t)h->per_host, l = (size_t)h->local;
     const size_t C = count / G + (count % G != 0), es = zccl_type_size(datatype);
-    bool ok = true;
-    float *t = alloc_or_null(G * C * sizeof(float), &ok), *u = alloc_or_null(C * sizeof(float), &ok);
     /* The gathered chunks go straight to recvbuf when they fill it exactly (sendbuf is read by then). */
-    uint8_t *d = count == G * C ? (uint8_t *)recvbuf : alloc_or_null(G * C * es, &ok);
+    const bool direct = count == G * C;
+    const size_t sizes[3] = {G * C * sizeof(float), C * sizeof(float), direct ? 0 : G * C * es};
+    void *parts[3] = {NULL, NULL, NULL};
+    const bool ok = scratch_parts(h, 3, sizes, parts);
+    float *t = parts[0], *u = parts[1];
+    uint8_t *d = direct ? (uint8_t *)recvbuf : parts[2];
     if (!ok) res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu float32 partial sums", fn, (G + 1) * C);
     else {
         zccl__quant_widen(sendbuf, datatype, count, t);
@@ -385,8 +403,5 @@ ZCCL_API zccl_result_t zccl_allreduce_hier(const void *sendbuf, void *recvbuf, s
     }
     STEP(h->intra, steps[2], zccl_allgather(d + l * C * es, d, C, datatype, h->intra, NULL));
     if (res == ZCCL_SUCCESS && d != (uint8_t *)recvbuf) memcpy(recvbuf, d, count * es);
-    free(t);
-    free(u);
-    if (d != (uint8_t *)recvbuf) free(d);
     return settle(comm, h, res);
 }
