@@ -34,6 +34,12 @@ extern "C" {
  * that first call splits comm, no other stream may hold queued operations of comm then (as for zccl_comm_split; the
  * call's own stream is waited for).
  *
+ * Memory: the calls keep their temporaries in comm between calls (freed by zccl_comm_destroy / zccl_comm_abort): a
+ * reduce-scatter (N + H + 1) * recvcount float32, an all-gather (N + H) * sendcount elements of datatype, an
+ * all-reduce about (G + 1) * ceil(count / G) float32 (plus G * ceil(count / G) elements when G does not divide
+ * count); the inner _wire calls allocate their wire buffers per call. Two threads must not call _hier on one comm
+ * at once (as for any collectives of one communicator, their order would differ between ranks anyway).
+ *
  * Fallback. With one host, with one rank per host, or with hosts of unequal rank counts there is no two-hop shape
  * that keeps the flat result layout: every _hier call on that communicator then is exactly the flat _wire call
  * (same bytes, same bound; logged once at INFO, subsystem COLL). ZCCL_WIRE_FULL: the call is zccl_allgather /
