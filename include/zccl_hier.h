@@ -3,9 +3,10 @@
  * formats of zccl.h (zccl_wire_t) only between hosts (docs/zero.md, "Hierarchical quantized collectives").
  *
  * The flat _wire calls quantize every byte they move, also between ranks of one host whose links (shared memory)
- * are fast and where quantization buys nothing. The calls here move the host's share in float32 (reductions) or in
- * the call's datatype (all-gather) over the communicator's intra-host links, and send between hosts only the wire
- * strings of the flat calls, each rank carrying one slice (ZeRO++'s hpZ/qgZ two-hop shape: Wang et al., 2023).
+ * are fast and where quantization buys nothing. The reductions here sum the host's share in float32 over the
+ * communicator's intra-host links and send between hosts only the wire strings of the flat calls, each rank
+ * carrying one slice (ZeRO++'s hpZ/qgZ two-hop shape: Wang et al., 2023); the all-gather quantizes each rank's data
+ * once, as the flat call, and sends each string across the host boundary once per host instead of once per rank.
  */
 #ifndef ZCCL_HIER_H
 #define ZCCL_HIER_H
@@ -35,7 +36,7 @@ extern "C" {
  * call's own stream is waited for).
  *
  * Memory: the calls keep their temporaries in comm between calls (freed by zccl_comm_destroy / zccl_comm_abort): a
- * reduce-scatter (N + H + 1) * recvcount float32, an all-gather (N + H) * sendcount elements of datatype, an
+ * reduce-scatter (N + H + 1) * recvcount float32, an all-gather N + H + 1 wire strings of sendcount elements, an
  * all-reduce about (G + 1) * ceil(count / G) float32 (plus G * ceil(count / G) elements when G does not divide
  * count); the inner _wire calls allocate their wire buffers per call. Two threads must not call _hier on one comm
  * at once (as for any collectives of one communicator, their order would differ between ranks anyway).
@@ -91,11 +92,14 @@ zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvbuf, size_
                                        zccl_comm_t comm, zccl_stream_t stream);
 
 /**
- * Hierarchical quantized all-gather. Step 1 (inter, quantized once): zccl_allgather_wire among the ranks of this
- * rank's local rank on every host; each decodes all of them. Step 2 (intra, the datatype, exact): the host's ranks
- * all-gather what they decoded. Each rank's data is encoded once (blocks of B from its sendbuf[0]) and every rank
- * decodes the same bytes, so the output is bitwise identical on every rank and to zccl_allgather_wire's.
- * Cross-host bytes: one wire string of sendcount elements per rank and other host.
+ * Hierarchical quantized all-gather. Each rank encodes its sendcount elements once (blocks of B from its
+ * sendbuf[0]) into a wire string as zccl_allgather_wire does. Step 1 (inter): the wire strings are all-gathered
+ * among this rank's local rank on every host. Step 2 (intra, exact copies): the host's ranks all-gather the H
+ * strings each received, and every rank decodes all N strings into their ranks' places. So every rank decodes the
+ * same bytes: the output is bitwise identical on every rank and to zccl_allgather_wire's. Cross-host bytes: one wire
+ * string of sendcount elements per rank and other host; inside the host the quantized strings too (not decoded
+ * data). Ranks whose counts differ by less than the padding all fail with ZCCL_INVALID_USAGE naming both calls
+ * (every rank checks every string's header), and the communicator stays usable.
  * Bound: as zccl_allgather_wire: |recvbuf[r*sendcount + i] - sendbuf_r[i]| <= E(sendbuf_r[i]; amax over
  * sendbuf_r's block of i) plus the output conversion. Quantized hops: 1.
  * @param sendbuf    sendcount elements of datatype, host memory. In place when sendbuf == recvbuf +

@@ -474,3 +474,26 @@ TEST(QuantHierArgs, CountZeroAndStreamOverTcp) {
         return ok ? 0 : 1;
     }, o);
 }
+
+/* Hierarchical all-gathers whose counts differ by less than the padding (same wire size: the steps' descriptors
+ * agree): every rank fails with ZCCL_INVALID_USAGE naming the counts (each checks every string's header), and the
+ * communicator still works. */
+TEST(QuantHierArgs, AllgatherCountsThatDifferFailOnEveryRank) {
+    Options contiguous;
+    contiguous.deadline_s = 90;
+    contiguous.rank_env = [](int rank) { return EnvList{{"ZCCL_HOST_ID", rank < 2 ? "a" : "b"}}; };
+    run_ranks(4, [](zccl_comm_t comm, int rank, int) {
+        std::vector<float> f(1002, 1.0f), g(4 * 1002, 0.0f);
+        if (!valid_allreduce(comm, rank)) return 1; /* the layout is made: the steps run on the sub-communicators */
+        const size_t c = rank == 2 ? 1002 : 1001;   /* int8, B = 128: both 1040 wire bytes + 16 */
+        const zccl_result_t r = zccl_allgather_hier(f.data(), g.data(), c, ZCCL_FLOAT32, ZCCL_WIRE_INT8, comm, NULL);
+        const std::string m = zccl_get_last_error(comm);
+        /* rank 2's string is the second one gathered (local rank 0 of host 1): the message must name rank 2 */
+        const char *want = rank == 2 ? "with count 1002" : "rank 2 called with count 1002";
+        if (r != ZCCL_INVALID_USAGE || m.find(want) == std::string::npos) {
+            child_log(rank, "got %d '%s' (wanted ZCCL_INVALID_USAGE with '%s')", (int)r, m.c_str(), want);
+            return 1;
+        }
+        return valid_allreduce(comm, rank) ? 0 : 1;
+    }, contiguous);
+}

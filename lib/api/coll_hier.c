@@ -1,14 +1,16 @@
 /*
  * coll_hier.c — the hierarchical quantized collectives (include/zccl_hier.h; docs/zero.md, "Hierarchical quantized
- * collectives"): the host's ranks reduce or gather in full precision over their own sub-communicator, and the ranks
- * of equal local rank on every host run the flat _wire call (coll_quant.c) between hosts, each on its slice.
+ * collectives"): the host's ranks reduce in float32 over their own sub-communicator and the ranks of equal local rank
+ * on every host run the flat _wire call (coll_quant.c) between hosts, each on its slice; an all-gather passes the
+ * wire strings themselves on, between hosts and then inside the host, and decodes them once at the end.
  *
- * Layout. Hosts are numbered by their lowest rank and a host's ranks get local ranks in rank order, so rank_at[h*G
- * + l] is the communicator rank of local rank l of host h. A reduce-scatter then permutes its blocks so that the
- * intra-host reduce-scatter leaves at local rank l the host's partial sums of the blocks of ranks rank_at[h*G + l],
- * h = 0..H-1, in host order: exactly the send buffer the inter-host reduce-scatter needs for each of those ranks to
- * end with its own block. The all-gather does the reverse (inter first, then intra, then the permutation back).
- * The all-reduce needs no permutation: chunk l of the vector belongs to local rank l on every host.
+ * Layout. Hosts are numbered by their lowest rank and a host's ranks get local ranks in rank order. A reduce-scatter
+ * widens and permutes its blocks into the order gathered[l*H + h] (the rank of local rank l on host h), so that the
+ * intra-host reduce-scatter leaves at local rank l the host's partial sums of the blocks of local rank l of every
+ * host, in host order: exactly the send buffer the inter-host reduce-scatter needs for each of those ranks to end
+ * with its own block. The all-gather runs the other way: the wire strings are all-gathered between hosts, then
+ * inside the host (so they arrive in the same order), and every rank decodes each into its rank's place. The
+ * all-reduce needs no permutation: chunk l of the vector belongs to local rank l on every host.
  *
  * Failures. A rank runs every step of a call, or refuses it on the step's communicator (zccl__coll_refuse_op): once
  * a step failed here (or the arguments were refused), the later ones are refused instead of run. So every rank
@@ -28,7 +30,8 @@ struct zccl_hier {
     int state;
     int nhosts, per_host; /* H hosts of G ranks (per_host 0 when the hosts differ in size) */
     int host, local;      /* this rank's host and local rank */
-    int *rank_at;         /* HIER_ON: rank_at[h * G + l] = the communicator rank of local rank l of host h */
+    int *gathered;        /* HIER_ON: gathered[l * H + h] = the communicator rank of local rank l of host h: the
+                             order of the blocks in the intra-host hops */
     zccl_comm_t intra;    /* the host's ranks, ranked by local rank */
     zccl_comm_t inter;    /* local rank `local` of every host, ranked by host */
     char why[512];        /* HIER_FAILED: why the sub-communicators could not be made */
@@ -41,7 +44,7 @@ void zccl__hier_free(struct zccl_comm *comm, bool abort) {
     if (!h) return;
     if (h->intra) (abort ? zccl_comm_abort : zccl_comm_destroy)(h->intra);
     if (h->inter) (abort ? zccl_comm_abort : zccl_comm_destroy)(h->inter);
-    free(h->rank_at);
+    free(h->gathered);
     free(h->scratch);
     free(h);
     comm->hier = NULL;
@@ -115,10 +118,9 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
                        "the flat _wire calls", fn, nh);
         goto out;
     }
-    h->rank_at = malloc((size_t)n * sizeof *h->rank_at);
-    zccl_result_t mk = h->rank_at ? ZCCL_SUCCESS : zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory", fn);
-    if (h->rank_at)
-        for (int r = 0; r < n; r++) h->rank_at[host[r] * G + local[r]] = r;
+    h->gathered = malloc((size_t)n * sizeof *h->gathered);
+    zccl_result_t mk = h->gathered ? ZCCL_SUCCESS : zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory", fn);
+    for (int r = 0; r < n && h->gathered; r++) h->gathered[local[r] * nh + host[r]] = r;
     /* Both splits are made on every rank (each is a collective of comm), then every rank learns whether all worked. */
     char why[512] = "";
     zccl_result_t r1 = zccl_comm_split(comm, h->host, comm->rank, &h->intra);
@@ -164,7 +166,7 @@ out:
     if (h) {
         if (h->intra) zccl_comm_destroy(h->intra);
         if (h->inter) zccl_comm_destroy(h->inter);
-        free(h->rank_at);
+        free(h->gathered);
     }
     free(h);
     free(keys);
@@ -294,7 +296,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
     ZCCL_CHECK(hier_get(fn, comm, &h));
     if (h->state == HIER_FLAT)
         return zccl_reduce_scatter_wire(sendbuf, recvbuf, recvcount, datatype, op, wire, comm, NULL);
-    const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts, G = (size_t)h->per_host;
+    const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts;
     const size_t es = zccl_type_size(datatype), rc = recvcount;
     const size_t sizes[3] = {N * rc * sizeof(float), H * rc * sizeof(float), rc * sizeof(float)};
     void *parts[3] = {NULL, NULL, NULL};
@@ -303,11 +305,9 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
     if (!ok)
         res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu float32 partial sums", fn, (N + H + 1) * rc);
     else
-        /* Position l*H + hh of the intra-host reduce-scatter: the block of rank rank_at[hh*G + l]. */
-        for (size_t l = 0; l < G; l++)
-            for (size_t hh = 0; hh < H; hh++)
-                zccl__quant_widen((const char *)sendbuf + (size_t)h->rank_at[hh * G + l] * rc * es, datatype, rc,
-                                  t + (l * H + hh) * rc);
+        /* Position k = l*H + hh of the intra-host reduce-scatter: the block of rank gathered[k]. */
+        for (size_t k = 0; k < N; k++)
+            zccl__quant_widen((const char *)sendbuf + (size_t)h->gathered[k] * rc * es, datatype, rc, t + k * rc);
     STEP(h->intra, steps[0], zccl_reduce_scatter(t, u, H * rc, ZCCL_FLOAT32, ZCCL_SUM, h->intra, NULL));
     STEP(h->inter, steps[1], zccl_reduce_scatter_wire(u, v, rc, ZCCL_FLOAT32, ZCCL_SUM, wire, h->inter, NULL));
     if (res == ZCCL_SUCCESS) {
@@ -340,21 +340,28 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
     struct zccl_hier *h = NULL;
     ZCCL_CHECK(hier_get(fn, comm, &h));
     if (h->state == HIER_FLAT) return zccl_allgather_wire(sendbuf, recvbuf, sendcount, datatype, wire, comm, NULL);
-    const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts, G = (size_t)h->per_host;
-    const size_t blk = sendcount * zccl_type_size(datatype);
-    const size_t sizes[2] = {H * blk, N * blk};
-    void *parts[2] = {NULL, NULL};
-    const bool ok = scratch_parts(h, 2, sizes, parts);
-    uint8_t *a = parts[0], *b = parts[1];
+    const size_t N = (size_t)comm->nranks, H = (size_t)h->nhosts;
+    /* The wire strings themselves travel both hops (exact copies: the one quantization is the encoding here), and
+     * every rank decodes all N of them, so the output is zccl_allgather_wire's, bitwise. */
+    const size_t ws = sendcount ? w : 0, blk = sendcount * zccl_type_size(datatype);
+    const zccl_datatype_t idt = zccl__wire_inner_type(wire);
+    const size_t sizes[3] = {ws, H * ws, N * ws};
+    void *parts[3] = {NULL, NULL, NULL};
+    const bool ok = scratch_parts(h, 3, sizes, parts);
+    uint8_t *own = parts[0], *a = parts[1], *b = parts[2];
     if (!ok)
-        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu bytes of decoded blocks", fn, (N + H) * blk);
-    STEP(h->inter, steps[0], zccl_allgather_wire(sendbuf, a, sendcount, datatype, wire, h->inter, NULL));
-    STEP(h->intra, steps[1], zccl_allgather(a, b, H * sendcount, datatype, h->intra, NULL));
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for %zu bytes of wire strings", fn, (N + H + 1) * ws);
+    else if (sendcount)
+        zccl__wire_encode(wire, sendbuf, datatype, sendcount, own);
+    STEP(h->inter, steps[0], zccl_allgather(own, a, ws, idt, h->inter, NULL));
+    STEP(h->intra, steps[1], zccl_allgather(a, b, H * ws, idt, h->intra, NULL));
+    /* every rank sees every rank's header here, so all of them refuse a call whose counts differ alike */
+    if (res == ZCCL_SUCCESS && sendcount)
+        res = zccl__wire_check(fn, b, ws, N, h->gathered, (size_t)comm->rank, sendcount, wire);
     if (res == ZCCL_SUCCESS)
-        /* Local rank l's part of b holds the blocks of ranks rank_at[hh*G + l], hh = 0..H-1. */
-        for (size_t l = 0; l < G; l++)
-            for (size_t hh = 0; hh < H; hh++)
-                memcpy((char *)recvbuf + (size_t)h->rank_at[hh * G + l] * blk, b + (l * H + hh) * blk, blk);
+        /* String k = l*H + hh of b is rank gathered[k]'s (local rank l's part holds host hh's local rank l). */
+        for (size_t k = 0; k < N && sendcount; k++)
+            zccl__wire_decode(wire, b + k * ws, sendcount, (char *)recvbuf + (size_t)h->gathered[k] * blk, datatype);
     return settle(comm, h, res);
 }
 

@@ -43,12 +43,13 @@ static void put_hdr(uint8_t *p, size_t count, zccl_wire_t wire, size_t B) {
     memcpy(p, &h, sizeof h);
 }
 
-/* Checks the n headers (stride w) against this rank's call. */
-static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, size_t n, size_t me, size_t count,
-                                zccl_wire_t wire, size_t B) {
-    for (size_t r = 0; r < n; r++) {
+/* Checks the n headers (stride w) against this rank's call; string k came from rank who[k] (who NULL: rank k). */
+static zccl_result_t check_hdrs_from(const char *fn, const uint8_t *all, size_t w, size_t n, const int *who, size_t me,
+                                     size_t count, zccl_wire_t wire, size_t B) {
+    for (size_t k = 0; k < n; k++) {
         wire_hdr_t h;
-        memcpy(&h, all + r * w, sizeof h);
+        memcpy(&h, all + k * w, sizeof h);
+        const size_t r = who ? (size_t)who[k] : k;
         if (h.count != count || h.wire != (uint32_t)wire || h.block != (uint32_t)B)
             return zccl__error(ZCCL_INVALID_USAGE, "%s: rank %zu called with count %llu, wire %s, block %u; rank %zu "
                                "(this rank) with count %zu, wire %s, block %zu: every rank must pass the same", fn, r,
@@ -56,6 +57,30 @@ static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, si
                                h.block, me, count, zccl__quant_name(wire), B);
     }
     return ZCCL_SUCCESS;
+}
+
+static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, size_t n, size_t me, size_t count,
+                                zccl_wire_t wire, size_t B) {
+    return check_hdrs_from(fn, all, w, n, NULL, me, count, wire, B);
+}
+
+/* ---- one wire string at a time, for the hierarchical calls (api.h) ---- */
+
+zccl_datatype_t zccl__wire_inner_type(zccl_wire_t wire) { return inner_type(wire); }
+
+void zccl__wire_encode(zccl_wire_t wire, const void *src, zccl_datatype_t dt, size_t count, uint8_t *dst) {
+    const size_t B = zccl__quant_block();
+    put_hdr(dst, count, wire, B);
+    zccl__quant_encode(wire, src, dt, count, B, dst + HDR);
+}
+
+zccl_result_t zccl__wire_check(const char *fn, const uint8_t *all, size_t w, size_t n, const int *who, size_t me,
+                               size_t count, zccl_wire_t wire) {
+    return check_hdrs_from(fn, all, w, n, who, me, count, wire, zccl__quant_block());
+}
+
+void zccl__wire_decode(zccl_wire_t wire, const uint8_t *str, size_t count, void *dst, zccl_datatype_t dt) {
+    zccl__quant_decode(wire, str + HDR, count, zccl__quant_block(), dst, dt);
 }
 
 ZCCL_API size_t zccl_wire_bytes(zccl_wire_t wire, size_t count) {
