@@ -14,9 +14,11 @@
  *   - flat fallback: every output bitwise equal to the flat _wire call's.
  * Each rank writes a hash of its all-gather and all-reduce outputs into shared memory; the parent asserts they are
  * bitwise equal across ranks.
- * QuantHier.BadArguments*: every rank refusing the same bad argument (before and after the layout is made) gets
- * ZCCL_INVALID_ARGUMENT naming it and the communicator still works; one rank refusing makes every rank fail
- * (before the layout exists and after).
+ * QuantHierArgs.*: every rank refusing the same bad argument (datatype, op, wire, NULL buffer, overlap, count,
+ * group; before and after the layout is made) gets the error naming it and the communicator still works; CUDA
+ * device memory refused; count 0 and a call on a stream over tcp; all-gathers whose counts differ fail on every rank.
+ * QuantHierOneRefuses.*: one rank refusing makes every rank fail (before the layout exists and after) and leaves
+ * the communicator marked broken.
  */
 #include <gtest/gtest.h>
 
@@ -496,4 +498,26 @@ TEST(QuantHierArgs, AllgatherCountsThatDifferFailOnEveryRank) {
         }
         return valid_allreduce(comm, rank) ? 0 : 1;
     }, contiguous);
+}
+
+/* CUDA device memory (the fake driver's) is refused on every rank naming it, as by the _wire calls, and the
+ * communicator still works. */
+TEST(QuantHierArgs, DeviceMemoryRefused) {
+    Options o = two_hosts(90);
+    o.env.push_back({"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH});
+    run_ranks(4, [](zccl_comm_t comm, int rank, int) {
+        void *dev = nullptr;
+        if (zccl_mem_alloc_cuda(&dev, 4096 * sizeof(float)) != ZCCL_SUCCESS) {
+            child_log(rank, "zccl_mem_alloc_cuda: %s", zccl_get_last_error(comm));
+            return 1;
+        }
+        std::vector<float> host(4096, 1.0f);
+        bool ok = expect_refused(comm, rank, zccl_allreduce_hier(dev, host.data(), 1024, ZCCL_FLOAT32, ZCCL_SUM,
+                                                                 ZCCL_WIRE_INT8, comm, NULL), "device sendbuf", "device");
+        ok &= expect_refused(comm, rank, zccl_allgather_hier(host.data(), dev, 256, ZCCL_FLOAT32, ZCCL_WIRE_INT4, comm,
+                                                             NULL), "device recvbuf", "device");
+        ok = ok && valid_allreduce(comm, rank);
+        zccl_mem_free_cuda(dev);
+        return ok ? 0 : 1;
+    }, o);
 }
