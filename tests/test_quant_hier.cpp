@@ -512,10 +512,11 @@ TEST(QuantHierArgs, DeviceMemoryRefused) {
             return 1;
         }
         std::vector<float> host(4096, 1.0f);
-        bool ok = expect_refused(comm, rank, zccl_allreduce_hier(dev, host.data(), 1024, ZCCL_FLOAT32, ZCCL_SUM,
-                                                                 ZCCL_WIRE_INT8, comm, NULL), "device sendbuf", "device");
-        ok &= expect_refused(comm, rank, zccl_allgather_hier(host.data(), dev, 256, ZCCL_FLOAT32, ZCCL_WIRE_INT4, comm,
-                                                             NULL), "device recvbuf", "device");
+        zccl_result_t r =
+            zccl_allreduce_hier(dev, host.data(), 1024, ZCCL_FLOAT32, ZCCL_SUM, ZCCL_WIRE_INT8, comm, NULL);
+        bool ok = expect_refused(comm, rank, r, "device sendbuf", "device");
+        r = zccl_allgather_hier(host.data(), dev, 256, ZCCL_FLOAT32, ZCCL_WIRE_INT4, comm, NULL);
+        ok &= expect_refused(comm, rank, r, "device recvbuf", "device");
         ok = ok && valid_allreduce(comm, rank);
         zccl_mem_free_cuda(dev);
         return ok ? 0 : 1;
