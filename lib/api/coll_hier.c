@@ -255,7 +255,7 @@ static zccl_result_t refuse_all(zccl_comm_t comm, zccl_stream_t stream, zccl_res
 static bool scratch_parts(struct zccl_hier *h, int n, const size_t *bytes, void **out) {
     size_t total = 0;
     for (int k = 0; k < n; k++) total += (bytes[k] + 63) & ~(size_t)63;
-    if (total > h->scratch_bytes) {
+    if (total > h->scratch_bytes || !h->scratch) { /* never NULL, even for empty parts (memcpy's arguments) */
         void *p = NULL;
         if (posix_memalign(&p, 64, total ? total : 64) != 0) return false;
         free(h->scratch);
