@@ -25,6 +25,7 @@
 #include "bytes.h"
 #include "launch.h"
 #include "zccl.h"
+#include "zccl_hier.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -107,6 +108,7 @@ struct cfg {
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
     int wire;      /* --wire: a zccl_wire_t; ZCCL_WIRE_FULL (0) = the ordinary collectives */
+    int hier;      /* --wire hier:FMT: the hierarchical calls (zccl_*_hier) instead of the flat zccl_*_wire */
 };
 
 static void usage(FILE *f)
@@ -150,6 +152,8 @@ static void usage(FILE *f)
         "                           half, bfloat16; sum, avg): full, int8, int4, fp8e4m3 or fp8e5m2. Sizes and busbw\n"
         "                           stay full-precision bytes (the effective bandwidth); results are approximate, so\n"
         "                           -c is off and #wrong is N/A (tests/test_quant_coll.cpp checks the error bounds)\n"
+        "      --wire hier:FMT      the hierarchical calls (zccl_*_hier: full precision inside a host, FMT between\n"
+        "                           hosts; hosts as ZCCL_HOST_ID says, else the real ones; flat when one host)\n"
         "      --algo NAME|all      force one algorithm (ring, direct, ...; see docs/tuning.md), or run every\n"
         "                           algorithm that can run OP and print a per-algorithm table with the tuner's choice\n"
         "  -h, --help               show this help\n"
@@ -283,9 +287,13 @@ do {                                                                            
         break;
     case 'W':
         c->wire = -1;
+        c->hier = !strncmp(val, "hier:", 5);
+        if (c->hier) val += 5;
         for (int k = 0; k < ZCCL_NUM_WIRES; k++)
             if (!strcmp(val, zccl_wire_name((zccl_wire_t)k))) c->wire = k;
-        if (c->wire < 0) return bad("--wire: '%s' is not full, int8, int4, fp8e4m3 or fp8e5m2%s", val, "");
+        if (c->wire < 0)
+            return bad("--wire: '%s' is not full, int8, int4, fp8e4m3 or fp8e5m2%s", val,
+                       c->hier ? " (after hier:)" : "");
         break;
     case 'J':
         if (!*val) return bad("-J: empty file name%s%s", "", "");
@@ -315,9 +323,9 @@ static int check_cfg(const struct cfg *c)
         return bad("-b 0 with -f %s never grows; use -b 1 or more%s", "F > 1", "");
     if (c->device && c->registered)
         return bad("-D 1 and -R 1 exclude each other (zccl_mem_alloc buffers are host memory)%s%s", "", "");
-    if (c->wire && c->coll != C_ALLREDUCE && c->coll != C_REDUCE_SCATTER && c->coll != C_ALLGATHER)
+    if ((c->wire || c->hier) && c->coll != C_ALLREDUCE && c->coll != C_REDUCE_SCATTER && c->coll != C_ALLGATHER)
         return bad("--wire applies to allreduce, reduce_scatter and allgather only%s%s", "", "");
-    if (c->wire && c->device)
+    if ((c->wire || c->hier) && c->device)
         return bad("--wire takes host buffers only (-D 1 excludes it)%s%s", "", "");
     if (c->coll == C_SENDRECV && c->algo)
         return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
@@ -501,6 +509,12 @@ static zccl_result_t run_sendrecv(struct bench *b, const void *s, void *r, size_
 static zccl_result_t run_coll(struct bench *b, const void *s, void *r, size_t count, zccl_datatype_t dt, int op,
                               int root, zccl_stream_t st)
 {
+    const zccl_wire_t w = (zccl_wire_t)b->c->wire;
+    if (b->c->hier && b->c->coll == C_ALLREDUCE)
+        return zccl_allreduce_hier(s, r, count, dt, (zccl_redop_t)op, w, b->comm, st);
+    if (b->c->hier && b->c->coll == C_REDUCE_SCATTER)
+        return zccl_reduce_scatter_hier(s, r, count, dt, (zccl_redop_t)op, w, b->comm, st);
+    if (b->c->hier && b->c->coll == C_ALLGATHER) return zccl_allgather_hier(s, r, count, dt, w, b->comm, st);
     switch (b->c->coll) {
     case C_SENDRECV: return run_sendrecv(b, s, r, count, dt, st);
     case C_ALLREDUCE: return zccl_allreduce_wire(s, r, count, dt, (zccl_redop_t)op, (zccl_wire_t)b->c->wire, b->comm, st);

@@ -28,6 +28,26 @@ zccl_result_t zccl__check_root(const char *fn, const char *what, zccl_comm_t com
 zccl_result_t zccl__check_buf(const char *fn, const char *name, const void *p);
 zccl_result_t zccl__check_overlap(const char *fn, const void *s, size_t sbytes, const void *r, size_t rbytes,
                                   bool in_place);
+/** The checks every quantized call shares after zccl__check_common (coll_quant.c; also the hierarchical calls of
+ *  coll_hier.c): the wire (a quantized format), the datatype, the op (has_op: SUM or AVG only), no open group; then
+ *  the wire size of `shard` elements times `mult` shards (*wbytes: one shard's wire string, header included). */
+zccl_result_t zccl__check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wire, zccl_datatype_t dt, bool has_op,
+                               zccl_redop_t op, size_t shard, size_t mult, size_t *wbytes);
+/** One wire string of the quantized calls (coll_quant.c: a header naming count, wire and B, then the encoded
+ *  elements; zccl__check_wire's *wbytes bytes): the 1-byte datatype the inner collectives carry it as; encoding
+ *  count elements of dt into dst; checking n strings (stride w; string k from rank who[k], or rank k when who is
+ *  NULL) against this rank's call (ZCCL_INVALID_USAGE naming both calls when they differ); decoding one string into
+ *  count elements of dt. */
+zccl_datatype_t zccl__wire_inner_type(zccl_wire_t wire);
+void zccl__wire_encode(zccl_wire_t wire, const void *src, zccl_datatype_t dt, size_t count, uint8_t *dst);
+zccl_result_t zccl__wire_check(const char *fn, const uint8_t *all, size_t w, size_t n, const int *who, size_t me,
+                               size_t count, zccl_wire_t wire);
+void zccl__wire_decode(zccl_wire_t wire, const uint8_t *str, size_t count, void *dst, zccl_datatype_t dt);
+/** Refuses CUDA device memory in sendbuf or recvbuf: the quantized calls take host memory only (coll_quant.c). */
+zccl_result_t zccl__check_host_mem(const char *fn, const void *sendbuf, const void *recvbuf);
+/** Frees what the hierarchical collectives attached to comm (coll_hier.c): its sub-communicators, destroyed, or
+ *  aborted when abort is set. */
+void zccl__hier_free(struct zccl_comm *comm, bool abort);
 /** "zccl_allreduce", ... for a collective. */
 const char *zccl__coll_api_name(zccl_coll_t c);
 

@@ -43,12 +43,13 @@ static void put_hdr(uint8_t *p, size_t count, zccl_wire_t wire, size_t B) {
     memcpy(p, &h, sizeof h);
 }
 
-/* Checks the n headers (stride w) against this rank's call. */
-static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, size_t n, size_t me, size_t count,
-                                zccl_wire_t wire, size_t B) {
-    for (size_t r = 0; r < n; r++) {
+/* Checks the n headers (stride w) against this rank's call; string k came from rank who[k] (who NULL: rank k). */
+static zccl_result_t check_hdrs_from(const char *fn, const uint8_t *all, size_t w, size_t n, const int *who, size_t me,
+                                     size_t count, zccl_wire_t wire, size_t B) {
+    for (size_t k = 0; k < n; k++) {
         wire_hdr_t h;
-        memcpy(&h, all + r * w, sizeof h);
+        memcpy(&h, all + k * w, sizeof h);
+        const size_t r = who ? (size_t)who[k] : k;
         if (h.count != count || h.wire != (uint32_t)wire || h.block != (uint32_t)B)
             return zccl__error(ZCCL_INVALID_USAGE, "%s: rank %zu called with count %llu, wire %s, block %u; rank %zu "
                                "(this rank) with count %zu, wire %s, block %zu: every rank must pass the same", fn, r,
@@ -56,6 +57,30 @@ static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, si
                                h.block, me, count, zccl__quant_name(wire), B);
     }
     return ZCCL_SUCCESS;
+}
+
+static zccl_result_t check_hdrs(const char *fn, const uint8_t *all, size_t w, size_t n, size_t me, size_t count,
+                                zccl_wire_t wire, size_t B) {
+    return check_hdrs_from(fn, all, w, n, NULL, me, count, wire, B);
+}
+
+/* ---- one wire string at a time, for the hierarchical calls (api.h) ---- */
+
+zccl_datatype_t zccl__wire_inner_type(zccl_wire_t wire) { return inner_type(wire); }
+
+void zccl__wire_encode(zccl_wire_t wire, const void *src, zccl_datatype_t dt, size_t count, uint8_t *dst) {
+    const size_t B = zccl__quant_block();
+    put_hdr(dst, count, wire, B);
+    zccl__quant_encode(wire, src, dt, count, B, dst + HDR);
+}
+
+zccl_result_t zccl__wire_check(const char *fn, const uint8_t *all, size_t w, size_t n, const int *who, size_t me,
+                               size_t count, zccl_wire_t wire) {
+    return check_hdrs_from(fn, all, w, n, who, me, count, wire, zccl__quant_block());
+}
+
+void zccl__wire_decode(zccl_wire_t wire, const uint8_t *str, size_t count, void *dst, zccl_datatype_t dt) {
+    zccl__quant_decode(wire, str + HDR, count, zccl__quant_block(), dst, dt);
 }
 
 ZCCL_API size_t zccl_wire_bytes(zccl_wire_t wire, size_t count) {
@@ -68,10 +93,9 @@ ZCCL_API const char *zccl_wire_name(zccl_wire_t wire) {
     return (unsigned)wire < ZCCL_NUM_WIRES ? zccl__quant_name(wire) : NULL;
 }
 
-/* The checks every quantized call shares after the common ones: the wire, the datatype, the op, the memory type and
- * the group; then the wire size of `shard` elements times `mult` shards (*wbytes: one shard's). */
-static zccl_result_t check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wire, zccl_datatype_t dt, bool has_op,
-                                zccl_redop_t op, size_t shard, size_t mult, size_t *wbytes) {
+/* The checks every quantized call shares after the common ones (api.h). */
+zccl_result_t zccl__check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wire, zccl_datatype_t dt, bool has_op,
+                               zccl_redop_t op, size_t shard, size_t mult, size_t *wbytes) {
     if (!zccl__quant_is_quantized(wire))
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'wire' = %d is not a zccl_wire_t (0..%d)", fn,
                            (int)wire, ZCCL_NUM_WIRES - 1);
@@ -96,7 +120,7 @@ static zccl_result_t check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wi
     return ZCCL_SUCCESS;
 }
 
-static zccl_result_t check_host(const char *fn, const void *sendbuf, const void *recvbuf) {
+zccl_result_t zccl__check_host_mem(const char *fn, const void *sendbuf, const void *recvbuf) {
     zccl_mem_type_t t = ZCCL_MEM_HOST;
     ZCCL_CHECK(zccl__mem_call_type(fn, sendbuf, recvbuf, &t));
     if (t != ZCCL_MEM_HOST)
@@ -146,7 +170,7 @@ ZCCL_API zccl_result_t zccl_allgather_wire(const void *sendbuf, void *recvbuf, s
     REFUSE_IF(zccl__check_common(fn, comm, sendcount, (size_t)(comm ? comm->nranks : 1), datatype, 0, ZCCL_SUM,
                                  &total));
     const size_t n = (size_t)comm->nranks, me = (size_t)comm->rank;
-    REFUSE_IF(check_wire(fn, comm, wire, datatype, false, ZCCL_SUM, sendcount, n, &w));
+    REFUSE_IF(zccl__check_wire(fn, comm, wire, datatype, false, ZCCL_SUM, sendcount, n, &w));
     const zccl_datatype_t idt = inner_type(wire);
     if (sendcount == 0) {
         ZCCL_CHECK(settle_stream(stream));
@@ -157,7 +181,7 @@ ZCCL_API zccl_result_t zccl_allgather_wire(const void *sendbuf, void *recvbuf, s
     const size_t sbytes = total / n;
     const bool in_place = (const char *)sendbuf == (const char *)recvbuf + me * sbytes;
     REFUSE_IF(zccl__check_overlap(fn, sendbuf, sbytes, recvbuf, total, in_place));
-    REFUSE_IF(check_host(fn, sendbuf, recvbuf));
+    REFUSE_IF(zccl__check_host_mem(fn, sendbuf, recvbuf));
     REFUSE_IF(alloc_all(fn, w, w * n, 0, &wsend, &wrecv, &acc));
     const size_t B = zccl__quant_block();
     put_hdr(wsend, sendcount, wire, B);
@@ -195,7 +219,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_wire(const void *sendbuf, void *recvb
     size_t total, w;
     REFUSE_IF(zccl__check_common(fn, comm, recvcount, (size_t)(comm ? comm->nranks : 1), datatype, 1, op, &total));
     const size_t n = (size_t)comm->nranks, me = (size_t)comm->rank;
-    REFUSE_IF(check_wire(fn, comm, wire, datatype, true, op, recvcount, n, &w));
+    REFUSE_IF(zccl__check_wire(fn, comm, wire, datatype, true, op, recvcount, n, &w));
     const zccl_datatype_t idt = inner_type(wire);
     if (recvcount == 0) {
         ZCCL_CHECK(settle_stream(stream));
@@ -206,7 +230,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_wire(const void *sendbuf, void *recvb
     const size_t rbytes = total / n;
     const bool in_place = (const char *)recvbuf == (const char *)sendbuf + me * rbytes;
     REFUSE_IF(zccl__check_overlap(fn, sendbuf, total, recvbuf, rbytes, in_place));
-    REFUSE_IF(check_host(fn, sendbuf, recvbuf));
+    REFUSE_IF(zccl__check_host_mem(fn, sendbuf, recvbuf));
     REFUSE_IF(alloc_all(fn, w * n, w * n, recvcount * sizeof(float), &wsend, &wrecv, &acc));
     const size_t B = zccl__quant_block();
     for (size_t q = 0; q < n; q++) {
@@ -237,7 +261,7 @@ ZCCL_API zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, s
     REFUSE_IF(zccl__check_common(fn, comm, count, 1, datatype, 1, op, &bytes));
     const size_t n = (size_t)comm->nranks, me = (size_t)comm->rank;
     const size_t L = count / n + (count % n != 0); /* shard length; the last shards may be shorter or empty */
-    REFUSE_IF(check_wire(fn, comm, wire, datatype, true, op, L, n, &w));
+    REFUSE_IF(zccl__check_wire(fn, comm, wire, datatype, true, op, L, n, &w));
     const zccl_datatype_t idt = inner_type(wire);
     if (count == 0) {
         ZCCL_CHECK(settle_stream(stream));
@@ -248,7 +272,7 @@ ZCCL_API zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, s
     REFUSE_IF(zccl__check_buf(fn, "recvbuf", recvbuf));
     const bool in_place = sendbuf == recvbuf;
     REFUSE_IF(zccl__check_overlap(fn, sendbuf, bytes, recvbuf, bytes, in_place));
-    REFUSE_IF(check_host(fn, sendbuf, recvbuf));
+    REFUSE_IF(zccl__check_host_mem(fn, sendbuf, recvbuf));
     REFUSE_IF(alloc_all(fn, w * n, w * n, L * sizeof(float), &wsend, &wrecv, &acc));
     const size_t B = zccl__quant_block(), es = zccl_type_size(datatype);
 #define SHARD_LEN(q) ((q) * L >= count ? 0 : count - (q) * L < L ? count - (q) * L : L)

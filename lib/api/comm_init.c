@@ -28,6 +28,7 @@
 
 void zccl__comm_release(struct zccl_comm *comm) {
     if (!comm) return;
+    zccl__hier_free(comm, false);
     zccl__redop_forget(comm);
     zccl__tuner_free(comm);
     zccl__comm_free(comm);
@@ -437,6 +438,7 @@ ZCCL_API zccl_result_t zccl_comm_abort(zccl_comm_t comm) {
     zccl__stream_forget(comm);             /* queued operations fail; waits for a stream running one of ours */
     pthread_mutex_lock(&comm->exec_mutex); /* waits for a blocking call in another thread to return */
     pthread_mutex_unlock(&comm->exec_mutex);
+    zccl__hier_free(comm, true);
     zccl__comm_release(comm); /* closing the sockets makes peers see the loss at once instead of waiting for a deadline */
     return ZCCL_SUCCESS;
 }

@@ -86,6 +86,9 @@ struct zccl_comm {
     pthread_t nb_thread;
     bool keep_shell;           /* zccl__comm_free frees everything but the struct (a failed non-blocking creation) */
     char nb_msg[1024];         /* the failed creation's message */
+    /* The hierarchical collectives' host layout and sub-communicators, made at the first such call; owned and freed
+     * by the API layer (lib/api/coll_hier.c, zccl__hier_free). */
+    struct zccl_hier *hier;
 };
 
 /* ---- the communicator's own parts (comm.c) and the setup steps of its creation (comm_setup.c) ---- */
@@ -145,5 +148,7 @@ extern const zccl_cfg_desc_t zccl__set_check;
 #define ZCCL_CFG_CHECK (&zccl__set_check)
 extern const zccl_cfg_desc_t zccl__set_ring_order;
 #define ZCCL_CFG_RING_ORDER (&zccl__set_ring_order)
+extern const zccl_cfg_desc_t zccl__set_host_id;
+#define ZCCL_CFG_HOST_ID (&zccl__set_host_id)
 
 #endif
