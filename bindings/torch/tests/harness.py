@@ -21,7 +21,34 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file):
+def _exit_barrier(dist, rank, n, timeout_s=10.0):
+    """Keeps rank 0, which hosts the TCP store, alive until every other rank has made its last store call.
+
+    A rank that is not in a subgroup may still be polling new_group's store-based barrier when the members have
+    finished; if rank 0 exits then, that poll fails with "Broken pipe". Two phases: everyone arrives; then each
+    rank other than 0 says it has left (its last store call) and rank 0 waits for n-1 of those. Bounded: a rank
+    that failed never arrives, and the others give up after timeout_s (their results are already reported)."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - the function destroyed the group itself
+        return
+    deadline = time.monotonic() + timeout_s
+    try:
+        store.add("zccl_harness/arrived", 1)
+        while store.add("zccl_harness/arrived", 0) < n:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+        if rank != 0:
+            store.add("zccl_harness/left", 1)
+            return
+        while store.add("zccl_harness/left", 0) < n - 1 and time.monotonic() < deadline:
+            time.sleep(0.005)
+    except Exception:  # noqa: BLE001 - the store is gone: nothing left to protect
+        return
+
+
+def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file, exit_together):
     import faulthandler
 
     stacks = open(stack_file, "w")
@@ -42,6 +69,8 @@ def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at
             dist.init_process_group(backend, init_method=init, **kw)
         out = fn(rank, n, *args)
         results.put((rank, "ok", out))
+        if exit_together:
+            _exit_barrier(dist, rank, n)
         dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, "error", traceback.format_exc()))
@@ -72,7 +101,7 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
     stack_dir = tempfile.mkdtemp(prefix="zccl_torch_stacks_")
     stack_file = lambda r: os.path.join(stack_dir, f"rank{r}.txt")  # noqa: E731
     procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results,
-                                                       time.time() + timeout - 3, stack_file(r)),
+                                                       time.time() + timeout - 3, stack_file(r), not expect_dead),
                          daemon=True) for r in range(n)]
     for p in procs:
         p.start()
