@@ -135,9 +135,13 @@ void zccl__doorbell_ring(zccl_tp_comm_t *comm, int peer) {
      * update, or we see it asleep and bump the bell, which makes its FUTEX_WAIT return. A rank that is awake costs
      * one load here, not a contended atomic. */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    if (__atomic_load_n(sleeping, __ATOMIC_RELAXED)) {
+    const uint32_t how = __atomic_load_n(sleeping, __ATOMIC_RELAXED);
+    if (how) {
         __atomic_fetch_add(bell, 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, bell, FUTEX_WAKE, 1, NULL, NULL, 0);
+        /* 2: it yields between looks and sees the bump without a system call, unless it has just switched to the
+         * futex (1, stored before its FUTEX_WAIT; read after our bump, so one of us sees the other). */
+        if (how == 1 || __atomic_load_n(sleeping, __ATOMIC_SEQ_CST) == 1)
+            syscall(SYS_futex, bell, FUTEX_WAKE, 1, NULL, NULL, 0);
     }
 }
 

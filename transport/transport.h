@@ -92,6 +92,12 @@ struct zccl_transport_ops;
  * The transport layer's view of a communicator. struct zccl_comm embeds one (member `tc`); transports receive a
  * pointer to it and never the communicator. rank/nranks/comm_id/secret are copies fixed at creation.
  */
+/* How long one wait in ZCCL_WAIT_YIELD mode yields before it sleeps (doorbell.c for shared memory, the engine's
+ * poll for sockets). Measured with 4 and 8 ranks on 2 cores (bench/wait_ab, docs/performance.md): 250 us keeps the
+ * small calls' gain (a descheduled peer gets the core at once) and, unlike 1-5 ms, does not slow 4-16 MiB calls,
+ * whose waits are for peers busy copying on the core the waiter keeps taking turns on. */
+#define ZCCL_YIELD_MAX_US 250
+
 typedef struct zccl_tp_comm {
     int rank, nranks;
     uint64_t comm_id;
@@ -109,6 +115,10 @@ typedef struct zccl_tp_comm {
     uint32_t *doorbell;
     uint32_t *sleeping;
     uint32_t local_doorbell[2];
+    /* ZCCL_WAIT_YIELD: a waiting rank does not sleep on the futex but hands its core over with sched_yield and
+     * looks again (sleeping = 2 then, so a peer bumps the word without the FUTEX_WAKE system call), for up to
+     * ZCCL_YIELD_MAX_US per wait; then it sleeps. */
+    int wait_yield;
     /* Cache-sized bounce buffer for transports that need one (chunk_bytes, ZCCL_CHUNK_BYTES). */
     uint8_t *chunk_tmp;
     size_t chunk_bytes;
@@ -228,7 +238,8 @@ void *zccl__shm_reg_area(zccl_tp_comm_t *comm, int rank);
  */
 uint32_t zccl__doorbell_announce(zccl_tp_comm_t *comm);
 void zccl__doorbell_awake(zccl_tp_comm_t *comm);
-/** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c). */
+/** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c); with
+ *  comm->wait_yield it yields the core (sched_yield) between looks at the word instead of sleeping. */
 void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);
 
 /**

@@ -134,6 +134,8 @@ extern const zccl_cfg_desc_t zccl__set_timeout_ms;
 #define ZCCL_CFG_TIMEOUT_MS (&zccl__set_timeout_ms)
 extern const zccl_cfg_desc_t zccl__set_spin_us;
 #define ZCCL_CFG_SPIN_US (&zccl__set_spin_us)
+extern const zccl_cfg_desc_t zccl__set_wait_yield;
+#define ZCCL_CFG_WAIT_YIELD (&zccl__set_wait_yield)
 extern const zccl_cfg_desc_t zccl__set_stream_spin_us;
 #define ZCCL_CFG_STREAM_SPIN_US (&zccl__set_stream_spin_us)
 extern const zccl_cfg_desc_t zccl__set_stage_chunk_bytes;

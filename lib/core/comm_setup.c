@@ -213,12 +213,16 @@ zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm) {
     const int cpus = zccl__cpus_for_ranks(local);
     if (us < 0) us = (local <= cpus) ? 50 : 0;
     comm->spin_ns = (uint64_t)us * 1000u;
+    int64_t yield;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_WAIT_YIELD, &yield));
+    if (yield < 0) yield = local > cpus;
+    comm->tc.wait_yield = (int)yield;
     /* A stream adds a thread per rank: its polling pays only where the caller's thread keeps a core of its own. */
     int64_t sus;
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_STREAM_SPIN_US, &sus));
     if (sus < 0) sus = (2 * local <= cpus) ? us : 0;
     comm->stream_spin_ns = (uint64_t)sus * 1000u;
-    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks on this host, %d cores available: poll %lld us before sleeping",
-              comm->rank, local, cpus, (long long)us);
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks on this host, %d cores available: poll %lld us, then %s",
+              comm->rank, local, cpus, (long long)us, yield ? "yield the core between looks" : "sleep");
     return ZCCL_SUCCESS;
 }

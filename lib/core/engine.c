@@ -31,7 +31,7 @@ static zccl_result_t ensure_scratch(struct zccl_comm *comm, size_t bytes) {
 }
 
 /* Waits for any transfer to be able to move: sockets by poll, shared memory by the doorbell futex. */
-static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint32_t seen) {
+static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, uint32_t seen, uint64_t idle_ns) {
     struct pollfd pfd[64];
     nfds_t np = 0;
     bool other = false;
@@ -42,8 +42,12 @@ static void wait_for_event(struct zccl_comm *comm, zccl_xfer_t *x, size_t nx, ui
         if (fd >= 0 && np < 64) pfd[np++] = (struct pollfd){fd, ev, 0};
         else other = true;
     }
-    if (np) poll(pfd, np, other ? 1 : 50);
-    else zccl__doorbell_wait(&comm->tc, seen, 50);
+    if (np && comm->tc.wait_yield && idle_ns < ZCCL_YIELD_MAX_US * 1000u) { /* ZCCL_WAIT_YIELD, as doorbell.c */
+        if (poll(pfd, np, 0) == 0) sched_yield();
+    } else if (np)
+        poll(pfd, np, other ? 1 : 50);
+    else
+        zccl__doorbell_wait(&comm->tc, seen, 50);
 }
 
 /* ---- call descriptors ---------------------------------------------------------------------------------------
@@ -245,7 +249,7 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
         /* Announce that we sleep, look once more, then sleep. */
         const uint32_t seen = zccl__doorbell_announce(&comm->tc);
         zccl_result_t res = poll_once(comm, x, nx, h, &all_done, &moved);
-        if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen);
+        if (res == ZCCL_SUCCESS && !moved && !all_done) wait_for_event(comm, x, nx, seen, zccl__now_ns() - idle_since);
         zccl__doorbell_awake(&comm->tc);
         ZCCL_CHECK(res);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))

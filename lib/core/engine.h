@@ -10,7 +10,8 @@
 /**
  * Executes schedule s of this rank with the user's buffers. Steps of a phase run concurrently; a phase ends when
  * its receives are delivered and its sends handed over. Waits poll for ZCCL_SPIN_US, then sleep on the
- * rank's doorbell (futex) or poll the TCP sockets, so oversubscribed ranks do not steal each other's cores.
+ * rank's doorbell (futex) or poll the TCP sockets, so oversubscribed ranks do not steal each other's cores; with
+ * ZCCL_WAIT_YIELD they yield the core between looks for up to ZCCL_YIELD_MAX_US first (transport/doorbell.c).
  * Errors: ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT naming the peer waited on; ZCCL_SYSTEM_ERROR.
  */
 zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s, const void *sendbuf, void *recvbuf,

@@ -15,6 +15,11 @@ ZCCL_SETTING(zccl__set_spin_us) = {.name = "ZCCL_SPIN_US", .deflt = "-1",
                           .help = "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
                           "fit its cores, else 0 (sleep at once, leave the core to a peer)",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 10000000};
+ZCCL_SETTING(zccl__set_wait_yield) = {.name = "ZCCL_WAIT_YIELD", .deflt = "-1",
+                          .help = "how a rank waits once its ZCCL_SPIN_US has passed: 0 sleeps on a futex until a "
+                          "peer wakes it, 1 stays runnable and hands its core over (sched_yield) between looks; -1: 1 "
+                          "if the host has more ranks than cores, else 0 (docs/performance.md)",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1};
 ZCCL_SETTING(zccl__set_stream_spin_us) = {.name = "ZCCL_STREAM_SPIN_US", .deflt = "-1",
                           .help = "microseconds an idle zccl stream thread polls for its next operation, and "
                           "zccl_stream_synchronize for the last completion, before sleeping; -1: ZCCL_SPIN_US's value "
