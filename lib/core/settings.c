@@ -13,7 +13,7 @@ ZCCL_SETTING(zccl__set_timeout_ms) = {.name = "ZCCL_TIMEOUT_MS", .deflt = "0", .
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = INT64_MAX / 1000000};
 ZCCL_SETTING(zccl__set_spin_us) = {.name = "ZCCL_SPIN_US", .deflt = "-1",
                           .help = "microseconds a waiting rank polls before it sleeps on a futex; -1: 50 if the host's ranks "
-                          "fit its cores, else 0 (sleep at once, leave the core to a peer)",
+                          "fit its cores, else 0 (no polling; then ZCCL_WAIT_YIELD says how it waits)",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 10000000};
 ZCCL_SETTING(zccl__set_wait_yield) = {.name = "ZCCL_WAIT_YIELD", .deflt = "-1",
                           .help = "how a rank waits once its ZCCL_SPIN_US has passed: 0 sleeps on a futex until a "
