@@ -19,6 +19,8 @@ namespace {
 struct Case {
     const char *name, *value;
 };
+/* gtest prints the parameter in test names and failures: the setting and its value instead of the struct's bytes. */
+[[maybe_unused]] static void PrintTo(const Case &c, std::ostream *os) { *os << c.name << "=" << c.value; }
 
 class SettingsMatch : public ::testing::TestWithParam<Case> {};
 
