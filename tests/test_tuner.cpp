@@ -522,6 +522,39 @@ TEST(TunerCalibration, DeterministicNeverMeasures) {
     rmdir(dir);
 }
 
+// ZCCL_SHM_CMA=-1 (the default): calibration times a 1 MiB shift with the single copy and through the slots and keeps
+// the single copy only where it was not more than 1.1x slower (the INFO line gives the ratio and the decision, which
+// must agree with each other); the collectives are exact either way (zccl-bench -c 1 from 64 KiB to 4 MiB, both
+// sides of ZCCL_CMA_THRESHOLD). ZCCL_SHM_CMA=1 and ZCCL_DETERMINISTIC=1 measure nothing of it.
+TEST(TunerCalibration, SingleCopyIsKeptOnlyWhereItMeasuredNoSlower) {
+    const std::string bench = std::string(ZCCL_TOOLS_DIR) + "/zccl-bench";
+    if (access(bench.c_str(), X_OK) != 0) GTEST_SKIP() << bench << " not built";
+    const std::string env = "ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TUNE ZCCL_TRANSPORT=shm ZCCL_TUNER_CALIBRATE=1 ";
+    const std::string args = " allreduce -np 3 -b 64K -e 4M -f 4 -n 2 -w 1 -c 1 2>&1";
+    int st = -1;
+    std::string out = run_capture(env + "timeout 120 " + bench + args, &st);
+    ASSERT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("Out of bounds values : 0 OK"), std::string::npos) << out;
+    const char *key = "tuner: the single copy";
+    const size_t at = out.find(key);
+    ASSERT_NE(at, std::string::npos) << "no single-copy decision at INFO:\n" << out;
+    EXPECT_EQ(out.find(key, at + 1), std::string::npos) << "more than one decision line (rank 0 alone says it)";
+    const size_t took = out.find("took ", at);
+    ASSERT_NE(took, std::string::npos) << out;
+    const double ratio = strtod(out.c_str() + took + 5, nullptr);
+    EXPECT_GT(ratio, 0.0) << out;
+    const bool slots = out.find("shared memory uses the slots at every size", at) != std::string::npos;
+    const bool kept = out.find("kept from ZCCL_CMA_THRESHOLD", at) != std::string::npos;
+    EXPECT_NE(slots, kept) << out;
+    EXPECT_EQ(slots, ratio > 1.1) << "ratio " << ratio << " but the decision says " << (slots ? "slots" : "kept")
+                                  << ":\n" << out;
+    for (const char *off : {"ZCCL_SHM_CMA=1 ", "ZCCL_DETERMINISTIC=1 "}) {
+        out = run_capture(env + off + "timeout 120 " + bench + args, &st);
+        ASSERT_EQ(st, 0) << off << out;
+        EXPECT_EQ(out.find(key), std::string::npos) << off << "measured the single copy:\n" << out;
+    }
+}
+
 // Every algorithm of every collective, forced with zccl_comm_set_algo (and once through ZCCL_ALGO), gives the
 // reference result on every rank, bitwise identical across ranks, for several sizes and in/out of place.
 struct ForcedShared {

@@ -9,10 +9,11 @@ ZCCL_SETTING(zccl__set_shm_slot_bytes) = {.name = "ZCCL_SHM_SLOT_BYTES", .deflt 
         .kind = ZCCL_CFG_BYTES, .lo = 4096, .hi = 64ll << 20, .must_match = true};
 ZCCL_SETTING(zccl__set_shm_slots) = {.name = "ZCCL_SHM_SLOTS", .deflt = "8", .help = "slots per shared-memory FIFO (per ordered pair of ranks)",
         .kind = ZCCL_CFG_INT, .lo = 2, .hi = 1024, .must_match = true};
-ZCCL_SETTING(zccl__set_shm_cma) = {.name = "ZCCL_SHM_CMA", .deflt = "1",
+ZCCL_SETTING(zccl__set_shm_cma) = {.name = "ZCCL_SHM_CMA", .deflt = "-1",
                           .help = "1: single-copy large messages with process_vm_readv where the kernel lets a rank read "
-                          "its peer (probed per pair at init); 0: pipelined copies through slots",
-        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true};
+                          "its peer (probed per pair at init); 0: pipelined copies through slots; -1: 1 unless the "
+                          "tuner's calibration measured the slots faster at 1 MiB on some host (then 0)",
+        .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1, .must_match = true};
 ZCCL_SETTING(zccl__set_cma_threshold) = {.name = "ZCCL_CMA_THRESHOLD", .deflt = "128K", .help = "message bytes from which shm uses the single copy",
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
 ZCCL_SETTING(zccl__set_ib_disable) = {.name = "ZCCL_IB_DISABLE", .deflt = "0", .help = "1: never use the InfiniBand/RoCE verbs transport (TCP between "

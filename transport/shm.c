@@ -83,6 +83,8 @@ typedef struct zccl_shm_comm {
     size_t slot_bytes, chan_stride, data_offset, chan_base;
     size_t cma_threshold;
     bool cma_enabled;
+    bool cma_auto;   /* ZCCL_SHM_CMA=-1: the tuner may pause the single copy (zccl__shm_single_copy) */
+    int cma_paused;  /* set by the tuner at init, before any call; read by shm_send */
     uint64_t *cma_posted; /* per global rank: single-copy descriptors this rank posted to it */
     uint64_t *send_head;  /* per global rank: messages slots this rank posted to it (sender-private copy) */
     uint64_t *tail_seen;  /* per global rank: last value of its `tail` this rank read (refreshed when full) */
@@ -277,6 +279,7 @@ static zccl_result_t shm_setup(zccl_tp_comm_t *comm) {
     s->cma_threshold = (size_t)v;
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_CMA, &v));
     s->cma_enabled = v != 0;
+    s->cma_auto = v < 0;
     s->data_offset = align_up(sizeof(chan_ctl_t) + s->nslots * sizeof(slot_meta_t), 4096);
     s->chan_stride = s->data_offset + (size_t)s->nslots * s->slot_bytes;
     s->chan_base = align_up(sizeof(seg_hdr_t), 4096);
@@ -348,6 +351,14 @@ bool zccl__shm_room(const zccl_tp_comm_t *comm, size_t *need, size_t *avail) {
     return min_free >= *need;
 }
 
+int zccl__shm_single_copy(zccl_tp_comm_t *comm, int on) {
+    shm_comm_t *s = SHM_OF(comm);
+    if (!s || !s->cma_auto || !s->cma_enabled) return -1;
+    const int was = !__atomic_load_n(&s->cma_paused, __ATOMIC_RELAXED);
+    if (on >= 0) __atomic_store_n(&s->cma_paused, !on, __ATOMIC_RELAXED);
+    return was;
+}
+
 static bool shm_can_reach(const zccl_tp_comm_t *comm, int peer) {
     if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return false;
     size_t need, avail;
@@ -361,6 +372,7 @@ static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     if (!x->started) {
         x->started = true;
         x->t[0] = (s->cma_enabled && x->bytes >= s->cma_threshold &&
+                   !__atomic_load_n(&s->cma_paused, __ATOMIC_RELAXED) &&
                    __atomic_load_n(&c->cma_ok, __ATOMIC_ACQUIRE) == CMA_YES) ? SLOT_CMA : SLOT_INLINE;
         x->t[1] = 0; /* CMA: ack count that completes this send, once posted */
     }

@@ -10,6 +10,9 @@
  *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
  *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
+ *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): the same shift of CMA_PROBE_BYTES with the
+ *     single copy (process_vm_readv) and through the slots; the single copy stays on unless its time over the
+ *     slots' exceeds CMA_SLOWER on some host (MAX over ranks), then it is off for the communicator's life.
  * "Median" above is the fastest run instead when the host's ranks fit its cores (fastest_is_cost, below).
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
@@ -44,6 +47,11 @@
 #define INTER_BETA_BYTES (1u << 20)
 #define BUF_BYTES (256u << 10)
 #define GAMMA_BYTES (64u << 10)
+/* The single copy against the slots: 1 MiB is inside the band where they trade places by machine (an Intel VM: the
+ * single copy 1.2-1.9x faster from 256 KiB; an AMD EPYC VM: the slots 1.4-3x faster up to 16 MiB; docs/performance.md,
+ * "Design choices"); 1.1 keeps the single copy where the two are level within the noise. */
+#define CMA_PROBE_BYTES (1u << 20)
+#define CMA_SLOWER 1.1
 
 enum { P_INTRA_A, P_INTRA_B, P_INTER_A, P_INTER_B, P_GAMMA, P_COPY, P_N };
 
@@ -185,7 +193,7 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
         }
 }
 
-static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
+static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, double *cma_ratio) {
     const int n = comm->nranks, me = comm->rank;
     int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
     const size_t bufbytes = INTER_BETA_BYTES > BUF_BYTES ? INTER_BETA_BYTES : BUF_BYTES;
@@ -214,6 +222,23 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p) {
     ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, fastest_is_cost, &a), res, out);
     ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &b), res, out);
     if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
+    /* Single copy against slots, only where every rank with a local peer has the choice (one MIN over ranks decides,
+     * so either all of them run both shifts or none does: a rank that skipped a shift its peer runs would hang it). */
+    *cma_ratio = 0;
+    {
+        const int was = zccl__shm_single_copy(&comm->tc, -1);
+        int64_t mine = to >= 0 ? was : 1, all = 0;
+        ZCCL_CHECK_GOTO(zccl_allreduce(&mine, &all, 1, ZCCL_INT64, ZCCL_MIN, comm, NULL), res, out);
+        double tc = 0, ts = 0;
+        const int sc_to = all == 1 ? to : -1;
+        ZCCL_CHECK_GOTO(shift_time(comm, sc_to, from, CMA_PROBE_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &tc),
+                        res, out);
+        if (sc_to >= 0) zccl__shm_single_copy(&comm->tc, 0);
+        res = shift_time(comm, sc_to, from, CMA_PROBE_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &ts);
+        if (sc_to >= 0) zccl__shm_single_copy(&comm->tc, 1);
+        if (res != ZCCL_SUCCESS) goto out;
+        if (tc > 0 && ts > 0) *cma_ratio = tc / ts;
+    }
     ring_peers(heads, nh, me, &to, &from);
     ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, fastest_is_cost, &a), res, out);
     ZCCL_CHECK_GOTO(shift_time(comm, to, from, INTER_BETA_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &b), res, out);
@@ -335,6 +360,7 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     for (char *c = host; *c; c++)
         if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_';
     zccl_tune_params_t p = t->p;
+    double cma_ratio = 0; /* single copy's time over the slots' at CMA_PROBE_BYTES; 0: not measured */
     int64_t have = 0, all_have = 0;
     if (*cache) {
         bool h;
@@ -346,12 +372,23 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     if (*cache && all_have) {
         snprintf(t->source, sizeof t->source, "cache");
     } else if (calibrate) {
-        ZCCL_CHECK(measure(comm, &p));
+        ZCCL_CHECK(measure(comm, &p, &cma_ratio));
         snprintf(t->source, sizeof t->source, "calibrated");
     } else {
         zccl__tune_defaults(&p);
     }
     ZCCL_CHECK(zccl__tuner_agree(comm, &p, zccl__algo_filter_hash(&t->filter), "ZCCL_ALGO"));
+    if (calibrate && !(*cache && all_have)) { /* every rank measured: agree on the slowest host's ratio */
+        double worst = 0;
+        ZCCL_CHECK(zccl_allreduce(&cma_ratio, &worst, 1, ZCCL_FLOAT64, ZCCL_MAX, comm, NULL));
+        if (worst > CMA_SLOWER && zccl__shm_single_copy(&comm->tc, 0) == 1 && comm->rank == 0)
+            ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy (process_vm_readv) took %.2fx the slots' time for %u KiB "
+                      "on this machine: shared memory uses the slots at every size (ZCCL_SHM_CMA=1 keeps it)", worst,
+                      CMA_PROBE_BYTES >> 10);
+        else if (worst > 0 && comm->rank == 0)
+            ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy took %.2fx the slots' time for %u KiB: kept from "
+                      "ZCCL_CMA_THRESHOLD", worst, CMA_PROBE_BYTES >> 10);
+    }
     /* A link class nobody measured (no host with two ranks; a single host) keeps its default: same on every rank. */
     zccl_tune_params_t d;
     zccl__tune_defaults(&d);
