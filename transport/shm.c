@@ -81,10 +81,10 @@ typedef struct zccl_shm_comm {
     bool unlinked;
     uint32_t nslots;
     size_t slot_bytes, chan_stride, data_offset, chan_base;
-    size_t cma_threshold;
+    size_t cma_threshold; /* SIZE_MAX while the tuner has the single copy off (zccl__shm_single_copy) */
+    size_t cma_threshold_cfg; /* ZCCL_CMA_THRESHOLD */
     bool cma_enabled;
-    bool cma_auto;   /* ZCCL_SHM_CMA=-1: the tuner may pause the single copy (zccl__shm_single_copy) */
-    int cma_paused;  /* set by the tuner at init, before any call; read by shm_send */
+    bool cma_auto; /* ZCCL_SHM_CMA=-1: the tuner may turn the single copy off */
     uint64_t *cma_posted; /* per global rank: single-copy descriptors this rank posted to it */
     uint64_t *send_head;  /* per global rank: messages slots this rank posted to it (sender-private copy) */
     uint64_t *tail_seen;  /* per global rank: last value of its `tail` this rank read (refreshed when full) */
@@ -276,7 +276,7 @@ static zccl_result_t shm_setup(zccl_tp_comm_t *comm) {
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_SLOTS, &v));
     s->nslots = (uint32_t)v;
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_CMA_THRESHOLD, &v));
-    s->cma_threshold = (size_t)v;
+    s->cma_threshold = s->cma_threshold_cfg = (size_t)v;
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SHM_CMA, &v));
     s->cma_enabled = v != 0;
     s->cma_auto = v < 0;
@@ -354,8 +354,9 @@ bool zccl__shm_room(const zccl_tp_comm_t *comm, size_t *need, size_t *avail) {
 int zccl__shm_single_copy(zccl_tp_comm_t *comm, int on) {
     shm_comm_t *s = SHM_OF(comm);
     if (!s || !s->cma_auto || !s->cma_enabled) return -1;
-    const int was = !__atomic_load_n(&s->cma_paused, __ATOMIC_RELAXED);
-    if (on >= 0) __atomic_store_n(&s->cma_paused, !on, __ATOMIC_RELAXED);
+    /* Called by the thread that runs this communicator's calls, between calls: no send reads the threshold then. */
+    const int was = s->cma_threshold != SIZE_MAX;
+    if (on >= 0) s->cma_threshold = on ? s->cma_threshold_cfg : SIZE_MAX;
     return was;
 }
 
@@ -372,7 +373,6 @@ static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     if (!x->started) {
         x->started = true;
         x->t[0] = (s->cma_enabled && x->bytes >= s->cma_threshold &&
-                   !__atomic_load_n(&s->cma_paused, __ATOMIC_RELAXED) &&
                    __atomic_load_n(&c->cma_ok, __ATOMIC_ACQUIRE) == CMA_YES) ? SLOT_CMA : SLOT_INLINE;
         x->t[1] = 0; /* CMA: ack count that completes this send, once posted */
     }
