@@ -59,6 +59,8 @@ typedef struct {
 
 static ctl_t *ctl;
 static int nranks;
+static long barriers_passed; /* this process's barriers in the current op, for the deadline's message */
+static int my_rank;
 static int oversubscribed; /* more ranks than CPUs: yield while waiting, or the waiter steals the worker's core */
 
 static double now(void) {
@@ -67,16 +69,30 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+enum { BARRIER_DEADLINE_S = 20 };
+
 /* Sense-reversing barrier on one shared counter. */
 static void barrier(uint32_t *local_sense) {
     uint32_t s = *local_sense ^= 1u;
+    barriers_passed++;
     if (__atomic_add_fetch(&ctl->count, 1, __ATOMIC_ACQ_REL) == (uint32_t)nranks) {
         __atomic_store_n(&ctl->count, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&ctl->sense, s, __ATOMIC_RELEASE);
         return;
     }
+    double t0 = 0;
     for (unsigned spin = 0; __atomic_load_n(&ctl->sense, __ATOMIC_ACQUIRE) != s; spin++) {
         if (ctl->failed) _exit(3);
+        if ((spin & 1023) == 1023) { /* a deadline: a rank out of step names itself instead of hanging */
+            if (t0 == 0) t0 = now();
+            else if (now() - t0 > BARRIER_DEADLINE_S) {
+                fprintf(stderr, "shm_limit: rank %d waited %d s at its barrier %ld of this op (%u of %d ranks arrived): "
+                        "a rank died or the ranks are out of step\n", my_rank, BARRIER_DEADLINE_S, barriers_passed,
+                        __atomic_load_n(&ctl->count, __ATOMIC_RELAXED), nranks);
+                ctl->failed = 1;
+                _exit(4);
+            }
+        }
         if (oversubscribed || (spin & 1023) == 1023) sched_yield();
         else _mm_pause();
     }
@@ -269,6 +285,8 @@ static void usage(FILE *f) {
 static int run_rank(int me, const bufs_t *b, int op, long long minb, long long maxb, long factor, double mintime,
                     long repeats) {
     uint32_t sense = 0;
+    barriers_passed = 0;
+    my_rank = me;
     for (long long size = minb; size <= maxb; size *= factor) {
         /* nccl-tests sizes: the all-reduce vector; reduce_scatter and allgather: the total over ranks */
         size_t n = (size_t)size / sizeof(float);
@@ -408,6 +426,12 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (int o = 0; o < OP_N && rc == 0; o++) {
         if (!ops[o]) continue;
+        /* The previous op's ranks have exited; its barriers left the sense at 0 or 1 by their count's parity. New
+         * ranks start with a local sense of 0, so the shared one starts there too, or the first barrier lets ranks
+         * through before the last one arrives and the ranks fall a barrier out of step (a hang seen in CI). */
+        ctl->count = 0;
+        ctl->sense = 0;
+        ctl->stop = 0;
         for (int r = 1; r < nranks; r++) {
             pids[r] = fork();
             if (pids[r] < 0) {
