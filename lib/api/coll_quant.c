@@ -19,6 +19,7 @@
 #include "api.h"
 #include "mem.h"
 #include "quant.h"
+#include "zccl_ext.h"
 
 static zccl_datatype_t inner_type(zccl_wire_t w) {
     switch (w) {
@@ -304,4 +305,47 @@ ZCCL_API zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, s
     free(wrecv);
     free(acc);
     return res;
+}
+
+/* ---- queued on a stream: the ZeRO layer's qgZ / qwZ (lib/api/zccl_ext.h) ---- */
+
+typedef struct {
+    zccl__wire_call_t call;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    zccl_datatype_t dt;
+    zccl_redop_t op;
+    zccl_wire_t wire;
+    zccl_comm_t comm;
+} wire_task_t;
+
+/* On the stream's thread, in the stream's order: the call runs there as if it had been made with no stream. */
+static zccl_result_t run_wire_task(const void *arg) {
+    const wire_task_t *t = arg;
+    switch (t->call) {
+    case ZCCL__WIRE_ALLGATHER:
+        return zccl_allgather_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->wire, t->comm, NULL);
+    case ZCCL__WIRE_REDUCE_SCATTER:
+        return zccl_reduce_scatter_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
+    default:
+        return zccl_allreduce_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
+    }
+}
+
+zccl_result_t zccl__wire_enqueue(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
+                                 zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
+                                 zccl_stream_t stream) {
+    if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: comm is NULL");
+    if ((unsigned)call > ZCCL__WIRE_ALLREDUCE)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: call %d out of range", (int)call);
+    wire_task_t t = {call, sendbuf, recvbuf, count, datatype, op, wire, comm};
+    if (!stream) return run_wire_task(&t);
+    wire_task_t *q = malloc(sizeof *q);
+    if (!q) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl__wire_enqueue: out of memory");
+    *q = t;
+    /* A host task on the stream (the shape of a group's part, lib/api/group.c): it takes no sequence number of its
+     * own; the quantized call's inner collectives take theirs when it runs. */
+    zccl_op_t o = {.coll = ZCCL_COLL_SEND, .comm = comm, .group = q, .run_group = run_wire_task, .release_group = free};
+    return zccl__op_issue(&o, stream); /* owns q from here, run or not */
 }

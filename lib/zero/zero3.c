@@ -44,6 +44,7 @@ struct zccl_zero3 {
     size_t *numel, *padded, *shard; /* per layer, elements */
     void **shard_buf;               /* per layer: this rank's shard */
     size_t limit;
+    zccl_wire_t wire;          /* the gathers' wire format (opts->wire) */
     zccl_stream_t stream;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -184,7 +185,10 @@ static zccl_result_t issue(struct zccl_zero3 *z, int i) {
                            layer_bytes(z, l));
     char *mine = buf + (size_t)z->rank * z->shard[l] * z->es;
     memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
-    zccl_result_t res = zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream);
+    zccl_result_t res = z->wire == ZCCL_WIRE_FULL
+                            ? zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream)
+                            : zccl__wire_enqueue(ZCCL__WIRE_ALLGATHER, mine, buf, z->shard[l], z->dt, ZCCL_SUM, z->wire,
+                                                 z->comm, z->stream); /* qwZ */
     if (res != ZCCL_SUCCESS) { buf_put(z, buf); return res; }
     z->pbuf[i] = buf;
     z->ticket[i] = zccl__stream_issued(z->stream);
@@ -255,6 +259,12 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     if ((unsigned)datatype >= ZCCL_NUM_TYPES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d is not a zccl_datatype_t", fn,
                            (int)datatype);
+    const zccl_wire_t wire = opts ? opts->wire : ZCCL_WIRE_FULL;
+    if ((unsigned)wire >= ZCCL_NUM_WIRES)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %d is not a zccl_wire_t", fn, (int)wire);
+    if (wire != ZCCL_WIRE_FULL && datatype != ZCCL_FLOAT32 && datatype != ZCCL_FLOAT16 && datatype != ZCCL_BFLOAT16)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs datatype float32, float16 or bfloat16 "
+                           "(the quantized formats' types), got datatype %d", fn, zccl_wire_name(wire), (int)datatype);
     size_t limit = opts ? opts->max_live_bytes : 0;
     if (limit == 0) {
         int64_t v;
@@ -270,6 +280,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     z->dt = datatype;
     z->es = zccl_type_size(datatype);
     z->limit = limit;
+    z->wire = wire;
     z->st.max_live_bytes = limit;
     pthread_mutex_init(&z->mu, NULL);
     pthread_cond_init(&z->cv, NULL);
@@ -315,6 +326,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     h = zccl__zero_hash(h, layer_numel, (size_t)nlayers * sizeof *layer_numel);
     h = zccl__zero_hash(h, &datatype, sizeof datatype);
     h = zccl__zero_hash(h, &limit_ok, sizeof limit_ok);
+    h = zccl__zero_hash(h, &wire, sizeof wire);
     bool same = false;
     res = zccl__zero_same_on_all(comm, h, &same);
     if (res == ZCCL_SUCCESS && !limit_ok)
@@ -323,8 +335,9 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
                           opts && opts->max_live_bytes ? "opts->max_live_bytes" : "ZCCL_ZERO3_MAX_LIVE_BYTES", largest,
                           layer_bytes(z, largest));
     else if (res == ZCCL_SUCCESS && !same)
-        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists or datatypes, or another rank's "
-                          "max_live_bytes is below the largest layer (rank %d: %d layers)", fn, z->rank, nlayers);
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists, datatypes or wires, or "
+                          "another rank's max_live_bytes is below the largest layer (rank %d: %d layers)", fn, z->rank,
+                          nlayers);
     if (res == ZCCL_SUCCESS) { /* the pool pays only where the registered path runs: every rank on this host */
         int64_t want = 1;
         bool one_host = false;

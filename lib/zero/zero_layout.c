@@ -46,6 +46,11 @@ static zccl_result_t resolve(struct zccl_bucket_plan *p, const char *fn, int npa
     if (o.max_in_flight < 0 || o.max_in_flight > ZCCL_BUCKET_MAX_IN_FLIGHT)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->max_in_flight = %d is outside [0, %d]", fn,
                            o.max_in_flight, ZCCL_BUCKET_MAX_IN_FLIGHT);
+    if ((unsigned)o.wire >= ZCCL_NUM_WIRES)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %d is not a zccl_wire_t", fn, (int)o.wire);
+    if (o.wire != ZCCL_WIRE_FULL && dt == ZCCL_FLOAT64)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs datatype float32, float16 or bfloat16 "
+                           "(the quantized formats' types), got float64", fn, zccl_wire_name(o.wire));
     int64_t v;
     if (o.first_bytes == 0) {
         ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_FIRST_BYTES, &v));
@@ -164,7 +169,7 @@ ZCCL_API zccl_result_t zccl_bucket_plan_create(zccl_comm_t comm, int nparams, co
     uint64_t h = 1469598103934665603ull;
     h = zccl__zero_hash(h, &nparams, sizeof nparams);
     h = zccl__zero_hash(h, numel, (size_t)nparams * sizeof *numel);
-    int32_t fields[3] = {(int32_t)datatype, (int32_t)p->o.mode, p->o.average != 0};
+    int32_t fields[4] = {(int32_t)datatype, (int32_t)p->o.mode, p->o.average != 0, (int32_t)p->o.wire};
     h = zccl__zero_hash(h, fields, sizeof fields);
     size_t sizes[3] = {p->o.first_bytes, p->o.cap_bytes, p->o.align_elems};
     h = zccl__zero_hash(h, sizes, sizeof sizes);

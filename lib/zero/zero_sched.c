@@ -49,7 +49,10 @@ static void launch(struct zccl_bucket_plan *p, int b) {
         return;
     }
     if (p->o.mode == ZCCL_BUCKET_ALLREDUCE) {
-        res = zccl_allreduce(p->buf[b], p->buf[b], bk->elems, p->dt, op, p->comm, p->stream);
+        res = p->o.wire == ZCCL_WIRE_FULL
+                  ? zccl_allreduce(p->buf[b], p->buf[b], bk->elems, p->dt, op, p->comm, p->stream)
+                  : zccl__wire_enqueue(ZCCL__WIRE_ALLREDUCE, p->buf[b], p->buf[b], bk->elems, p->dt, op, p->o.wire,
+                                       p->comm, p->stream); /* qgZ, all-reduce form */
     } else {
         const int slot = b % p->nslots;
         if (p->slot_owner[slot] != b) { /* every parameter unused: nobody asked for the buffer */
@@ -60,7 +63,10 @@ static void launch(struct zccl_bucket_plan *p, int b) {
          * retire() adds the shard into the accumulator. */
         char *send = p->buf[slot];
         void *recv = p->window_start ? p->acc[b] : send + (size_t)p->rank * bk->shard * p->es;
-        res = zccl_reduce_scatter(send, recv, bk->shard, p->dt, op, p->comm, p->stream);
+        res = p->o.wire == ZCCL_WIRE_FULL
+                  ? zccl_reduce_scatter(send, recv, bk->shard, p->dt, op, p->comm, p->stream)
+                  : zccl__wire_enqueue(ZCCL__WIRE_REDUCE_SCATTER, send, recv, bk->shard, p->dt, op, p->o.wire, p->comm,
+                                       p->stream); /* qgZ */
     }
     if (res != ZCCL_SUCCESS) {
         set_broken(p, res);

@@ -1,0 +1,367 @@
+/*
+ * test_zero_wire.cpp — the ZeRO building blocks over the quantized wire formats (ZeRO++'s qgZ and qwZ; the wire
+ * field of zccl_bucket_options_t and zccl_zero3_options_t in include/zccl_zero.h).
+ *
+ * Each rank writes float32 gradients (or parameter shards) drawn from a seeded generator that every rank can
+ * replay, so every rank computes the exact result in double and, from the formulas of include/zccl.h (zccl_wire_t,
+ * zccl_reduce_scatter_wire, zccl_allreduce_wire, zccl_allgather_wire), the bound of each element: amax taken over
+ * the element's block of B = ZCCL_QUANT_BLOCK elements counted from its shard's first element. The tests assert
+ * the bound, bitwise equality across ranks where the calls promise it, padding that stays zero, and that the
+ * wire really quantized (some error is a visible fraction of the bound's main term: a full-precision run fails
+ * that check). Multi-process runs have deadlines.
+ */
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/harness.h"
+#include "zccl.h"
+#include "zccl_zero.h"
+
+using namespace zt;
+
+namespace {
+
+constexpr size_t kBlock = 32; /* ZCCL_QUANT_BLOCK in these runs: several blocks per shard */
+
+/* The main term and the whole bound of one quantization of x in a block of magnitude amax (zccl.h). */
+double main_term(zccl_wire_t w, double x, double amax) {
+    switch (w) {
+    case ZCCL_WIRE_INT8: return amax / 254.0;
+    case ZCCL_WIRE_INT4: return amax / 14.0;
+    case ZCCL_WIRE_FP8E4M3: return std::ldexp(std::fabs(x), -4) + std::ldexp(amax / 448.0, -10);
+    default: return std::ldexp(std::fabs(x), -3) + std::ldexp(amax / 57344.0, -17);
+    }
+}
+double qbound(zccl_wire_t w, double x, double amax) {
+    return main_term(w, x, amax) + std::ldexp(amax, -21) + std::ldexp(1.0, -140);
+}
+
+/* A float32 gradient value, the same on every rank that replays (rank, micro-step, parameter, element): mixed
+ * magnitudes so that blocks have different scales. */
+float grad_value(int r, int m, int i, size_t j) {
+    uint64_t h = 1469598103934665603ull ^ ((uint64_t)r << 40) ^ ((uint64_t)m << 32) ^ ((uint64_t)i << 24) ^ j;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    const double u = (double)(h >> 11) / 9007199254740992.0; /* [0, 1) */
+    const double scale = (i % 3 == 0) ? 1e-3 : (i % 3 == 1) ? 1.0 : 40.0;
+    return (float)((u - 0.5) * scale);
+}
+
+/* Calls fn(lo, hi) for every quantization block of a vector of n elements cut in shards of `shard` elements:
+ * blocks of kBlock elements counted from each shard's first element, the last one of a shard shorter. */
+template <class F> void for_blocks(size_t n, size_t shard, F fn) {
+    for (size_t s0 = 0; s0 < n; s0 += shard)
+        for (size_t lo = s0; lo < std::min(n, s0 + shard); lo += kBlock) fn(lo, std::min({lo + kBlock, s0 + shard, n}));
+}
+
+uint64_t fnv(const void *p, size_t n, uint64_t h = 1469598103934665603ull) {
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    for (size_t k = 0; k < n; k++) h = (h ^ c[k]) * 1099511628211ull;
+    return h;
+}
+
+/* True on every rank when h is the same on every rank (MAX of h and of ~h). */
+bool same_everywhere(zccl_comm_t comm, uint64_t h) {
+    uint64_t v[2] = {h, ~h}, r[2] = {0, 0};
+    if (zccl_allreduce(v, r, 2, ZCCL_UINT64, ZCCL_MAX, comm, nullptr) != ZCCL_SUCCESS) return false;
+    return r[0] == ~r[1];
+}
+
+const std::vector<size_t> kModel = {1000, 7, 300, 2000, 33, 999, 64, 1500, 5};
+
+struct WireCfg {
+    zccl_bucket_mode_t mode;
+    zccl_wire_t wire;
+    int accum;
+    bool average;
+};
+
+/* One rank's run: 2 windows of cfg.accum micro-steps; after each window every element of this rank's shards (and,
+ * in ALLREDUCE mode, of every bucket) is within its bound of the exact result. */
+int wire_bucket_body(zccl_comm_t comm, int rank, int nranks, const WireCfg &cfg) {
+    const int n = (int)kModel.size();
+    zccl_bucket_options_t o = {};
+    o.first_bytes = 2048;
+    o.cap_bytes = 8192;
+    o.mode = cfg.mode;
+    o.max_in_flight = 2;
+    o.average = cfg.average;
+    o.wire = cfg.wire;
+    zccl_bucket_plan_t plan = nullptr;
+    ZT_CHILD_OK(zccl_bucket_plan_create(comm, n, kModel.data(), ZCCL_FLOAT32, &o, &plan));
+    int nb = 0;
+    ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
+    ZT_CHILD_CHECK(nb >= 3, "expected several buckets, got %d", nb);
+    std::vector<int> pb((size_t)n);
+    std::vector<size_t> poff((size_t)n);
+    for (int i = 0; i < n; i++) ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
+    double worst_ratio = 0; /* largest error / main term seen: quantization must be visible */
+    for (int w = 0; w < 2; w++) {
+        for (int m = 0; m < cfg.accum; m++) {
+            ZT_CHILD_OK(zccl_bucket_begin(plan, m == cfg.accum - 1));
+            for (int i = n - 1; i >= 0; i--) {
+                void *g = nullptr;
+                ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+                float *d = static_cast<float *>(g);
+                for (size_t j = 0; j < kModel[(size_t)i]; j++) d[j] += grad_value(rank, w * cfg.accum + m, i, j);
+                ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
+            }
+            ZT_CHILD_OK(zccl_bucket_finish(plan));
+        }
+        const double div = cfg.average ? nranks : 1;
+        for (int b = 0; b < nb; b++) {
+            zccl_bucket_info_t I;
+            ZT_CHILD_OK(zccl_bucket_info(plan, b, &I));
+            /* x[q][m][e]: rank q's contribution to element e in micro-step m, as the plan sent it. ALLREDUCE mode
+             * accumulates locally in float32 and communicates once, so its one contribution is that float sum. */
+            const int nsend = cfg.mode == ZCCL_BUCKET_REDUCE_SCATTER ? cfg.accum : 1;
+            std::vector<std::vector<std::vector<double>>> x(
+                (size_t)nranks, std::vector<std::vector<double>>((size_t)nsend, std::vector<double>(I.elems, 0.0)));
+            std::vector<char> is_param(I.elems, 0); /* the rest is alignment padding and gaps: zero, exactly */
+            for (int k = 0; k < I.nparams; k++) {
+                const int i = I.first_param - k;
+                for (size_t j = 0; j < kModel[(size_t)i]; j++) is_param[poff[(size_t)i] + j] = 1;
+            }
+            for (int q = 0; q < nranks; q++)
+                for (int k = 0; k < I.nparams; k++) {
+                    const int i = I.first_param - k;
+                    for (size_t j = 0; j < kModel[(size_t)i]; j++) {
+                        float local = 0;
+                        for (int m = 0; m < cfg.accum; m++) {
+                            const float g = grad_value(q, w * cfg.accum + m, i, j);
+                            if (nsend > 1) x[(size_t)q][(size_t)m][poff[(size_t)i] + j] = g;
+                            else local += g;
+                        }
+                        if (nsend == 1) x[(size_t)q][0][poff[(size_t)i] + j] = local;
+                    }
+                }
+            /* Per micro-step sent: the exact sum S and the reduce-scatter bound R of each element (blocks from the
+             * start of each shard). */
+            std::vector<double> exact(I.elems, 0.0), bound(I.elems, 0.0);
+            for (int m = 0; m < nsend; m++) {
+                std::vector<double> S(I.elems, 0.0), R(I.elems, 0.0);
+                for (int q = 0; q < nranks; q++) {
+                    const std::vector<double> &v = x[(size_t)q][(size_t)m];
+                    for_blocks(I.elems, I.shard_elems, [&](size_t lo, size_t hi) {
+                        double amax = 0;
+                        for (size_t e = lo; e < hi; e++) amax = std::max(amax, std::fabs(v[e]));
+                        for (size_t e = lo; e < hi; e++) {
+                            const double E = qbound(cfg.wire, v[e], amax);
+                            S[e] += v[e];
+                            R[e] += E + (nranks - 1) * std::ldexp(std::fabs(v[e]) + E, -24);
+                        }
+                    });
+                }
+                for (size_t e = 0; e < I.elems; e++) {
+                    S[e] /= div;
+                    R[e] = R[e] / div + (cfg.average ? std::ldexp(std::fabs(S[e]), -24) : 0);
+                    /* accumulating the micro-steps' shards in float32 rounds each partial sum once */
+                    const double acc_round = m > 0 ? std::ldexp(std::fabs(exact[e] + S[e]) + bound[e] + R[e], -24) : 0;
+                    exact[e] += S[e];
+                    bound[e] += R[e] + acc_round;
+                }
+            }
+            if (cfg.mode == ZCCL_BUCKET_ALLREDUCE) { /* the owners' results requantized for the all-gather */
+                for_blocks(I.elems, I.shard_elems, [&](size_t lo, size_t hi) {
+                    double amax = 0;
+                    for (size_t e = lo; e < hi; e++) amax = std::max(amax, std::fabs(exact[e]) + bound[e]);
+                    for (size_t e = lo; e < hi; e++) bound[e] += qbound(cfg.wire, std::fabs(exact[e]) + bound[e], amax);
+                });
+            }
+            auto check = [&](const float *got, size_t first, size_t count, const char *what) -> int {
+                for (size_t k = 0; k < count; k++) {
+                    const size_t e = first + k;
+                    const double err = std::fabs((double)got[k] - exact[e]);
+                    ZT_CHILD_CHECK(err <= bound[e], "window %d bucket %d %s element %zu: %.9g, exact %.9g, error %.3g > "
+                                   "bound %.3g", w, b, what, e, (double)got[k], exact[e], err, bound[e]);
+                    if (!is_param[e])
+                        ZT_CHILD_CHECK(got[k] == 0.0f, "window %d bucket %d padding element %zu is %g, not 0", w, b, e,
+                                       (double)got[k]);
+                    if (bound[e] > 0) worst_ratio = std::max(worst_ratio, err / bound[e]);
+                }
+                return 0;
+            };
+            if (check(static_cast<const float *>(I.shard), I.shard_offset, I.shard_elems, "shard")) return 1;
+            if (cfg.mode == ZCCL_BUCKET_ALLREDUCE) {
+                if (check(static_cast<const float *>(I.buffer), 0, I.elems, "all-reduced")) return 1;
+                ZT_CHILD_CHECK(same_everywhere(comm, fnv(I.buffer, I.elems * sizeof(float))),
+                               "window %d bucket %d: the all-reduced bucket differs between ranks", w, b);
+            }
+        }
+    }
+    /* A run that did not quantize (the full-precision wire) has errors of float rounding only, far below 5% of
+     * the quantization bound. */
+    ZT_CHILD_CHECK(worst_ratio > 0.05, "largest error is %.3g of its bound: was the gradient quantized at all?",
+                   worst_ratio);
+    if (rank == 0) child_log(rank, "%s: largest error %.3f of its bound", zccl_wire_name(cfg.wire), worst_ratio);
+    zccl_bucket_plan_destroy(plan);
+    return 0;
+}
+
+Options wire_options(double deadline) {
+    Options o = deadline_options(deadline);
+    o.env = {{"ZCCL_QUANT_BLOCK", std::to_string(kBlock)}};
+    return o;
+}
+
+} // namespace
+
+TEST(ZeroWire, BucketReduceScatterQgzWithinBoundOverMicroSteps) {
+    for (zccl_wire_t w : {ZCCL_WIRE_INT4, ZCCL_WIRE_INT8, ZCCL_WIRE_FP8E4M3}) {
+        SCOPED_TRACE(zccl_wire_name(w));
+        WireCfg c{ZCCL_BUCKET_REDUCE_SCATTER, w, 2, w == ZCCL_WIRE_INT8};
+        run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return wire_bucket_body(comm, r, n, c); },
+                  wire_options(90));
+    }
+}
+
+TEST(ZeroWire, BucketAllReduceWithinBoundAndBitwiseEqualAcrossRanks) {
+    for (zccl_wire_t w : {ZCCL_WIRE_INT8, ZCCL_WIRE_FP8E5M2}) {
+        SCOPED_TRACE(zccl_wire_name(w));
+        WireCfg c{ZCCL_BUCKET_ALLREDUCE, w, 2, w == ZCCL_WIRE_FP8E5M2};
+        run_ranks(4, [&](zccl_comm_t comm, int r, int n) { return wire_bucket_body(comm, r, n, c); },
+                  wire_options(90));
+    }
+}
+
+/* The bound check is sharp enough to notice a full-precision wire: the run above fails its "quantized at all"
+ * check when the wire is ZCCL_WIRE_FULL (so the quantized tests cannot pass by not quantizing). */
+TEST(ZeroWire, FullWireIsNotMistakenForQuantized) {
+    WireCfg c{ZCCL_BUCKET_REDUCE_SCATTER, ZCCL_WIRE_FULL, 1, false};
+    Options o = wire_options(60);
+    o.expect_success = false;
+    GroupResult res = run_ranks(2, [&](zccl_comm_t comm, int r, int n) { return wire_bucket_body(comm, r, n, c); }, o);
+    EXPECT_FALSE(res.all_ok()) << "a full-precision plan passed the quantization check";
+    EXPECT_FALSE(res.deadline_exceeded);
+    EXPECT_NE(res.report().find("was the gradient quantized at all"), std::string::npos) << res.report();
+}
+
+TEST(ZeroWire, BadWireIsRefusedNamingIt) {
+    std::vector<size_t> numel = {100, 200};
+    zccl_bucket_plan_t plan = nullptr;
+    zccl_bucket_options_t o = {};
+    o.wire = (zccl_wire_t)9;
+    EXPECT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_FLOAT32, &o, &plan), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("opts->wire"), std::string::npos);
+    o.wire = ZCCL_WIRE_INT8;
+    EXPECT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_FLOAT64, &o, &plan), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("float64"), std::string::npos)
+        << zccl_get_last_error(nullptr);
+    EXPECT_EQ(plan, nullptr);
+    ASSERT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_BFLOAT16, &o, &plan), ZCCL_SUCCESS);
+    zccl_bucket_plan_destroy(plan);
+}
+
+TEST(ZeroWire, RanksWithDifferentWiresFailAtCreationOnEveryRank) {
+    run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
+        std::vector<size_t> numel = {100, 200, 300};
+        zccl_bucket_options_t o = {};
+        o.wire = rank == 1 ? ZCCL_WIRE_INT4 : ZCCL_WIRE_INT8;
+        zccl_bucket_plan_t plan = nullptr;
+        zccl_result_t r = zccl_bucket_plan_create(comm, 3, numel.data(), ZCCL_FLOAT32, &o, &plan);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && plan == nullptr, "plan_create returned %s, want invalid usage",
+                       zccl_get_error_string(r));
+        zccl_zero3_options_t zo = {};
+        zo.wire = rank == 2 ? ZCCL_WIRE_FULL : ZCCL_WIRE_INT8;
+        zccl_zero3_t z = nullptr;
+        r = zccl_zero3_create(comm, 3, numel.data(), ZCCL_FLOAT32, &zo, &z);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && z == nullptr, "zero3_create returned %s, want invalid usage",
+                       zccl_get_error_string(r));
+        ZT_CHILD_CHECK(std::string(zccl_get_last_error(nullptr)).find("wires") != std::string::npos, "message: %s",
+                       zccl_get_last_error(nullptr));
+        return 0;
+    }, deadline_options(60));
+}
+
+/* qwZ: a ZeRO-3 store gathering int8 (and fp8) shards. Every gathered layer is within one quantization of the
+ * shards every rank wrote, bitwise the same on every rank, this rank's own shard included (it is decoded too),
+ * while the shard the store keeps stays exact. */
+TEST(ZeroWire, Zero3QwzGatherWithinOneQuantizationAndBitwiseEqual) {
+    const std::vector<size_t> layers = {1000, 4003, 17, 2500};
+    for (zccl_wire_t w : {ZCCL_WIRE_INT8, ZCCL_WIRE_FP8E4M3}) {
+        SCOPED_TRACE(zccl_wire_name(w));
+        run_ranks(3, [&](zccl_comm_t comm, int rank, int nranks) -> int {
+            zccl_comm_t comm3 = nullptr;
+            ZT_CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
+            zccl_zero3_options_t o = {};
+            o.wire = w;
+            zccl_zero3_t z = nullptr;
+            ZT_CHILD_OK(zccl_zero3_create(comm3, (int)layers.size(), layers.data(), ZCCL_FLOAT32, &o, &z));
+            const int L = (int)layers.size();
+            auto value = [](int l, size_t idx) { return grad_value(7, l, (int)(idx / 200), idx); };
+            for (int l = 0; l < L; l++) {
+                void *s;
+                size_t cnt, off;
+                ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+                for (size_t e = 0; e < cnt; e++) static_cast<float *>(s)[e] = value(l, off + e);
+            }
+            double worst = 0;
+            for (int step = 1; step <= 2; step++) {
+                ZT_CHILD_OK(zccl_zero3_begin(z));
+                for (int l = 0; l < L; l++) {
+                    void *full;
+                    ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                    const float *p = static_cast<const float *>(full);
+                    const size_t P = (layers[(size_t)l] + (size_t)nranks - 1) / (size_t)nranks;
+                    int bad = 0;
+                    for_blocks(P * (size_t)nranks, P, [&](size_t lo, size_t hi) {
+                            if (bad) return;
+                            double amax = 0;
+                            for (size_t e = lo; e < hi; e++) amax = std::max(amax, std::fabs((double)value(l, e)));
+                            for (size_t e = lo; e < hi; e++) {
+                                const double x = value(l, e), err = std::fabs((double)p[e] - x), bd = qbound(w, x, amax);
+                                if (!(err <= bd)) {
+                                    child_log(rank, "step %d layer %d element %zu: %.9g, want %.9g within %.3g", step, l,
+                                              e, (double)p[e], x, bd);
+                                    bad = 1;
+                                    return;
+                                }
+                                worst = std::max(worst, err / bd);
+                            }
+                        });
+                    if (bad) return 1;
+                    ZT_CHILD_CHECK(same_everywhere(comm, fnv(full, P * (size_t)nranks * sizeof(float))),
+                                   "step %d layer %d: the gathered layer differs between ranks", step, l);
+                    ZT_CHILD_OK(zccl_zero3_release(z, l));
+                }
+                ZT_CHILD_OK(zccl_zero3_end(z));
+            }
+            for (int l = 0; l < L; l++) { /* the kept shards are untouched */
+                void *s;
+                size_t cnt, off;
+                ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+                for (size_t e = 0; e < cnt; e++)
+                    ZT_CHILD_CHECK(static_cast<float *>(s)[e] == value(l, off + e), "layer %d shard element %zu changed",
+                                   l, e);
+            }
+            ZT_CHILD_CHECK(worst > 0.05, "largest error %.3g of its bound: were the parameters quantized?", worst);
+            zccl_zero3_destroy(z);
+            zccl_comm_destroy(comm3);
+            return 0;
+        }, wire_options(90));
+    }
+}
+
+TEST(ZeroWire, Zero3BadWireIsRefused) {
+    run_ranks(1, [](zccl_comm_t comm, int rank, int) -> int {
+        std::vector<size_t> numel = {10};
+        zccl_zero3_options_t o = {};
+        o.wire = ZCCL_WIRE_INT8;
+        zccl_zero3_t z = nullptr;
+        zccl_result_t r = zccl_zero3_create(comm, 1, numel.data(), ZCCL_INT32, &o, &z);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "int32 with int8 wire: %s", zccl_get_error_string(r));
+        ZT_CHILD_CHECK(std::string(zccl_get_last_error(nullptr)).find("opts->wire") != std::string::npos, "message: %s",
+                       zccl_get_last_error(nullptr));
+        o.wire = (zccl_wire_t)-1;
+        r = zccl_zero3_create(comm, 1, numel.data(), ZCCL_FLOAT32, &o, &z);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "wire -1: %s", zccl_get_error_string(r));
+        return 0;
+    }, deadline_options(30));
+}
