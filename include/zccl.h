@@ -793,8 +793,16 @@ zccl_result_t zccl_comm_deregister(zccl_comm_t comm, void *handle);
  * such a block gives NaN in that block of the result. So an overflow check on the output (loss scaling) still sees it.
  *
  * Output conversion: the result is computed in float32 and narrowed once to the call's datatype, which adds
- * u_out * |y| + a_out to the bound of an element of magnitude |y| (float32: 0; float16: u_out = 2^-11,
+ * u_out * |y| + a_out to the bound of an element of magnitude |y| (float32 and float64: 0; float16: u_out = 2^-11,
  * a_out = 2^-25; bfloat16: u_out = 2^-8, a_out = 2^-134). Float16 results beyond 65504 overflow to infinity.
+ *
+ * Float64 data is rounded to float32 on the way in (x'_i, to nearest), then encoded as float32 data is, and the
+ * float32 result widens exactly. Each quantization of a float64 input therefore has the bound
+ *   E64(x_i) = (1 + 2^-24) E(x_i) + 2^-24 |x_i|
+ * with E and amax as above over the exact values (E is monotone in |x| and amax, and rounding grows each by at
+ * most a factor 1 + 2^-24); use E64 for E_q,i in the reductions below. A float64 value beyond float32's range
+ * (3.4e38) rounds to infinity, so its block arrives as NaN. The hierarchical calls (zccl_hier.h) do not take
+ * float64.
  */
 typedef enum {
     ZCCL_WIRE_FULL = 0,    /**< full precision: the call is exactly zccl_allgather / _reduce_scatter / _allreduce */
@@ -807,7 +815,8 @@ typedef enum {
 
 /**
  * Common rules of the three _wire calls.
- *  - datatype: ZCCL_FLOAT32, ZCCL_FLOAT16 or ZCCL_BFLOAT16 with a quantized wire (any datatype with ZCCL_WIRE_FULL);
+ *  - datatype: ZCCL_FLOAT32, ZCCL_FLOAT64, ZCCL_FLOAT16 or ZCCL_BFLOAT16 with a quantized wire (any datatype with
+ *    ZCCL_WIRE_FULL);
  *    op (reductions): ZCCL_SUM or ZCCL_AVG (AVG divides the float32 sum by nranks once, before any requantization).
  *  - Buffers: host memory (CUDA device memory is refused with ZCCL_INVALID_ARGUMENT naming the buffer). Counts are
  *    elements. Out of place, or in place at the position named for each call; other overlaps are refused.

@@ -93,13 +93,14 @@ typedef struct {
     /** The gradients' wire format between ranks (qgZ of ZeRO++, Wang et al. 2023): ZCCL_WIRE_FULL (0, the
      *  default) sends the datatype itself; a quantized format reduces each bucket with zccl_allreduce_wire
      *  (ALLREDUCE mode) or zccl_reduce_scatter_wire (REDUCE_SCATTER mode) queued on the plan's stream, so it
-     *  overlaps backward as the full-precision collectives do. Needs a datatype the formats take (float32, float16
-     *  or bfloat16; float64 is refused). Error: each micro-step's bucket is quantized and reduced on its own with
-     *  the bound those calls state per element (zccl.h, zccl_wire_t and the _wire calls; amax over the bucket's
-     *  blocks of ZCCL_QUANT_BLOCK elements, which start at each shard's first element); over an accumulation
-     *  window of K micro-steps the errors of the K reductions add (then the accumulator's own float rounding). No
-     *  error feedback: the quantization residual is not carried to the next step. The padding stays exactly zero (a
-     *  zero encodes exactly) unless a NaN or an infinity shares its block, which then arrives as NaN. Every rank passes the same wire (part of the layout check). */
+     *  overlaps backward as the full-precision collectives do. Any datatype of the plan (float64 is rounded to
+     *  float32 on the wire: zccl.h's E64). Error: each micro-step's bucket is quantized and reduced on its own
+     *  with the bound those calls state per element (zccl.h, zccl_wire_t and the _wire calls; amax over the
+     *  bucket's blocks of ZCCL_QUANT_BLOCK elements, which start at each shard's first element); over an
+     *  accumulation window of K micro-steps the errors of the K reductions add (then the accumulator's own float
+     *  rounding). No error feedback: the quantization residual is not carried to the next step. The padding stays
+     *  exactly zero (a zero encodes exactly) unless a NaN or an infinity shares its block, which then arrives as
+     *  NaN. Every rank passes the same wire (part of the layout check). */
     zccl_wire_t wire;
 } zccl_bucket_options_t;
 
@@ -131,8 +132,8 @@ typedef struct {
  * @param opts      options, or NULL for all defaults.
  * @param[out] plan the new plan; set to NULL on failure.
  * Errors: ZCCL_INVALID_ARGUMENT (comm, numel or plan NULL; nparams < 1; a numel[i] of 0, named by index; a
- * datatype that is not a floating type; max_in_flight outside [0, 64]; opts->wire out of range, or quantized
- * with float64; a total size that overflows; an invalid setting, named); ZCCL_INVALID_USAGE (ranks passed different layouts); ZCCL_SYSTEM_ERROR (memory, thread);
+ * datatype that is not a floating type; max_in_flight outside [0, 64]; opts->wire out of range; a total size
+ * that overflows; an invalid setting, named); ZCCL_INVALID_USAGE (ranks passed different layouts); ZCCL_SYSTEM_ERROR (memory, thread);
  * ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT from the check's all-reduce.
  */
 zccl_result_t zccl_bucket_plan_create(zccl_comm_t comm, int nparams, const size_t *numel, zccl_datatype_t datatype,
@@ -323,7 +324,8 @@ typedef struct {
      *  layer then holds the decoded values on every rank, this rank's own shard included, bitwise equal across
      *  ranks, each within the bound of one quantization (zccl.h, zccl_wire_t; blocks of ZCCL_QUANT_BLOCK elements
      *  from each shard's first element); the shards the store keeps (zccl_zero3_shard, the optimizer's master
-     *  copy) stay exact. Needs datatype float32, float16 or bfloat16. Every rank passes the same wire. */
+     *  copy) stay exact. Needs a floating datatype (float32, float64, float16, bfloat16). Every rank passes the same
+     *  wire. */
     zccl_wire_t wire;
 } zccl_zero3_options_t;
 
@@ -341,7 +343,7 @@ typedef struct {
  * @param[out] z       the new store; NULL on failure.
  * Errors: ZCCL_INVALID_ARGUMENT (NULL arguments, nlayers < 1, a layer_numel[l] of 0 named by index, datatype out
  * of range, overflow, max_live_bytes below the largest layer's gathered bytes, opts->wire out of range or
- * quantized with a datatype other than float32/float16/bfloat16 — on the rank that passed it);
+ * quantized with a datatype that is not floating — on the rank that passed it);
  * ZCCL_INVALID_USAGE (ranks disagree on the layers, or another rank's max_live_bytes is too small: every rank
  * fails, none is left waiting); ZCCL_SYSTEM_ERROR; communication errors.
  */

@@ -29,7 +29,7 @@ bool zccl__quant_is_quantized(zccl_wire_t w) {
 }
 
 bool zccl__quant_dtype_ok(zccl_datatype_t dt) {
-    return dt == ZCCL_FLOAT32 || dt == ZCCL_FLOAT16 || dt == ZCCL_BFLOAT16;
+    return dt == ZCCL_FLOAT32 || dt == ZCCL_FLOAT64 || dt == ZCCL_FLOAT16 || dt == ZCCL_BFLOAT16;
 }
 
 const char *zccl__quant_name(zccl_wire_t w) {
@@ -66,11 +66,17 @@ size_t zccl__quant_bytes(zccl_wire_t w, size_t n, size_t B) {
     return (sc + p + 7) & ~(size_t)7;
 }
 
+/* Bytes of one element of the types the formats take. */
+static size_t elem_size(zccl_datatype_t dt) { return dt == ZCCL_FLOAT64 ? 8 : dt == ZCCL_FLOAT32 ? 4 : 2; }
+
 /* ---- widening and narrowing ------------------------------------------------------------------------------- */
 
 void zccl__quant_widen(const void *src, zccl_datatype_t dt, size_t n, float *restrict dst) {
     if (dt == ZCCL_FLOAT32) {
         memcpy(dst, src, n * sizeof(float));
+    } else if (dt == ZCCL_FLOAT64) { /* rounded to nearest; beyond float32's range: infinity */
+        const double *restrict s = src;
+        for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];
     } else if (dt == ZCCL_FLOAT16) {
         const uint16_t *restrict s = src;
         for (size_t i = 0; i < n; i++) dst[i] = zccl_em_half_to_float(s[i]);
@@ -83,6 +89,9 @@ void zccl__quant_widen(const void *src, zccl_datatype_t dt, size_t n, float *res
 void zccl__quant_narrow(const float *restrict src, size_t n, zccl_datatype_t dt, void *dst) {
     if (dt == ZCCL_FLOAT32) {
         memcpy(dst, src, n * sizeof(float));
+    } else if (dt == ZCCL_FLOAT64) { /* exact */
+        double *restrict d = dst;
+        for (size_t i = 0; i < n; i++) d[i] = (double)src[i];
     } else if (dt == ZCCL_FLOAT16) {
         uint16_t *restrict d = dst;
         for (size_t i = 0; i < n; i++) d[i] = zccl_em_float_to_half(src[i]);
@@ -175,7 +184,7 @@ static size_t code_off(zccl_wire_t w, size_t i) { return w == ZCCL_WIRE_INT4 ? i
 
 void zccl__quant_encode(zccl_wire_t w, const void *src, zccl_datatype_t dt, size_t n, size_t B, uint8_t *dst) {
     if (n == 0) return;
-    const size_t es = dt == ZCCL_FLOAT32 ? 4 : 2, nb = n / B + (n % B != 0);
+    const size_t es = elem_size(dt), nb = n / B + (n % B != 0);
     uint8_t *pay = dst + 4 * nb;
     const enc_fn enc = enc_of(w);
     const float q = zccl__quant_qmax(w);
@@ -219,7 +228,7 @@ void zccl__quant_encode(zccl_wire_t w, const void *src, zccl_datatype_t dt, size
 static void decode_with(zccl_wire_t w, const uint8_t *src, size_t n, size_t B, void *dst, zccl_datatype_t dt,
                         float *acc) {
     if (n == 0) return;
-    const size_t nb = n / B + (n % B != 0), es = dt == ZCCL_FLOAT32 ? 4 : 2;
+    const size_t nb = n / B + (n % B != 0), es = elem_size(dt);
     const uint8_t *pay = src + 4 * nb;
     const dec_fn dec = dec_of(w);
     float buf[CHUNK];

@@ -36,7 +36,8 @@ size_t zccl__quant_block(void);
 
 /** True for a quantized format (int8, int4, fp8 E4M3, fp8 E5M2); false for ZCCL_WIRE_FULL and out-of-range values. */
 bool zccl__quant_is_quantized(zccl_wire_t wire);
-/** True for the element types the formats take: float32, float16, bfloat16. */
+/** True for the element types the formats take: float32, float64 (rounded to float32 on the way in), float16,
+ *  bfloat16. */
 bool zccl__quant_dtype_ok(zccl_datatype_t dt);
 /** "int8", "int4", "fp8e4m3", "fp8e5m2", "full"; "?" otherwise. */
 const char *zccl__quant_name(zccl_wire_t wire);

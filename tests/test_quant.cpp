@@ -25,7 +25,7 @@
 namespace {
 
 const zccl_wire_t kWires[] = {ZCCL_WIRE_INT8, ZCCL_WIRE_INT4, ZCCL_WIRE_FP8E4M3, ZCCL_WIRE_FP8E5M2};
-const zccl_datatype_t kTypes[] = {ZCCL_FLOAT32, ZCCL_FLOAT16, ZCCL_BFLOAT16};
+const zccl_datatype_t kTypes[] = {ZCCL_FLOAT32, ZCCL_FLOAT64, ZCCL_FLOAT16, ZCCL_BFLOAT16};
 
 /* The main term and the whole bound of one quantization (zccl.h, zccl_wire_t). */
 double main_term(zccl_wire_t w, double x, double amax) {
@@ -39,6 +39,11 @@ double main_term(zccl_wire_t w, double x, double amax) {
 double qbound(zccl_wire_t w, double x, double amax) {
     return main_term(w, x, amax) + std::ldexp(amax, -21) + std::ldexp(1.0, -140);
 }
+/* One quantization of an input of type dt: float64 is rounded to float32 first (zccl.h, E64). */
+double qbound_dt(zccl_datatype_t dt, zccl_wire_t w, double x, double amax) {
+    const double e = qbound(w, x, amax);
+    return dt == ZCCL_FLOAT64 ? e * (1 + std::ldexp(1.0, -24)) + std::ldexp(std::fabs(x), -24) : e;
+}
 /* What narrowing a float32 result y to dt adds. */
 double out_bound(zccl_datatype_t dt, double y) {
     if (dt == ZCCL_FLOAT16) return std::ldexp(std::fabs(y), -11) + std::ldexp(1.0, -25);
@@ -46,9 +51,10 @@ double out_bound(zccl_datatype_t dt, double y) {
     return 0;
 }
 
-size_t esize(zccl_datatype_t dt) { return dt == ZCCL_FLOAT32 ? 4 : 2; }
+size_t esize(zccl_datatype_t dt) { return dt == ZCCL_FLOAT64 ? 8 : dt == ZCCL_FLOAT32 ? 4 : 2; }
 
-/* Values stored as dt (rounded once from the float32 value) and what they are exactly. */
+/* Values stored as dt (rounded once from the float32 value; float64 moved off the float32 grid by 3 * 2^-28 of
+ * itself, so the wire's rounding to float32 is exercised) and what they are exactly. */
 struct Input {
     std::vector<uint8_t> raw;
     std::vector<double> exact;
@@ -59,6 +65,12 @@ Input make_input(zccl_datatype_t dt, const std::vector<float> &v) {
     in.exact.resize(v.size());
     for (size_t i = 0; i < v.size(); i++) {
         float f = v[i];
+        if (dt == ZCCL_FLOAT64) {
+            const double d = (double)f * (1.0 + 3.0 * std::ldexp(1.0, -28));
+            memcpy(&in.raw[8 * i], &d, 8);
+            in.exact[i] = d;
+            continue;
+        }
         if (dt == ZCCL_FLOAT16) {
             uint16_t h = zccl_em_float_to_half(f);
             memcpy(&in.raw[2 * i], &h, 2);
@@ -75,6 +87,11 @@ Input make_input(zccl_datatype_t dt, const std::vector<float> &v) {
     return in;
 }
 double read_out(zccl_datatype_t dt, const std::vector<uint8_t> &raw, size_t i) {
+    if (dt == ZCCL_FLOAT64) {
+        double d;
+        memcpy(&d, &raw[8 * i], 8);
+        return d;
+    }
     if (dt == ZCCL_FLOAT32) {
         float f;
         memcpy(&f, &raw[4 * i], 4);
@@ -120,7 +137,7 @@ double check_bound(zccl_wire_t w, zccl_datatype_t dt, const RoundTrip &rt, size_
         for (size_t i = b0; i < b1; i++) amax = std::max(amax, std::fabs(rt.exact[i]));
         for (size_t i = b0; i < b1; i++) {
             const double x = rt.exact[i], y = rt.out[i], err = std::fabs(y - x);
-            const double bound = qbound(w, x, amax) + out_bound(dt, std::fabs(x) + qbound(w, x, amax));
+            const double bound = qbound_dt(dt, w, x, amax) + out_bound(dt, std::fabs(x) + qbound_dt(dt, w, x, amax));
             if (!(err <= bound)) {
                 ADD_FAILURE() << what << ": element " << i << " (block " << b0 / B << ", amax " << amax << "): x = "
                               << x << ", decoded " << y << ", error " << err << " > bound " << bound;
@@ -134,7 +151,7 @@ double check_bound(zccl_wire_t w, zccl_datatype_t dt, const RoundTrip &rt, size_
 }
 
 std::string name_of(zccl_wire_t w, zccl_datatype_t dt, size_t B, size_t n) {
-    return std::string(zccl__quant_name(w)) + "/" + (dt == ZCCL_FLOAT32 ? "f32" : dt == ZCCL_FLOAT16 ? "f16" : "bf16") +
+    return std::string(zccl__quant_name(w)) + "/" + (dt == ZCCL_FLOAT32 ? "f32" : dt == ZCCL_FLOAT64 ? "f64" : dt == ZCCL_FLOAT16 ? "f16" : "bf16") +
            " B=" + std::to_string(B) + " n=" + std::to_string(n);
 }
 
@@ -184,7 +201,7 @@ TEST(QuantFormats, OneHugeElementAllZerosAndSubnormals) {
             const RoundTrip rt = round_trip(w, dt, v, B);
             check_bound(w, dt, rt, B, name_of(w, dt, B, v.size()) + " adversarial");
             /* the huge element itself comes back to within its format's step */
-            EXPECT_NEAR(rt.out[17], rt.exact[17], qbound(w, rt.exact[17], rt.exact[17]) + out_bound(dt, big))
+            EXPECT_NEAR(rt.out[17], rt.exact[17], qbound_dt(dt, w, rt.exact[17], rt.exact[17]) + out_bound(dt, big))
                 << name_of(w, dt, B, 0);
             for (size_t i = B; i < 2 * B; i++) EXPECT_EQ(rt.out[i], 0.0) << "an all-zero block decodes to zeros";
             for (size_t i = 0; i < v.size(); i++) EXPECT_FALSE(std::isnan(rt.out[i])) << "element " << i;

@@ -44,8 +44,8 @@ struct Shared {
 
 /* The reduction stage's bound R_i and exact value S_i for element j of a block whose rank-q inputs are x(q, j),
  * blocks of B from j = 0 (zccl.h, zccl_reduce_scatter_wire). */
-template <class X> void rs_bound(zccl_wire_t w, int n, size_t len, size_t B, bool avg, X x, std::vector<double> &S,
-                                 std::vector<double> &R) {
+template <class X> void rs_bound(zccl_datatype_t dt, zccl_wire_t w, int n, size_t len, size_t B, bool avg, X x,
+                                 std::vector<double> &S, std::vector<double> &R) {
     S.assign(len, 0);
     R.assign(len, 0);
     std::vector<double> sabs(len, 0);
@@ -54,7 +54,7 @@ template <class X> void rs_bound(zccl_wire_t w, int n, size_t len, size_t B, boo
             const size_t b1 = std::min(len, b0 + B);
             const double am = amax_of(b0, b1, [&](size_t j) { return x(q, j); });
             for (size_t j = b0; j < b1; j++) {
-                const double e = qbound(w, x(q, j), am);
+                const double e = qbound_in(dt, w, x(q, j), am);
                 S[j] += x(q, j);
                 R[j] += e;
                 sabs[j] += std::fabs(x(q, j)) + e;
@@ -99,7 +99,7 @@ int run_cases(zccl_comm_t comm, int rank, int n, size_t B, Shared *sh) {
                         const double am = amax_of(b0, b1, [&](size_t i) { return input(dt, r, c, i); });
                         for (size_t i = b0; i < b1; i++) {
                             const double x = input(dt, r, c, i), y = load(dt, out.data(), r * sc + i);
-                            const double e = qbound(w, x, am), bound = e + out_bound(dt, std::fabs(x) + e);
+                            const double e = qbound_in(dt, w, x, am), bound = e + out_bound(dt, std::fabs(x) + e);
                             if (!(std::fabs(y - x) <= bound))
                                 fail(tag + " allgather" + (inplace ? " in place" : "") + ": element " +
                                      std::to_string(r * sc + i) + " = " + std::to_string(y) + ", exact " +
@@ -122,7 +122,7 @@ int run_cases(zccl_comm_t comm, int rank, int n, size_t B, Shared *sh) {
                     return 1;
                 }
                 std::vector<double> S, R;
-                rs_bound(w, n, rc, B, op == ZCCL_AVG, [&](int q, size_t j) { return input(dt, q, c, rank * rc + j); },
+                rs_bound(dt, w, n, rc, B, op == ZCCL_AVG, [&](int q, size_t j) { return input(dt, q, c, rank * rc + j); },
                          S, R);
                 for (size_t j = 0; j < rc; j++) {
                     const double y = load(dt, rb, j), bound = R[j] + out_bound(dt, std::fabs(S[j]) + R[j]);
@@ -150,7 +150,7 @@ int run_cases(zccl_comm_t comm, int rank, int n, size_t B, Shared *sh) {
                 for (int q = 0; q * L < count; q++) {
                     const size_t s0 = q * L, len = std::min(L, count - s0);
                     std::vector<double> S, R;
-                    rs_bound(w, n, len, B, op == ZCCL_AVG, [&](int r, size_t j) { return input(dt, r, c, s0 + j); },
+                    rs_bound(dt, w, n, len, B, op == ZCCL_AVG, [&](int r, size_t j) { return input(dt, r, c, s0 + j); },
                              S, R);
                     for (size_t b0 = 0; b0 < len; b0 += B) {
                         const size_t b1 = std::min(len, b0 + B);

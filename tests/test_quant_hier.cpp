@@ -145,7 +145,7 @@ int run_cases(zccl_comm_t comm, int rank, int n, const Hosts &hs, size_t B, Shar
     }
     const bool H2 = hs.hierarchical();
     for (zccl_wire_t w : kWires)
-        for (zccl_datatype_t dt : kTypes) {
+        for (zccl_datatype_t dt : kHierTypes) {
             const size_t es = esize(dt);
             const std::string tag = std::string(zccl_wire_name(w)) + "/" + dtn(dt);
             /* all-gather, out of place then in place; always compared with the flat call */

@@ -270,6 +270,14 @@ static bool scratch_parts(struct zccl_hier *h, int n, const size_t *bytes, void 
     return true;
 }
 
+/* The hierarchical calls sum inside a host in float32 before quantizing: float64 would be rounded before that sum,
+ * which the bounds of zccl_hier.h do not cover; the flat _wire calls take it. */
+static zccl_result_t hier_dtype_ok(const char *fn, zccl_datatype_t dt) {
+    if (dt != ZCCL_FLOAT64) return ZCCL_SUCCESS;
+    return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = float64: the hierarchical quantized calls "
+                       "take float32, float16 or bfloat16 (the flat _wire calls take float64)", fn);
+}
+
 ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvbuf, size_t recvcount,
                                                 zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire,
                                                 zccl_comm_t comm, zccl_stream_t stream) {
@@ -283,6 +291,7 @@ ZCCL_API zccl_result_t zccl_reduce_scatter_hier(const void *sendbuf, void *recvb
     if (res == ZCCL_SUCCESS) {
         const size_t n = (size_t)comm->nranks, rbytes = total / n;
         res = zccl__check_wire(fn, comm, wire, datatype, true, op, recvcount, n, &w);
+        if (res == ZCCL_SUCCESS) res = hier_dtype_ok(fn, datatype);
         if (res == ZCCL_SUCCESS && (!zccl__mul_ok(recvcount * n, sizeof(float), &f32) || f32 > SIZE_MAX / 4))
             res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'recvcount' = %zu: the float32 partial sums "
                               "overflow the address space", fn, recvcount);
@@ -331,6 +340,7 @@ ZCCL_API zccl_result_t zccl_allgather_hier(const void *sendbuf, void *recvbuf, s
     if (res == ZCCL_SUCCESS) {
         const size_t n = (size_t)comm->nranks, sbytes = total / n;
         res = zccl__check_wire(fn, comm, wire, datatype, false, ZCCL_SUM, sendcount, n, &w);
+        if (res == ZCCL_SUCCESS) res = hier_dtype_ok(fn, datatype);
         if (res == ZCCL_SUCCESS)
             res = check_call(fn, sendbuf, sbytes, recvbuf, total,
                              (const char *)sendbuf == (const char *)recvbuf + (size_t)comm->rank * sbytes, sendcount);
@@ -376,6 +386,7 @@ ZCCL_API zccl_result_t zccl_allreduce_hier(const void *sendbuf, void *recvbuf, s
     if (res == ZCCL_SUCCESS) {
         const size_t n = (size_t)comm->nranks, L = count / n + (count % n != 0);
         res = zccl__check_wire(fn, comm, wire, datatype, true, op, L, n, &w);
+        if (res == ZCCL_SUCCESS) res = hier_dtype_ok(fn, datatype);
         if (res == ZCCL_SUCCESS && (!zccl__mul_ok(count + n, sizeof(float), &f32) || f32 > SIZE_MAX / 4))
             res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'count' = %zu: the float32 partial sums overflow "
                               "the address space", fn, count);

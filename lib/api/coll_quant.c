@@ -102,7 +102,7 @@ zccl_result_t zccl__check_wire(const char *fn, zccl_comm_t comm, zccl_wire_t wir
                            (int)wire, ZCCL_NUM_WIRES - 1);
     if (!zccl__quant_dtype_ok(dt))
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'datatype' = %d: the %s wire format takes float32, "
-                           "float16 or bfloat16 data only (ZCCL_WIRE_FULL takes any datatype)", fn, (int)dt,
+                           "float64, float16 or bfloat16 data only (ZCCL_WIRE_FULL takes any datatype)", fn, (int)dt,
                            zccl__quant_name(wire));
     if (has_op && op != ZCCL_SUM && op != ZCCL_AVG)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'op' = %d: a quantized reduction (wire %s) takes "

@@ -262,9 +262,11 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     const zccl_wire_t wire = opts ? opts->wire : ZCCL_WIRE_FULL;
     if ((unsigned)wire >= ZCCL_NUM_WIRES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %d is not a zccl_wire_t", fn, (int)wire);
-    if (wire != ZCCL_WIRE_FULL && datatype != ZCCL_FLOAT32 && datatype != ZCCL_FLOAT16 && datatype != ZCCL_BFLOAT16)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs datatype float32, float16 or bfloat16 "
-                           "(the quantized formats' types), got datatype %d", fn, zccl_wire_name(wire), (int)datatype);
+    if (wire != ZCCL_WIRE_FULL && datatype != ZCCL_FLOAT32 && datatype != ZCCL_FLOAT64 && datatype != ZCCL_FLOAT16 &&
+        datatype != ZCCL_BFLOAT16)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs a floating datatype (float32, float64, "
+                           "float16 or bfloat16: the quantized formats' types), got datatype %d", fn,
+                           zccl_wire_name(wire), (int)datatype);
     size_t limit = opts ? opts->max_live_bytes : 0;
     if (limit == 0) {
         int64_t v;

@@ -48,9 +48,6 @@ static zccl_result_t resolve(struct zccl_bucket_plan *p, const char *fn, int npa
                            o.max_in_flight, ZCCL_BUCKET_MAX_IN_FLIGHT);
     if ((unsigned)o.wire >= ZCCL_NUM_WIRES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %d is not a zccl_wire_t", fn, (int)o.wire);
-    if (o.wire != ZCCL_WIRE_FULL && dt == ZCCL_FLOAT64)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs datatype float32, float16 or bfloat16 "
-                           "(the quantized formats' types), got float64", fn, zccl_wire_name(o.wire));
     int64_t v;
     if (o.first_bytes == 0) {
         ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_FIRST_BYTES, &v));
