@@ -12,6 +12,14 @@ static double vol(const zt_zero_t *z, double factor, size_t elems)
     return factor * (double)(z->nranks - 1) / z->nranks * (double)elems * sizeof(double);
 }
 
+/* The same with a wire format: each rank sends its nranks - 1 encoded shards of elems / nranks elements per pass
+ * (zccl_wire_bytes: header, scales, codes). */
+static double wvol(const zt_zero_t *z, zccl_wire_t wire, double factor, size_t elems)
+{
+    if (wire == ZCCL_WIRE_FULL || z->nranks == 1) return vol(z, factor, elems);
+    return factor * (double)(z->nranks - 1) * (double)zccl_wire_bytes(wire, elems / (size_t)z->nranks);
+}
+
 #define TRY(call)                                                                                                     \
     do {                                                                                                              \
         zccl_result_t r_ = (call);                                                                                    \
@@ -20,10 +28,12 @@ static double vol(const zt_zero_t *z, double factor, size_t elems)
 
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes)
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire)
 {
     memset(z, 0, sizeof *z);
     z->stage = stage;
+    z->grad_wire = grad_wire;
+    z->weight_wire = weight_wire;
     z->comm = comm;
     z->nlayers = nlayers;
     TRY(zccl_comm_rank(comm, &z->rank));
@@ -34,7 +44,8 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
         z->psi += numel[l];
     }
     zccl_bucket_options_t bo = {.first_bytes = first_bytes, .cap_bytes = cap_bytes, .max_in_flight = in_flight,
-                                .mode = stage >= 2 ? ZCCL_BUCKET_REDUCE_SCATTER : ZCCL_BUCKET_ALLREDUCE};
+                                .mode = stage >= 2 ? ZCCL_BUCKET_REDUCE_SCATTER : ZCCL_BUCKET_ALLREDUCE,
+                                .wire = grad_wire};
     if (stage == 3) {
         /* One bucket per layer (every layer exceeds a 1-element target) without alignment padding beyond the
          * rank count: bucket shard r is then exactly the ZeRO-3 store's shard r of the layer. */
@@ -53,7 +64,7 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     for (int l = 0; l < nlayers; l++) TRY(zccl_bucket_param_loc(z->plan, l, &z->bucket_of[l], &z->off_in_bucket[l]));
     if (stage == 3) {
         TRY(zccl_comm_split(comm, 0, 0, &z->comm3)); /* the store needs a communicator of its own (a duplicate) */
-        zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes};
+        zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes, .wire = weight_wire};
         TRY(zccl_zero3_create(z->comm3, nlayers, numel, ZCCL_FLOAT64, &zo, &z->z3));
         for (int l = 0; l < nlayers; l++) {
             size_t count, off;
@@ -131,9 +142,9 @@ zccl_result_t zt_zero_begin_micro(zt_zero_t *z, int last)
     TRY(zccl_bucket_begin(z->plan, last));
     if (z->stage < 2) {
         if (last) /* all-reduce mode communicates only at the boundary: one all-reduce per bucket */
-            for (int b = 0; b < z->nbuckets; b++) z->sent_grads += vol(z, 2.0, z->info[b].elems);
+            for (int b = 0; b < z->nbuckets; b++) z->sent_grads += wvol(z, z->grad_wire, 2.0, z->info[b].elems);
     } else {
-        for (int b = 0; b < z->nbuckets; b++) z->sent_grads += vol(z, 1.0, z->info[b].elems);
+        for (int b = 0; b < z->nbuckets; b++) z->sent_grads += wvol(z, z->grad_wire, 1.0, z->info[b].elems);
     }
     if (z->stage == 3) TRY(zccl_zero3_begin(z->z3));
     return ZCCL_SUCCESS;
@@ -157,7 +168,7 @@ zccl_result_t zt_zero_fetch(zt_zero_t *z, int l, const double **full)
     }
     void *p;
     TRY(zccl_zero3_fetch(z->z3, l, &p));
-    z->sent_params += vol(z, 1.0, z->info[z->bucket_of[l]].elems);
+    z->sent_params += wvol(z, z->weight_wire, 1.0, z->info[z->bucket_of[l]].elems);
     *full = p;
     return ZCCL_SUCCESS;
 }

@@ -41,6 +41,7 @@ typedef struct {
     double *m, *v;               /* AdamW moments: flat (stage 0) or shard (stages 1-3) */
     double *eval[ZT_MAX_LAYERS]; /* stage 3 evaluation: gathered layers */
     long step;
+    zccl_wire_t grad_wire, weight_wire; /* ZeRO++: qgZ (bucket plan), qwZ (stage-3 gathers) */
     /* bytes this rank sent, by the bandwidth-optimal volume of each collective it issued */
     double sent_grads, sent_params, sent_other;
 } zt_zero_t;
@@ -49,12 +50,14 @@ typedef struct {
  * Creates the bucket plan (and, in stage 3, the ZeRO-3 store on a second communicator) for nlayers layer vectors of
  * numel[l] elements whose first nweights[l] elements decay. first_bytes / cap_bytes / in_flight: the plan's
  * bucket targets and K (stage 3 uses one bucket per layer so that gradient and parameter shards coincide);
- * max_live_bytes: the ZeRO-3 store's bound on gathered layer bytes (0: ZCCL_ZERO3_MAX_LIVE_BYTES).
+ * max_live_bytes: the ZeRO-3 store's bound on gathered layer bytes (0: ZCCL_ZERO3_MAX_LIVE_BYTES); grad_wire: the
+ * gradient buckets' wire format (ZeRO++ qgZ; zccl_bucket_options_t.wire), weight_wire: stage 3's layer gathers'
+ * (qwZ; zccl_zero3_options_t.wire); ZCCL_WIRE_FULL for plain float64.
  * Collective. Returns ZCCL_SUCCESS or the failing call's result (message in zccl_get_last_error).
  */
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes);
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire);
 void zt_zero_free(zt_zero_t *z);
 
 /* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its

@@ -48,6 +48,7 @@ typedef struct {
     size_t max_live;
     int heldout_percent;
     int offload, pin; /* --offload cpu, --pin-memory */
+    zccl_wire_t grad_wire, weight_wire; /* --wire, --weight-wire (ZeRO++ qgZ, qwZ) */
 } opts_t;
 
 static void usage(FILE *f)
@@ -56,6 +57,7 @@ static void usage(FILE *f)
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
             "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES] [--offload cpu [--pin-memory]]\n"
+            "                  [--wire FORMAT] [--weight-wire FORMAT]\n"
             "  --stage S          ZeRO stage (default 0): 0 data parallel, 1 optimizer state sharded, 2 + gradients,\n"
             "                     3 + parameters\n"
             "  --epochs E         passes over the training part (default 12)\n"
@@ -75,6 +77,9 @@ static void usage(FILE *f)
             "  --offload cpu      stages 1, 2: AdamW state (master shard, moments) in host memory, the update on the\n"
             "                     CPU (zccl_zero_offload); same results bit for bit\n"
             "  --pin-memory       with --offload cpu: page-locked host memory when a CUDA driver is present\n"
+            "  --wire FORMAT      the gradient buckets' wire format (ZeRO++ qgZ): full (default), int8, int4, fp8e4m3,\n"
+            "                     fp8e5m2 (block-quantized, error bounds in include/zccl.h; docs/zero.md)\n"
+            "  --weight-wire FMT  stage 3: the layer gathers' wire format (ZeRO++ qwZ; int8 is ZeRO++'s), default full\n"
             "Sizes take K, M, G suffixes (binary: 256K = 262144 bytes). Under a launcher, only rank 0 reports a\n"
             "bad option.\n"
             "Layer l's weights and bias form one flat parameter (one bucket-plan parameter, one ZeRO-3 layer);\n"
@@ -161,6 +166,20 @@ static int parse_opts(int argc, char **argv, opts_t *o)
                 return -1;
             }
             o->offload = !strcmp(v, "cpu");
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--wire") || !strcmp(a, "--weight-wire")) {
+            zccl_wire_t w = ZCCL_NUM_WIRES;
+            for (int k = 0; k < ZCCL_NUM_WIRES && v; k++)
+                if (!strcmp(v, zccl_wire_name((zccl_wire_t)k))) w = (zccl_wire_t)k;
+            if (w == ZCCL_NUM_WIRES) {
+                if (opts_loud())
+                    fprintf(stderr, "zero_train: %s needs full, int8, int4, fp8e4m3 or fp8e5m2, got '%s'\n", a,
+                            v ? v : "");
+                return -1;
+            }
+            *(!strcmp(a, "--wire") ? &o->grad_wire : &o->weight_wire) = w;
             i++;
             continue;
         }
@@ -350,10 +369,13 @@ int main(int argc, char **argv)
         zccl_comm_destroy(comm);
         return 2;
     }
-    if ((o.offload && o.stage != 1 && o.stage != 2) || (o.pin && !o.offload)) {
+    if ((o.offload && o.stage != 1 && o.stage != 2) || (o.pin && !o.offload) ||
+        (o.weight_wire != ZCCL_WIRE_FULL && o.stage != 3)) {
         if (rank == 0)
-            fprintf(stderr, "zero_train: %s\n", o.pin && !o.offload ? "--pin-memory needs --offload cpu"
-                                                                    : "--offload cpu needs --stage 1 or 2");
+            fprintf(stderr, "zero_train: %s\n",
+                    o.pin && !o.offload                           ? "--pin-memory needs --offload cpu"
+                    : o.offload && o.stage != 1 && o.stage != 2 ? "--offload cpu needs --stage 1 or 2"
+                                                                : "--weight-wire needs --stage 3 (ZeRO-3 gathers layers)");
         zccl_barrier(comm, NULL);
         zccl_comm_destroy(comm);
         return 2;
@@ -409,7 +431,7 @@ int main(int argc, char **argv)
     }
     zt_zero_t z;
     CHECK(zt_zero_init(&z, comm, o.stage, NLAYERS, numel, nweights, o.first_bytes, o.cap_bytes, o.in_flight,
-                       o.max_live));
+                       o.max_live, o.grad_wire, o.weight_wire));
 
     /* He-uniform weights (He et al., ICCV 2015), zero biases, drawn from --seed on rank 0 and broadcast. */
     double *init[NLAYERS] = {NULL};
@@ -537,8 +559,10 @@ int main(int argc, char **argv)
         printf("step time: %.3f ms per optimizer step on rank 0 (%.0f steps, training only, evaluation excluded)\n",
                1e3 * train_s / total_steps, total_steps);
         printf("final loss=%.15e accuracy=%.4f bytes_sent=%.0f stage=%d ranks=%d params_bytes=%.0f grads_bytes=%.0f "
-               "optimizer_bytes=%.0f psi=%zu\n",
-               last_loss, last_acc, sent, o.stage, n, pb, gb, ob, z.psi);
+               "optimizer_bytes=%.0f psi=%zu grad_wire=%s weight_wire=%s grads_sent_per_step=%.0f "
+               "params_sent_per_step=%.0f\n",
+               last_loss, last_acc, sent, o.stage, n, pb, gb, ob, z.psi, zccl_wire_name(o.grad_wire),
+               zccl_wire_name(o.weight_wire), z.sent_grads / total_steps, z.sent_params / total_steps);
     }
     fflush(stdout);
     zt_zero_free(&z);
