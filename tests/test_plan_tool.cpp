@@ -28,7 +28,7 @@ struct ToolRun {
 ToolRun run_tool(const std::string &args) {
     ToolRun r;
     // The bucket settings would change the defaults; the test states every size it relies on.
-    std::string cmd = "env -u ZCCL_BUCKET_FIRST_BYTES -u ZCCL_BUCKET_CAP_BYTES -u ZCCL_BUCKETS_IN_FLIGHT " + kTool + " " + args + " 2>&1";
+    std::string cmd = "env -u ZCCL_BUCKET_FIRST_BYTES -u ZCCL_BUCKET_CAP_BYTES -u ZCCL_BUCKETS_IN_FLIGHT -u ZCCL_QUANT_BLOCK " + kTool + " " + args + " 2>&1";
     FILE *p = popen(cmd.c_str(), "r");
     if (!p) return r;
     char buf[4096];
@@ -556,3 +556,63 @@ TEST(PlanTool3DGpt2, StagesAndShardsMatchTheRule) {
 }
 
 }  // namespace
+
+// --hosts: the bytes that leave each host per step, full precision and with ZeRO++'s options, against numbers
+// computed here. Model: a (1000, 1-D) and b (10x30); 4 ranks on 2 hosts, bf16, one bucket (first bucket 1 MiB),
+// alignment 1: the bucket holds b then a, 1300 elements, shard 325. Wire size of a shard of n elements (zccl.h,
+// zccl_wire_t; B = 128): 16 + 4 ceil(n/128) + n (int8) or ceil(n/2) (int4), rounded up to 8:
+//   int4(325) = 16 + 12 + 163 = 191 -> 192;  int8(325) = 16 + 12 + 325 = 353 -> 360
+//   int8(250) = 16 + 8 + 250 = 274 -> 280;   int8(75) = 16 + 4 + 75 = 95 -> 96
+// Gradients: full 2 x 1300 = 2600 bytes, int4 4 x 192 = 768, int8 4 x 360 = 1440. Stage-3 weights gathered per
+// tensor (shards 250 and 75): full 2 x 4 x 325 = 2600, int8 4 x (280 + 96) = 1504. Half of each leaves a host.
+TEST(PlanToolHosts, CrossHostBytesPerZeroPlusPlusOption) {
+    std::string path = ::testing::TempDir() + "zero_plan_hosts.tsv";
+    {
+        std::ofstream out(path);
+        out << "# two tensors\nname\tshape\tnumel\na\t1000\t1000\nb\t10x30\t300\n";
+    }
+    const std::string base = "--model " + path + " --ranks 4 --hosts 2 --dtype bf16 --first-bucket 1M --align 1";
+    auto total_of = [](const std::string &out, const std::string &row) -> long long {
+        std::istringstream in(out);
+        std::string line;
+        while (std::getline(in, line))
+            if (line.rfind("  " + row, 0) == 0) {
+                std::istringstream w(line.substr(2 + row.size()));
+                long long g, f, b, t;
+                if (w >> g >> f >> b >> t) return t;
+            }
+        return -1;
+    };
+    ToolRun r = run_tool(base + " --stage 3");
+    ASSERT_EQ(r.status, 0) << r.out;
+    auto f = plan_fields(r.out);
+    EXPECT_EQ(f["hosts"], "2");
+    EXPECT_EQ(f["cross_host_full_bytes"], "3900") << r.out;        // (2600 + 2600 + 2600) / 2
+    EXPECT_EQ(total_of(r.out, "qwZ (weights int8)"), 2804) << r.out; // (2600 + 1504 + 1504) / 2
+    EXPECT_EQ(total_of(r.out, "qwZ + hpZ "), 2052) << r.out;         // (2600 + 1504) / 2
+    EXPECT_EQ(f["cross_host_zeropp_bytes"], "1136") << r.out;      // (768 + 1504) / 2
+    EXPECT_NE(r.out.find("1300 more parameter bytes per rank"), std::string::npos) << r.out; // hpZ: 2 x 1300 / G = 2
+    r = run_tool(base + " --stage 2 --wire int8");
+    ASSERT_EQ(r.status, 0) << r.out;
+    f = plan_fields(r.out);
+    EXPECT_EQ(f["cross_host_full_bytes"], "2600") << r.out;   // (2600 + 2600) / 2
+    EXPECT_EQ(f["cross_host_zeropp_bytes"], "2020") << r.out; // (1440 + 2600) / 2
+    r = run_tool(base + " --stage 0");
+    ASSERT_EQ(r.status, 0) << r.out;
+    f = plan_fields(r.out);
+    EXPECT_EQ(f["cross_host_full_bytes"], "2600") << r.out;  // 2 x 2600 / 2
+    EXPECT_EQ(f["cross_host_zeropp_bytes"], "768") << r.out; // 2 x 768 / 2
+    // Without --hosts the output is unchanged (no such fields); refusals name their cause.
+    r = run_tool("--model " + path + " --ranks 4 --stage 3");
+    EXPECT_EQ(plan_fields(r.out).count("hosts"), 0u) << r.out;
+    for (auto &bad : std::vector<std::pair<std::string, std::string>>{
+             {"--model " + path + " --ranks 4 --stage 3 --wire int8", "need --hosts"},
+             {"--model " + path + " --ranks 4 --stage 3 --hosts 3", "--hosts 3 does not divide --ranks 4"},
+             {"--model " + path + " --ranks 4 --stage 3 --hosts 2 --wire int2", "--wire 'int2'"},
+             {"--model " + path + " --ranks 4 --stage 3 --hosts 2 --weight-wire full", "--weight-wire 'full'"}}) {
+        ToolRun b = run_tool(bad.first);
+        EXPECT_EQ(b.status, 2) << bad.first << "\n" << b.out;
+        EXPECT_NE(b.out.find(bad.second), std::string::npos) << bad.first << "\n" << b.out;
+    }
+    std::remove(path.c_str());
+}

@@ -76,6 +76,11 @@ static void usage(FILE *f)
             "                        tensors in definition order are cut into P contiguous stages of about psi/P\n"
             "                        elements; world = N x T x P, and memory, buckets and traffic are those of the\n"
             "                        most loaded (stage, TP rank) on its N ranks\n"
+            "  --hosts H             the N ranks on H hosts of N/H ranks each (H divides N): adds the bytes that\n"
+            "                        leave each host per step, full precision and with ZeRO++'s options\n"
+            "  --wire W              with --hosts: the gradients' quantized format (qgZ; default int4): int8, int4,\n"
+            "                        fp8e4m3, fp8e5m2\n"
+            "  --weight-wire W       with --hosts, stage 3: the weights' format for qwZ (default int8)\n"
             "  --version             print the version and exit\n"
             "  -h, --help            this text\n"
             "Exit status: 0, 1 when the model file cannot be read or is malformed, 2 for bad options.\n");
@@ -254,6 +259,9 @@ int main(int argc, char **argv)
     unsigned long long first = 0, cap = 0, align = 0;
     int list = 0, pin = 0;
     const char *offload = "none";
+    unsigned long long hosts = 0; /* --hosts; 0: not given */
+    zccl_wire_t gwire = ZCCL_WIRE_INT4, wwire = ZCCL_WIRE_INT8;
+    bool wire_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -275,7 +283,7 @@ int main(int argc, char **argv)
         if (a[0] != '-') return bad_option("unexpected argument '%s' (every setting is an option: --model FILE ...)", a);
         static const char *const valued[] = {"--model", "--dtype", "--optimizer", "--ranks", "--stage",
                                              "--first-bucket", "--bucket-cap", "--align", "--offload",
-                                             "--tp", "--pp"};
+                                             "--tp", "--pp", "--hosts", "--wire", "--weight-wire"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) known |= !strcmp(a, valued[k]);
         if (!known) return bad_option("unknown option '%s'", a);
@@ -285,6 +293,20 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "--dtype")) dtype_name = v;
         else if (!strcmp(a, "--optimizer")) opt_name = v;
+        else if (!strcmp(a, "--wire") || !strcmp(a, "--weight-wire")) {
+            zccl_wire_t w = ZCCL_WIRE_FULL;
+            for (int k = 1; k < ZCCL_NUM_WIRES; k++)
+                if (!strcmp(v, zccl_wire_name((zccl_wire_t)k))) w = (zccl_wire_t)k;
+            if (w == ZCCL_WIRE_FULL)
+                return bad_option(!strcmp(a, "--wire") ? "--wire '%s': need int8, int4, fp8e4m3 or fp8e5m2"
+                                                       : "--weight-wire '%s': need int8, int4, fp8e4m3 or fp8e5m2", v);
+            *(!strcmp(a, "--wire") ? &gwire : &wwire) = w;
+            wire_given = true;
+        } else if (!strcmp(a, "--hosts")) {
+            if (parse_count(v, &u) || u < 1 || u > 65536)
+                return bad_option("--hosts '%s': need an integer in [1, 65536]", v);
+            hosts = u;
+        }
         else if (!strcmp(a, "--offload")) {
             if (strcmp(v, "cpu") && strcmp(v, "none")) return bad_option("--offload '%s': need cpu or none", v);
             offload = v;
@@ -317,6 +339,12 @@ int main(int argc, char **argv)
     if (ranks < 0) return bad_option("%s", "--ranks N is required");
     if (stage < 0) return bad_option("%s", "--stage S is required");
     const int off = !strcmp(offload, "cpu");
+    if (wire_given && !hosts) return bad_option("%s", "--wire and --weight-wire need --hosts H (they change cross-host bytes)");
+    if (hosts && ((unsigned long long)ranks % hosts || hosts > (unsigned long long)ranks)) {
+        char why[160];
+        snprintf(why, sizeof why, "--hosts %llu does not divide --ranks %lld into equal hosts", hosts, ranks);
+        return bad_option("%s", why);
+    }
     if (pin && !off) return bad_option("%s", "--pin-memory needs --offload cpu");
     if (off && stage != 1 && stage != 2)
         return bad_option("%s", "--offload cpu needs --stage 1 or 2 (zccl's CPU offload is ZeRO-1/2 optimizer offload)");
@@ -540,6 +568,59 @@ int main(int argc, char **argv)
     printf("  total %llu bytes (%s), %.2fx data parallelism's all-reduce\n", comm, human((double)comm, h1, sizeof h1),
            ar ? (double)comm / (double)ar : 0.0);
 
+    /* Bytes that leave each host per step, for --hosts H (G = N/H ranks per host). Model: each collective runs
+     * hierarchically (zccl_hier.h: inside the host, then between hosts on 1/G slices), so of a collective over V
+     * bytes in all, (H-1)/H V leave each host; a quantized call moves its encoded shards (zccl_wire_bytes: header,
+     * one float32 scale per ZCCL_QUANT_BLOCK elements, codes). ZeRO++ (Wang et al. 2023): qgZ quantizes the
+     * gradient reduction, qwZ the weight all-gathers, hpZ keeps a secondary weight partition of psi/G per rank
+     * on each host so the backward all-gather stays inside it. */
+    unsigned long long xh_full = 0, xh_zpp = 0;
+    if (hosts) {
+        const unsigned long long H = hosts, G = N / H;
+        /* Vg: one gradient reduction's bytes (the padded buckets), Vw: one gathering of the parameters */
+        unsigned long long vg = B * padded, vg_q = 0, vw = 0, vw_q = 0;
+        for (int b = 0; b < nb; b++) vg_q += N * zccl_wire_bytes(gwire, bi[b].shard_elems);
+        for (int i = 0; i < ln; i++) { /* ZeRO-3 gathers a layer at a time; here a tensor is a layer */
+            const unsigned long long per = ceil_div(lnumel[l0 + i], N);
+            vw += B * per * N;
+            vw_q += N * zccl_wire_bytes(wwire, per);
+        }
+        const unsigned long long vp = B * padded; /* stages 1-2: the updated shards all-gathered over the buckets */
+        const char *gw = zccl_wire_name(gwire), *ww = zccl_wire_name(wwire);
+        printf("\ncross-host bytes per step and host (--hosts %llu: %llu ranks per host; hierarchical collectives: "
+               "(H-1)/H of each one's bytes leave a host)\n", H, G);
+        printf("  %-40s %14s %14s %14s %14s %8s\n", "option", "gradients", stage == 3 ? "params fwd" : "params",
+               stage == 3 ? "params bwd" : "-", "total", "vs full");
+        struct row { char name[64]; unsigned long long g, f, b; } rows[4];
+        int nrows = 0;
+        if (stage == 3) {
+            rows[nrows++] = (struct row){"full precision", vg, vw, vw};
+            snprintf(rows[nrows].name, sizeof rows[0].name, "qwZ (weights %s)", ww);
+            rows[nrows].g = vg, rows[nrows].f = vw_q, rows[nrows].b = vw_q, nrows++;
+            snprintf(rows[nrows].name, sizeof rows[0].name, "qwZ + hpZ");
+            rows[nrows].g = vg, rows[nrows].f = vw_q, rows[nrows].b = 0, nrows++;
+            snprintf(rows[nrows].name, sizeof rows[0].name, "qwZ + hpZ + qgZ (gradients %s)", gw);
+            rows[nrows].g = vg_q, rows[nrows].f = vw_q, rows[nrows].b = 0, nrows++;
+        } else {
+            const unsigned long long mult = stage <= 1 ? 2 : 1; /* an all-reduce is a reduce-scatter + all-gather */
+            rows[nrows++] = (struct row){"full precision", mult * vg, stage ? vp : 0, 0};
+            snprintf(rows[nrows].name, sizeof rows[0].name, "qgZ (gradients %s)", gw);
+            rows[nrows].g = mult * vg_q, rows[nrows].f = stage ? vp : 0, rows[nrows].b = 0, nrows++;
+        }
+        for (int k = 0; k < nrows; k++) {
+            const unsigned long long g = ceil_div(rows[k].g * (H - 1), H), f = ceil_div(rows[k].f * (H - 1), H);
+            const unsigned long long bw = ceil_div(rows[k].b * (H - 1), H), t = g + f + bw;
+            if (k == 0) xh_full = t;
+            xh_zpp = t;
+            printf("  %-40s %14llu %14llu %14llu %14llu %7.2fx\n", rows[k].name, g, f, bw, t,
+                   t ? (double)xh_full / (double)t : 0.0);
+        }
+        if (stage == 3)
+            printf("  hpZ's secondary partition: %u psi / G = %llu more parameter bytes per rank\n", B,
+                   ceil_div(B * lpsi, G));
+        if (H == 1) printf("  (one host: nothing crosses)\n");
+    }
+
     printf("plan tensors=%d psi=%llu ranks=%llu stage=%lld dtype=%s optimizer=%s B=%u K=%u params_bytes=%llu "
            "grads_bytes=%llu optimizer_bytes=%llu total_bytes=%llu layout_params_bytes=%llu layout_grads_bytes=%llu "
            "layout_optimizer_bytes=%llu buckets=%d bucket_bytes=%llu comm_bytes=%llu paper_comm_bytes=%llu",
@@ -552,6 +633,9 @@ int main(int argc, char **argv)
         printf(" pp_local_psi=");
         for (unsigned long long k = 0; k < P; k++) printf("%s%llu", k ? "," : "", stage_lpsi[k]);
     }
+    if (hosts)
+        printf(" hosts=%llu wire=%s weight_wire=%s cross_host_full_bytes=%llu cross_host_zeropp_bytes=%llu", hosts,
+               zccl_wire_name(gwire), zccl_wire_name(wwire), xh_full, xh_zpp);
     if (off)
         printf(" offload=cpu pin_memory=%d gpu_bytes=%llu host_bytes=%llu pinned_host_bytes=%llu host_state_bytes=%zu "
                "host_staging_bytes=%zu", pin, gpu_bytes, host_bytes, pinned_bytes, host_state, host_staging);
