@@ -47,7 +47,8 @@ setup(
     ext_modules=[
         CppExtension(
             name="zccl_torch._C",
-            sources=["csrc/module.cpp", "csrc/ProcessGroupZccl.cpp", "csrc/collectives.cpp", "csrc/p2p.cpp"],
+            sources=["csrc/module.cpp", "csrc/ProcessGroupZccl.cpp", "csrc/collectives.cpp", "csrc/p2p.cpp",
+                     "csrc/quantized.cpp"],
             include_dirs=[os.path.join(HERE, "csrc"), inc],
             library_dirs=[lib],
             libraries=["zccl"],

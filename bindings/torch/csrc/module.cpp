@@ -26,7 +26,16 @@ PYBIND11_MODULE(_C, m) {
              "Frees the communicators without waiting for peers; running and queued operations fail.")
         .def("shutdown", &ProcessGroupZccl::shutdown, py::call_guard<py::gil_scoped_release>(),
              "Completes queued operations, then destroys the communicators.")
-        .def_property_readonly("timeout", &ProcessGroupZccl::timeout);
+        .def_property_readonly("timeout", &ProcessGroupZccl::timeout)
+        .def("_allreduce_wire", &ProcessGroupZccl::allreduceWire, py::arg("tensor"), py::arg("wire"),
+             py::arg("average"), py::call_guard<py::gil_scoped_release>(),
+             "zccl_allreduce_wire on a CPU tensor, in place (zccl_torch.all_reduce_quantized)")
+        .def("_allgather_wire", &ProcessGroupZccl::allgatherWire, py::arg("output"), py::arg("input"),
+             py::arg("wire"), py::call_guard<py::gil_scoped_release>(),
+             "zccl_allgather_wire (zccl_torch.all_gather_quantized)")
+        .def("_reduce_scatter_wire", &ProcessGroupZccl::reduceScatterWire, py::arg("output"), py::arg("input"),
+             py::arg("wire"), py::arg("average"), py::call_guard<py::gil_scoped_release>(),
+             "zccl_reduce_scatter_wire (zccl_torch.reduce_scatter_quantized)");
     m.def("zccl_version", [] {
         int v = 0;
         zccl_get_version(&v);

@@ -19,7 +19,8 @@ except ImportError as e:
         "build_ext --inplace), or put the build tree's copy (build/bindings/torch/python) first on PYTHONPATH, "
         "or pip install ./bindings/torch") from e
 
-__all__ = ["ProcessGroupZccl", "zccl_version", "BACKEND"]
+__all__ = ["ProcessGroupZccl", "zccl_version", "BACKEND", "WIRES", "all_reduce_quantized", "all_gather_quantized",
+           "reduce_scatter_quantized", "quantized_allreduce_hook", "QuantizedHookState"]
 
 BACKEND = "zccl"
 
@@ -60,6 +61,97 @@ def _coalesce_batch_p2p():
     batch_isend_irecv.__doc__ = original.__doc__
     c10d.batch_isend_irecv = batch_isend_irecv
     dist.batch_isend_irecv = batch_isend_irecv
+
+
+# ---- quantized collectives (include/zccl.h, zccl_wire_t; docs/torch.md "Quantized collectives") ----------------
+
+#: The wire formats by name, as zccl_wire_name spells them, and their zccl_wire_t values.
+WIRES = {"full": 0, "int8": 1, "int4": 2, "fp8e4m3": 3, "fp8e5m2": 4}
+
+
+def _zccl_backend(group, what):
+    """zccl's ProcessGroupZccl behind a process group (the default group when None)."""
+    c10d = dist.distributed_c10d
+    pg = group if group is not None else c10d._get_default_group()
+    b = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg  # torch 2.x / 1.x
+    if not isinstance(b, ProcessGroupZccl):
+        raise ValueError(f"zccl_torch.{what}: the group's CPU backend is {dist.get_backend(pg)!r}, not 'zccl' (the "
+                         "quantized collectives are zccl's own calls)")
+    return b
+
+
+def _wire_value(wire, what):
+    if wire not in WIRES:
+        raise ValueError(f"zccl_torch.{what}: wire {wire!r} is not one of {sorted(WIRES)}")
+    return WIRES[wire]
+
+
+def _average(op, what):
+    if op == dist.ReduceOp.SUM:
+        return False
+    if op == dist.ReduceOp.AVG:
+        return True
+    raise ValueError(f"zccl_torch.{what}: op {op} is not SUM or AVG (a quantized reduction's error bound is a sum's)")
+
+
+def _finish(work, async_op):
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def all_reduce_quantized(tensor, wire="int8", op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """All-reduce of a CPU tensor (float32, float64, float16, bfloat16), in place, with block-quantized bytes on the
+    wire: zccl_allreduce_wire (a quantized reduce-scatter through one all-to-all, then a quantized all-gather; every
+    rank gets bitwise the same result). wire: "int8", "int4", "fp8e4m3", "fp8e5m2" or "full"; op: SUM or AVG.
+    Error per element: the bound zccl.h states for zccl_allreduce_wire (two quantizations; amax over blocks of
+    ZCCL_QUANT_BLOCK elements from each of the nranks shards' first element). Returns a Work when async_op, else
+    None once done. Raises ValueError for a group that is not zccl's, a bad wire or op; the call itself refuses
+    other dtypes and non-CPU tensors naming them."""
+    b = _zccl_backend(group, "all_reduce_quantized")
+    return _finish(b._allreduce_wire(tensor, _wire_value(wire, "all_reduce_quantized"),
+                                     _average(op, "all_reduce_quantized")), async_op)
+
+
+def all_gather_quantized(output, input, wire="int8", group=None, async_op=False):
+    """qwZ: all-gather of each rank's CPU tensor `input` into `output` (world_size x input.numel() elements of the
+    same dtype, rank order), each input quantized once (zccl_allgather_wire; every rank, the sender too, decodes
+    the same bytes, so the output is bitwise equal on every rank). Error: one quantization (zccl.h)."""
+    b = _zccl_backend(group, "all_gather_quantized")
+    return _finish(b._allgather_wire(output, input, _wire_value(wire, "all_gather_quantized")), async_op)
+
+
+def reduce_scatter_quantized(output, input, wire="int4", op=dist.ReduceOp.SUM, group=None, async_op=False):
+    """qgZ: reduce-scatter of `input` (world_size x output.numel() elements) into this rank's `output`, each
+    rank's block quantized once and sent through one all-to-all, the owner summing in float32 in rank order
+    (zccl_reduce_scatter_wire). Error: the bound of zccl.h's zccl_reduce_scatter_wire."""
+    b = _zccl_backend(group, "reduce_scatter_quantized")
+    return _finish(b._reduce_scatter_wire(output, input, _wire_value(wire, "reduce_scatter_quantized"),
+                                          _average(op, "reduce_scatter_quantized")), async_op)
+
+
+class QuantizedHookState:
+    """State of quantized_allreduce_hook: the wire format and the process group (None: the default group)."""
+
+    def __init__(self, wire="int8", process_group=None):
+        _wire_value(wire, "QuantizedHookState")
+        self.wire = wire
+        self.process_group = process_group
+
+
+def quantized_allreduce_hook(state, bucket):
+    """DDP communication hook: averages each gradient bucket with all_reduce_quantized (AVG fused into the
+    reduction), so each bucket crosses the wire block-quantized. Register it with
+    ``ddp.register_comm_hook(QuantizedHookState("int8", pg), zccl_torch.quantized_allreduce_hook)`` (a wire name
+    alone is accepted as the state). Every rank gets bitwise the same averaged gradient, so the replicas stay
+    identical. The buffer is the bucket's float tensor on the CPU."""
+    if isinstance(state, str):
+        state = QuantizedHookState(state)
+    b = _zccl_backend(state.process_group, "quantized_allreduce_hook")
+    tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    work = b._allreduce_wire(tensor, WIRES[state.wire], True)
+    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 def _register():
