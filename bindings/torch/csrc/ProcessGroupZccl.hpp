@@ -173,10 +173,12 @@ class ProcessGroupZccl : public BackendBase {
     /* zccl's quantized collectives (include/zccl.h, the _wire calls; csrc/quantized.cpp): not c10d::Backend
      * operations; zccl_torch.all_reduce_quantized, all_gather_quantized, reduce_scatter_quantized and
      * quantized_allreduce_hook call them. wire: a zccl_wire_t value (1 int8, 2 int4, 3 fp8e4m3, 4 fp8e5m2, 0 full);
-     * CPU tensors of float32/float64/float16/bfloat16; average: ZCCL_AVG instead of ZCCL_SUM. */
-    c10::intrusive_ptr<c10d::Work> allreduceWire(at::Tensor &tensor, int wire, bool average);
-    c10::intrusive_ptr<c10d::Work> allgatherWire(at::Tensor &output, at::Tensor &input, int wire);
-    c10::intrusive_ptr<c10d::Work> reduceScatterWire(at::Tensor &output, at::Tensor &input, int wire, bool average);
+     * CPU tensors of float32/float64/float16/bfloat16; average: ZCCL_AVG instead of ZCCL_SUM; hier: the
+     * hierarchical variants of include/zccl_hier.h (float32/float16/bfloat16; the flat call on one host). */
+    c10::intrusive_ptr<c10d::Work> allreduceWire(at::Tensor &tensor, int wire, bool average, bool hier);
+    c10::intrusive_ptr<c10d::Work> allgatherWire(at::Tensor &output, at::Tensor &input, int wire, bool hier);
+    c10::intrusive_ptr<c10d::Work> reduceScatterWire(at::Tensor &output, at::Tensor &input, int wire, bool average,
+                                                     bool hier);
 
     /* What runs on a lane: see "Execution" above. */
     using Finish = std::function<void()>;

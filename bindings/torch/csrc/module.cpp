@@ -28,13 +28,14 @@ PYBIND11_MODULE(_C, m) {
              "Completes queued operations, then destroys the communicators.")
         .def_property_readonly("timeout", &ProcessGroupZccl::timeout)
         .def("_allreduce_wire", &ProcessGroupZccl::allreduceWire, py::arg("tensor"), py::arg("wire"),
-             py::arg("average"), py::call_guard<py::gil_scoped_release>(),
+             py::arg("average"), py::arg("hier") = false, py::call_guard<py::gil_scoped_release>(),
              "zccl_allreduce_wire on a CPU tensor, in place (zccl_torch.all_reduce_quantized)")
         .def("_allgather_wire", &ProcessGroupZccl::allgatherWire, py::arg("output"), py::arg("input"),
-             py::arg("wire"), py::call_guard<py::gil_scoped_release>(),
+             py::arg("wire"), py::arg("hier") = false, py::call_guard<py::gil_scoped_release>(),
              "zccl_allgather_wire (zccl_torch.all_gather_quantized)")
         .def("_reduce_scatter_wire", &ProcessGroupZccl::reduceScatterWire, py::arg("output"), py::arg("input"),
-             py::arg("wire"), py::arg("average"), py::call_guard<py::gil_scoped_release>(),
+             py::arg("wire"), py::arg("average"), py::arg("hier") = false,
+             py::call_guard<py::gil_scoped_release>(),
              "zccl_reduce_scatter_wire (zccl_torch.reduce_scatter_quantized)");
     m.def("zccl_version", [] {
         int v = 0;

@@ -2,11 +2,13 @@
  * quantized.cpp — zccl's quantized collectives (include/zccl.h, zccl_wire_t and the _wire calls: ZeRO++'s qwZ and
  * qgZ) on torch tensors. They are not c10d::Backend operations (torch has no such call): zccl_torch/__init__.py
  * exposes them as all_reduce_quantized / all_gather_quantized / reduce_scatter_quantized and the DDP
- * communication hook quantized_allreduce_hook. They run on lane 0 in issue order with the group's other
- * operations, like every collective of the process group, and return an ordinary Work.
+ * communication hook quantized_allreduce_hook; with hier they call the hierarchical variants (include/zccl_hier.h:
+ * full precision inside a host, the wire format between hosts). They run on lane 0 in issue order with the group's
+ * other operations, like every collective of the process group, and return an ordinary Work.
  */
 #include "ProcessGroupZccl.hpp"
 #include "tensors.hpp"
+#include "zccl_hier.h"
 
 namespace zccl_torch {
 
@@ -35,19 +37,22 @@ zccl_wire_t check_wire(const char *op, int wire) {
 
 } // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduceWire(at::Tensor &tensor, int wire, bool average) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduceWire(at::Tensor &tensor, int wire, bool average,
+                                                               bool hier) {
     const char *op = "all_reduce_quantized";
     const zccl_datatype_t dt = wire_type(op, tensor, "tensor");
     const zccl_wire_t w = check_wire(op, wire);
     Dense d = Dense::inout(tensor);
     const zccl_redop_t rop = average ? ZCCL_AVG : ZCCL_SUM;
-    return enqueue(0, c10d::OpType::ALLREDUCE, op, {tensor}, [d, dt, w, rop](zccl_comm_t comm) {
-        zcheck(zccl_allreduce_wire(d.ptr(), d.ptr(), static_cast<size_t>(d.buf.numel()), dt, rop, w, comm, nullptr));
+    const auto call = hier ? zccl_allreduce_hier : zccl_allreduce_wire;
+    return enqueue(0, c10d::OpType::ALLREDUCE, op, {tensor}, [d, dt, w, rop, call](zccl_comm_t comm) {
+        zcheck(call(d.ptr(), d.ptr(), static_cast<size_t>(d.buf.numel()), dt, rop, w, comm, nullptr));
         return Finish([d] { d.finish(); });
     });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgatherWire(at::Tensor &output, at::Tensor &input, int wire) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgatherWire(at::Tensor &output, at::Tensor &input, int wire,
+                                                               bool hier) {
     const char *op = "all_gather_quantized";
     const zccl_datatype_t dt = wire_type(op, input, "input");
     wire_type(op, output, "output");
@@ -55,14 +60,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgatherWire(at::Tensor &outpu
     check_numel(op, output, input.numel() * size_, "the output");
     const zccl_wire_t w = check_wire(op, wire);
     Dense in = Dense::in(input), out = Dense::out(output);
-    return enqueue(0, c10d::OpType::_ALLGATHER_BASE, op, {output}, [in, out, dt, w](zccl_comm_t comm) {
-        zcheck(zccl_allgather_wire(in.ptr(), out.ptr(), static_cast<size_t>(in.buf.numel()), dt, w, comm, nullptr));
+    const auto call = hier ? zccl_allgather_hier : zccl_allgather_wire;
+    return enqueue(0, c10d::OpType::_ALLGATHER_BASE, op, {output}, [in, out, dt, w, call](zccl_comm_t comm) {
+        zcheck(call(in.ptr(), out.ptr(), static_cast<size_t>(in.buf.numel()), dt, w, comm, nullptr));
         return Finish([in, out] { out.finish(); });
     });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduceScatterWire(at::Tensor &output, at::Tensor &input, int wire,
-                                                                   bool average) {
+                                                                   bool average, bool hier) {
     const char *op = "reduce_scatter_quantized";
     const zccl_datatype_t dt = wire_type(op, output, "output");
     wire_type(op, input, "input");
@@ -71,9 +77,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduceScatterWire(at::Tensor &o
     const zccl_wire_t w = check_wire(op, wire);
     Dense in = Dense::in(input), out = Dense::out(output);
     const zccl_redop_t rop = average ? ZCCL_AVG : ZCCL_SUM;
-    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, [in, out, dt, w, rop](zccl_comm_t comm) {
-        zcheck(zccl_reduce_scatter_wire(in.ptr(), out.ptr(), static_cast<size_t>(out.buf.numel()), dt, rop, w, comm,
-                                        nullptr));
+    const auto call = hier ? zccl_reduce_scatter_hier : zccl_reduce_scatter_wire;
+    return enqueue(0, c10d::OpType::_REDUCE_SCATTER_BASE, op, {output}, [in, out, dt, w, rop, call](zccl_comm_t comm) {
+        zcheck(call(in.ptr(), out.ptr(), static_cast<size_t>(out.buf.numel()), dt, rop, w, comm, nullptr));
         return Finish([in, out] { out.finish(); });
     });
 }

@@ -135,6 +135,95 @@ def direct(rank, n, cases):
     return out
 
 
+def hier_bound(xs, hosts, segments, wire, second, avg, dtype):
+    """The bound of include/zccl_hier.h's hierarchical reductions, for element i of the reduced vector: xs[q] is rank
+    q's float64 input, hosts the ranks of each host, segments the (lo, hi) element ranges whose wire blocks start at
+    lo (the inter-host call's shards). P_h, a_h: host h's exact partial sum and sum of magnitudes; the host's float32
+    sum p~ is within (G-1) u a_h, so p_h = |P_h| + (G-1) u a_h bounds it, and E_h = E(p_h; amax of p_h over the
+    block). R = (G-1) u sum_h a_h + sum_h E_h + (H-1) u sum_h (p_h + E_h). second: the reduced vector is quantized
+    again (the all-reduce's all-gather), adding E(|S| + R; amax of |S| + R over the block). Returns (S, bound)."""
+    b = block()
+    H, G = len(hosts), len(hosts[0])
+    s = sum(xs)
+    R = torch.zeros_like(s)
+    for lo, hi in segments:
+        if hi <= lo:
+            continue
+        a = [sum(xs[q][lo:hi].abs() for q in h) for h in hosts]
+        P = [sum(xs[q][lo:hi] for q in h) for h in hosts]
+        p = [Ph.abs() + (G - 1) * U * ah for Ph, ah in zip(P, a)]
+        E = [quant_err(ph, block_amax(ph, b), wire, torch.float32) for ph in p]
+        r = (G - 1) * U * sum(a) + sum(E) + (H - 1) * U * sum(ph + e for ph, e in zip(p, E))
+        if second:
+            z = s[lo:hi].abs() + r
+            r = r + quant_err(z, block_amax(z, b), wire, torch.float32)
+        R[lo:hi] = r
+    if avg:
+        n = len(xs)
+        return s / n, R / n + U * (s.abs() + R) / n
+    return s, R
+
+
+def hier(rank, n, cases):
+    """The hierarchical variants (hierarchical=True) on a group whose ranks see ZCCL_HOST_ID = h<rank // 2>: 2 ranks
+    per simulated host. Each result within hier_bound (the all-gather: the flat bound; its output is the flat call's),
+    bitwise equal on every rank where every rank holds the same output."""
+    os.environ["ZCCL_HOST_ID"] = f"h{rank // 2}"
+    g = dist.new_group(list(range(n)))  # a fresh communicator: it reads ZCCL_HOST_ID
+    hosts = [list(range(h, min(h + 2, n))) for h in range(0, n, 2)]
+    out = {}
+    for name, call, wire, dtype_name, op in cases:
+        dtype = getattr(torch, dtype_name)
+        avg = op == "avg"
+        rop = dist.ReduceOp.AVG if avg else dist.ReduceOp.SUM
+        seed = sum(name.encode()) % 1000
+        if call == "all_reduce":
+            count = 1001
+            xs = [rank_input(q, count, dtype, seed).double() for q in range(n)]
+            t = rank_input(rank, count, dtype, seed)
+            zccl_torch.all_reduce_quantized(t, wire=wire, op=rop, group=g, hierarchical=True)
+            got = t
+            flat = rank_input(rank, count, dtype, seed)
+            zccl_torch.all_reduce_quantized(flat, wire=wire, op=rop, group=g)
+            G, H = 2, len(hosts)
+            C = math.ceil(count / G)
+            L = math.ceil(C / H)
+            segs = [(l * C + h * L, min(l * C + min((h + 1) * L, C), count)) for l in range(G) for h in range(H)]
+            ref, r = hier_bound(xs, hosts, segs, wire, True, avg, dtype)
+            bound = with_output(ref.abs(), r, dtype)
+        elif call == "all_gather":
+            count = 700
+            xs = [rank_input(q, count, dtype, seed).double() for q in range(n)]
+            got = torch.empty(n * count, dtype=dtype)
+            zccl_torch.all_gather_quantized(got, rank_input(rank, count, dtype, seed), wire=wire, group=g,
+                                            hierarchical=True)
+            flat = None  # the hierarchical all-gather's output is the flat call's, bitwise (zccl_hier.h)
+            ref = torch.cat(xs)
+            bound = torch.cat([with_output(x.abs(), quant_err(x, block_amax(x, block()), wire, dtype), dtype)
+                               for x in xs])
+        elif call == "reduce_scatter":
+            count = 400
+            xs = [rank_input(q, n * count, dtype, seed).double() for q in range(n)]
+            got = torch.empty(count, dtype=dtype)
+            zccl_torch.reduce_scatter_quantized(got, rank_input(rank, n * count, dtype, seed), wire=wire, op=rop,
+                                                group=g, hierarchical=True)
+            flat = torch.empty(count, dtype=dtype)
+            zccl_torch.reduce_scatter_quantized(flat, rank_input(rank, n * count, dtype, seed), wire=wire, op=rop,
+                                                group=g)
+            lo = rank * count
+            full, r = hier_bound(xs, hosts, [(lo, lo + count)], wire, False, avg, dtype)
+            ref, r = full[lo:lo + count], r[lo:lo + count]
+            bound = with_output(ref.abs(), r, dtype)
+        else:
+            raise ValueError(call)
+        excess, worst = check(got, ref, bound)
+        out[name] = {"excess": excess, "worst": worst, "finite": bool(torch.isfinite(got).all()),
+                     "bytes": got.double().numpy().tobytes(),
+                     "differs_from_flat": flat is None or not torch.equal(got, flat)}
+    dist.destroy_process_group(g)
+    return out
+
+
 def _msg(fn):
     try:
         fn()

@@ -38,6 +38,31 @@ def test_quantized_collectives_within_the_stated_bound(n):
             assert len({v[name]["bytes"] for v in res.values()}) == 1, f"{name}: ranks differ"
 
 
+HIER_CASES = [
+    ("har_int8_f32_sum", "all_reduce", "int8", "float32", "sum"),
+    ("har_int4_bf16_avg", "all_reduce", "int4", "bfloat16", "avg"),
+    ("hag_int8_f32", "all_gather", "int8", "float32", None),
+    ("hrs_int4_f32_sum", "reduce_scatter", "int4", "float32", "sum"),
+    ("hrs_e4m3_f16_avg", "reduce_scatter", "fp8e4m3", "float16", "avg"),
+]
+
+
+@pytest.mark.parametrize("n", [4, 6])
+def test_hierarchical_quantized_collectives_within_their_bound(n):
+    """2 ranks per simulated host (ZCCL_HOST_ID): 2 and 3 hosts; the hierarchical calls' own bound (zccl_hier.h)."""
+    res = harness.run_ranks(w.hier, n, timeout=180, args=(HIER_CASES,))
+    for name, call, *_ in HIER_CASES:
+        for r, v in res.items():
+            c = v[name]
+            assert c["finite"], (r, name)
+            assert c["excess"] <= 0.0, f"{name} rank {r}: error exceeds zccl_hier.h's bound by {c['excess']}"
+            assert c["worst"] > 0.0, f"{name} rank {r}: exact result, so the wire was not quantized"
+        if call != "reduce_scatter":
+            assert len({v[name]["bytes"] for v in res.values()}) == 1, f"{name}: ranks differ"
+        # the two-hop sum rounds differently from the flat call's: equal bytes on every rank mean it ran flat
+        assert any(v[name]["differs_from_flat"] for v in res.values()), f"{name}: equals the flat call: not hier"
+
+
 def test_quantized_refusals_name_their_cause():
     res = harness.run_ranks(w.refusals, 2, timeout=90)
     for r, m in res.items():

@@ -101,43 +101,52 @@ def _finish(work, async_op):
     return None
 
 
-def all_reduce_quantized(tensor, wire="int8", op=dist.ReduceOp.SUM, group=None, async_op=False):
+def all_reduce_quantized(tensor, wire="int8", op=dist.ReduceOp.SUM, group=None, async_op=False,
+                         hierarchical=False):
     """All-reduce of a CPU tensor (float32, float64, float16, bfloat16), in place, with block-quantized bytes on the
     wire: zccl_allreduce_wire (a quantized reduce-scatter through one all-to-all, then a quantized all-gather; every
     rank gets bitwise the same result). wire: "int8", "int4", "fp8e4m3", "fp8e5m2" or "full"; op: SUM or AVG.
     Error per element: the bound zccl.h states for zccl_allreduce_wire (two quantizations; amax over blocks of
-    ZCCL_QUANT_BLOCK elements from each of the nranks shards' first element). Returns a Work when async_op, else
-    None once done. Raises ValueError for a group that is not zccl's, a bad wire or op; the call itself refuses
-    other dtypes and non-CPU tensors naming them."""
+    ZCCL_QUANT_BLOCK elements from each of the nranks shards' first element). hierarchical=True: zccl_allreduce_hier
+    (include/zccl_hier.h: float32 inside each host, the wire format only between hosts, its bound; float32,
+    float16, bfloat16; the flat call when all ranks share one host or hosts differ in size). Returns a Work when
+    async_op, else None once done. Raises ValueError for a group that is not zccl's, a bad wire or op; the call
+    itself refuses other dtypes and non-CPU tensors naming them."""
     b = _zccl_backend(group, "all_reduce_quantized")
     return _finish(b._allreduce_wire(tensor, _wire_value(wire, "all_reduce_quantized"),
-                                     _average(op, "all_reduce_quantized")), async_op)
+                                     _average(op, "all_reduce_quantized"), bool(hierarchical)), async_op)
 
 
-def all_gather_quantized(output, input, wire="int8", group=None, async_op=False):
+def all_gather_quantized(output, input, wire="int8", group=None, async_op=False, hierarchical=False):
     """qwZ: all-gather of each rank's CPU tensor `input` into `output` (world_size x input.numel() elements of the
     same dtype, rank order), each input quantized once (zccl_allgather_wire; every rank, the sender too, decodes
-    the same bytes, so the output is bitwise equal on every rank). Error: one quantization (zccl.h)."""
+    the same bytes, so the output is bitwise equal on every rank). Error: one quantization (zccl.h).
+    hierarchical=True: zccl_allgather_hier (the same output; each wire string crosses between hosts once per host)."""
     b = _zccl_backend(group, "all_gather_quantized")
-    return _finish(b._allgather_wire(output, input, _wire_value(wire, "all_gather_quantized")), async_op)
+    return _finish(b._allgather_wire(output, input, _wire_value(wire, "all_gather_quantized"), bool(hierarchical)),
+                   async_op)
 
 
-def reduce_scatter_quantized(output, input, wire="int4", op=dist.ReduceOp.SUM, group=None, async_op=False):
+def reduce_scatter_quantized(output, input, wire="int4", op=dist.ReduceOp.SUM, group=None, async_op=False,
+                             hierarchical=False):
     """qgZ: reduce-scatter of `input` (world_size x output.numel() elements) into this rank's `output`, each
     rank's block quantized once and sent through one all-to-all, the owner summing in float32 in rank order
-    (zccl_reduce_scatter_wire). Error: the bound of zccl.h's zccl_reduce_scatter_wire."""
+    (zccl_reduce_scatter_wire). Error: the bound of zccl.h's zccl_reduce_scatter_wire. hierarchical=True:
+    zccl_reduce_scatter_hier (ZeRO++'s two-hop qgZ shape: float32 inside the host, quantized once between hosts)."""
     b = _zccl_backend(group, "reduce_scatter_quantized")
     return _finish(b._reduce_scatter_wire(output, input, _wire_value(wire, "reduce_scatter_quantized"),
-                                          _average(op, "reduce_scatter_quantized")), async_op)
+                                          _average(op, "reduce_scatter_quantized"), bool(hierarchical)), async_op)
 
 
 class QuantizedHookState:
-    """State of quantized_allreduce_hook: the wire format and the process group (None: the default group)."""
+    """State of quantized_allreduce_hook: the wire format, the process group (None: the default group) and whether
+    to use the hierarchical all-reduce (float32 inside each host, the wire format only between hosts)."""
 
-    def __init__(self, wire="int8", process_group=None):
+    def __init__(self, wire="int8", process_group=None, hierarchical=False):
         _wire_value(wire, "QuantizedHookState")
         self.wire = wire
         self.process_group = process_group
+        self.hierarchical = bool(hierarchical)
 
 
 def quantized_allreduce_hook(state, bucket):
@@ -150,7 +159,7 @@ def quantized_allreduce_hook(state, bucket):
         state = QuantizedHookState(state)
     b = _zccl_backend(state.process_group, "quantized_allreduce_hook")
     tensor = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
-    work = b._allreduce_wire(tensor, WIRES[state.wire], True)
+    work = b._allreduce_wire(tensor, WIRES[state.wire], True, state.hierarchical)
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
