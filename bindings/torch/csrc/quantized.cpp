@@ -35,6 +35,18 @@ zccl_wire_t check_wire(const char *op, int wire) {
     return static_cast<zccl_wire_t>(wire);
 }
 
+/* A pair of tensors of one wire call: both floating CPU tensors of one dtype, `big` holding nranks times the
+ * elements of `small`. Returns their datatype. */
+zccl_datatype_t wire_pair(const char *op, const at::Tensor &small, const char *small_name, const at::Tensor &big,
+                          const char *big_name, int nranks) {
+    const zccl_datatype_t dt = wire_type(op, small, small_name);
+    wire_type(op, big, big_name);
+    const std::string the_big = std::string("the ") + big_name;
+    check_same_dtype(op, small, big, the_big.c_str());
+    check_numel(op, big, small.numel() * nranks, the_big.c_str());
+    return dt;
+}
+
 } // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduceWire(at::Tensor &tensor, int wire, bool average,
@@ -54,10 +66,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allreduceWire(at::Tensor &tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgatherWire(at::Tensor &output, at::Tensor &input, int wire,
                                                                bool hier) {
     const char *op = "all_gather_quantized";
-    const zccl_datatype_t dt = wire_type(op, input, "input");
-    wire_type(op, output, "output");
-    check_same_dtype(op, input, output, "the output");
-    check_numel(op, output, input.numel() * size_, "the output");
+    const zccl_datatype_t dt = wire_pair(op, input, "input", output, "output", size_);
     const zccl_wire_t w = check_wire(op, wire);
     Dense in = Dense::in(input), out = Dense::out(output);
     const auto call = hier ? zccl_allgather_hier : zccl_allgather_wire;
@@ -70,10 +79,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::allgatherWire(at::Tensor &outpu
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::reduceScatterWire(at::Tensor &output, at::Tensor &input, int wire,
                                                                    bool average, bool hier) {
     const char *op = "reduce_scatter_quantized";
-    const zccl_datatype_t dt = wire_type(op, output, "output");
-    wire_type(op, input, "input");
-    check_same_dtype(op, output, input, "the input");
-    check_numel(op, input, output.numel() * size_, "the input");
+    const zccl_datatype_t dt = wire_pair(op, output, "output", input, "input", size_);
     const zccl_wire_t w = check_wire(op, wire);
     Dense in = Dense::in(input), out = Dense::out(output);
     const zccl_redop_t rop = average ? ZCCL_AVG : ZCCL_SUM;
