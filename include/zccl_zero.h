@@ -327,18 +327,19 @@ typedef struct {
      *  copy) stay exact. Needs a floating datatype (float32, float64, float16, bfloat16). Every rank passes the same
      *  wire. */
     zccl_wire_t wire;
-    /** Nonzero: hierarchical partitioning of the gathered parameters (hpZ of ZeRO++, Wang et al. 2023), 0 (the
-     *  default): every fetch gathers across all ranks. 0 or 1; every rank passes the same value (part of the
-     *  cross-rank check at creation).
+    /** 1: hierarchical partitioning of the gathered parameters (hpZ of ZeRO++, Wang et al. 2023); 0 (the
+     *  default): every fetch gathers across all ranks. Every rank passes the same value (part of the cross-rank
+     *  check at creation).
      *  What it does. A layer is fetched more than once a step (forward, then backward). The FIRST recorded fetch
      *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`); when that
      *  fetch's gather has completed, each rank copies out the slice of the gathered layer that belongs to its local
-     *  rank j within its host, elements [j*padded/G, (j+1)*padded/G) for G ranks per host, into a buffer of its own
+     *  rank j within its host, elements [j*padded/G, (j+1)*padded/G) for G ranks per host (padded: the layer's
+     *  element count rounded up to a multiple of nranks, so G divides it), into a buffer of its own
      *  (the secondary partition). Every LATER fetch position of that layer in the same step gathers only inside the
      *  host, from those slices, in full precision of the datatype (zccl_allgather on a communicator of the host's
-     *  ranks, queued on the store's stream): so exactly one gather per layer per step leaves the host, and with a
+     *  ranks, queued on the store's stream): so exactly one gather per layer per step crosses hosts, and with a
      *  quantized wire the later copies hold the values the primary gather decoded, bitwise equal to the first copy
-     *  and across ranks (no second quantization). With one rank per host (G = 1) the slice is the whole layer and a
+     *  and across ranks (no second quantization; the in-host gather moves the datatype's bytes, not the wire's). With one rank per host (G = 1) the slice is the whole layer and a
      *  later fetch is a local copy, no communication. A later position is never issued (fetched or prefetched)
      *  before its layer's primary fetch of the step has returned: prefetching pauses there.
      *  Memory: padded/G elements per layer per rank, for the whole life of the store (not counted in
