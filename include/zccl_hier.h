@@ -23,8 +23,9 @@ extern "C" {
  * same wire, count and ZCCL_QUANT_BLOCK; not inside a group).
  *
  * Hosts. A host is the set of ranks whose host identity is equal: by default the real host (the one the transports
- * use to choose shared memory: hostname and boot id); ZCCL_HOST_ID=<string> replaces it for these calls only (ranks
- * with equal strings count as one host, so that one machine can stand for several, docs/configuration.md). The
+ * use to choose shared memory: hostname and boot id); ZCCL_HOST_ID=<string> replaces it for these calls (and the
+ * ZeRO-3 store's hpZ, zccl_zero.h) only (ranks with equal strings count as one host, so that one machine can stand
+ * for several, docs/configuration.md). The
  * ranks of a host need not be contiguous. Hosts are numbered by their lowest rank, and a host's ranks get local
  * ranks 0..G-1 in rank order.
  *

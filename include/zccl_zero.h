@@ -327,6 +327,31 @@ typedef struct {
      *  copy) stay exact. Needs a floating datatype (float32, float64, float16, bfloat16). Every rank passes the same
      *  wire. */
     zccl_wire_t wire;
+    /** 1: hierarchical partitioning of the gathered parameters (hpZ of ZeRO++, Wang et al. 2023); 0 (the
+     *  default): every fetch gathers across all ranks. Every rank passes the same value (part of the cross-rank
+     *  check at creation).
+     *  What it does. A layer is fetched more than once a step (forward, then backward). The FIRST recorded fetch
+     *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`); when that
+     *  fetch's gather has completed, each rank copies out the slice of the gathered layer that belongs to its local
+     *  rank j within its host, elements [j*padded/G, (j+1)*padded/G) for G ranks per host (padded: the layer's
+     *  element count rounded up to a multiple of nranks, so G divides it), into a buffer of its own
+     *  (the secondary partition). Every LATER fetch position of that layer in the same step gathers only inside the
+     *  host, from those slices, in full precision of the datatype (zccl_allgather on a communicator of the host's
+     *  ranks, queued on the store's stream): so exactly one gather per layer per step crosses hosts, and with a
+     *  quantized wire the later copies hold the values the primary gather decoded, bitwise equal to the first copy
+     *  and across ranks (no second quantization; the in-host gather moves the datatype's bytes, not the wire's). With one rank per host (G = 1) the slice is the whole layer and a
+     *  later fetch is a local copy, no communication. A later position is never issued (fetched or prefetched)
+     *  before its layer's primary fetch of the step has returned: prefetching pauses there.
+     *  Memory: padded/G elements per layer per rank, for the whole life of the store (not counted in
+     *  max_live_bytes, which bounds the gathered layers as before); the gathered buffers are unchanged.
+     *  Hosts: the identity of the hierarchical calls (include/zccl_hier.h): ZCCL_HOST_ID when set (simulated hosts),
+     *  else the real host. Creation all-gathers every rank's host key, so every rank computes the same layout, and
+     *  splits comm into one communicator per host, owned by the store (freed by zccl_zero3_destroy). One host (every
+     *  rank shares it): nothing leaves a host anyway, so the store logs an INFO line and runs without hpZ
+     *  (stats.hpz_gathers stays 0). Errors: ZCCL_INVALID_ARGUMENT on every rank when the hosts hold different
+     *  numbers of ranks (the message names the host sizes: the slices must tile the layer), or when hpz is not 0 or
+     *  1 (on the rank that passed it); the split's errors. */
+    int hpz;
 } zccl_zero3_options_t;
 
 /**
@@ -343,9 +368,11 @@ typedef struct {
  * @param[out] z       the new store; NULL on failure.
  * Errors: ZCCL_INVALID_ARGUMENT (NULL arguments, nlayers < 1, a layer_numel[l] of 0 named by index, datatype out
  * of range, overflow, max_live_bytes below the largest layer's gathered bytes, opts->wire out of range or
- * quantized with a datatype that is not floating — on the rank that passed it);
- * ZCCL_INVALID_USAGE (ranks disagree on the layers, or another rank's max_live_bytes is too small: every rank
- * fails, none is left waiting); ZCCL_SYSTEM_ERROR; communication errors.
+ * quantized with a datatype that is not floating, opts->hpz not 0 or 1 — on the rank that passed it; with hpz,
+ * hosts of unequal sizes — on every rank, naming the sizes);
+ * ZCCL_INVALID_USAGE (ranks disagree on the layers, wires or hpz, or another rank's max_live_bytes is too small:
+ * every rank fails, none is left waiting); ZCCL_SYSTEM_ERROR; communication errors (and, with hpz, the per-host
+ * split's).
  */
 zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const size_t *layer_numel, zccl_datatype_t datatype,
                                 const zccl_zero3_options_t *opts, zccl_zero3_t *z);
@@ -407,7 +434,10 @@ typedef struct {
     size_t live_bytes;       /**< gathered or in-flight layer bytes now */
     size_t peak_live_bytes;  /**< most live bytes at one time */
     size_t max_live_bytes;   /**< the bound in force */
-    uint64_t gathers;        /**< all-gathers issued */
+    uint64_t gathers;        /**< layer gathers issued: every fetch position's, across all ranks or (hpZ) inside
+                                  the host; gathers - hpz_gathers crossed the whole communicator */
+    uint64_t hpz_gathers;    /**< hpZ (zccl_zero3_options_t.hpz): gathers served inside the host from the secondary
+                                  partition (a local copy with one rank per host); 0 without hpZ */
     uint64_t prefetched;     /**< fetches whose gather had been issued before the fetch (prefetch hits) */
     double fetch_wait_s;     /**< total time fetches waited for gathers (exposed gather time) */
     double gather_s;         /**< total time from issue to completion of gathers, summed */

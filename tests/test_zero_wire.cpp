@@ -9,6 +9,9 @@
  * the bound, bitwise equality across ranks where the calls promise it, padding that stays zero, and that the
  * wire really quantized (some error is a visible fraction of the bound's main term: a full-precision run fails
  * that check). Multi-process runs have deadlines.
+ *
+ * ZeroHpz.* (at the end): ZeRO++'s hpZ in the ZeRO-3 store (zccl_zero3_options_t.hpz) over simulated hosts
+ * (ZCCL_HOST_ID per rank), with the full wire and with int8 (qwZ + hpZ).
  */
 #include <gtest/gtest.h>
 
@@ -363,4 +366,229 @@ TEST(ZeroWire, Zero3BadWireIsRefused) {
         ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT, "wire -1: %s", zccl_get_error_string(r));
         return 0;
     }, deadline_options(30));
+}
+
+/* ---- hpZ: hierarchical partitioning of a ZeRO-3 store (zccl_zero3_options_t.hpz) -------------------------------
+ *
+ * Hosts are simulated with ZCCL_HOST_ID per rank. Each step writes new shards (drawn from the step number), then
+ * fetches layers 0..L-1 (forward) and L-1..0 (backward). Full wire: every fetch, forward and backward, is exactly
+ * the concatenation of the shards. Quantized wire: the forward copy is within one quantization of it, and the
+ * backward copy (gathered inside the host from the secondary partition) is bitwise the forward copy. Both: bitwise
+ * equal on every rank; per step exactly L gathers cross the whole communicator and L are served inside the host. */
+
+namespace {
+
+struct HpzCfg {
+    int nranks, nhosts;
+    bool interleaved; /* host of rank r: r % nhosts (else r / (nranks / nhosts), contiguous) */
+    zccl_wire_t wire;
+    int passes = 2; /* forward, backward; 3: forward again after (the layer's third position in the step) */
+};
+
+std::string hpz_host(const HpzCfg &c, int rank) {
+    const int h = c.interleaved ? rank % c.nhosts : rank / (c.nranks / c.nhosts);
+    return std::string("host") + (char)('A' + h);
+}
+
+Options hpz_options(const HpzCfg &c, double deadline) {
+    Options o = wire_options(deadline);
+    o.rank_env = [c](int rank) { return EnvList{{"ZCCL_HOST_ID", hpz_host(c, rank)}}; };
+    return o;
+}
+
+const std::vector<size_t> kHpzLayers = {1000, 4003, 17, 2500, 64};
+
+float hpz_value(int step, int l, size_t idx) { return grad_value(step, l, (int)(idx / 200), idx); }
+
+int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
+    zccl_comm_t comm3 = nullptr;
+    ZT_CHILD_OK(zccl_comm_shrink(comm, nullptr, 0, &comm3));
+    const int L = (int)kHpzLayers.size();
+    size_t largest = 0;
+    for (size_t n : kHpzLayers) largest = std::max(largest, (n + (size_t)nranks - 1) / (size_t)nranks * (size_t)nranks * 4);
+    zccl_zero3_options_t o = {};
+    o.wire = c.wire;
+    o.hpz = 1;
+    o.max_live_bytes = largest * 5 / 2; /* prefetch runs, and pauses at the bound */
+    zccl_zero3_t z = nullptr;
+    ZT_CHILD_OK(zccl_zero3_create(comm3, L, kHpzLayers.data(), ZCCL_FLOAT32, &o, &z));
+    const bool active = c.nhosts > 1; /* one host: the store runs without hpZ */
+    std::vector<std::vector<float>> fwd((size_t)L);
+    uint64_t prev_g = 0, prev_h = 0;
+    double worst = 0;
+    for (int step = 1; step <= 3; step++) {
+        for (int l = 0; l < L; l++) { /* new shards every step (an optimizer step) */
+            void *s;
+            size_t cnt, off;
+            ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+            for (size_t e = 0; e < cnt; e++) static_cast<float *>(s)[e] = hpz_value(step, l, off + e);
+        }
+        ZT_CHILD_OK(zccl_zero3_begin(z));
+        for (int pass = 0; pass < c.passes; pass++)
+            for (int k = 0; k < L; k++) {
+                const int l = pass == 1 ? L - 1 - k : k;
+                const size_t P = (kHpzLayers[(size_t)l] + (size_t)nranks - 1) / (size_t)nranks, padded = P * (size_t)nranks;
+                void *full;
+                ZT_CHILD_OK(zccl_zero3_fetch(z, l, &full));
+                const float *p = static_cast<const float *>(full);
+                if (c.wire == ZCCL_WIRE_FULL) {
+                    for (size_t e = 0; e < padded; e++)
+                        ZT_CHILD_CHECK(p[e] == hpz_value(step, l, e), "step %d %s layer %d element %zu: %.9g, want the "
+                                       "shards' %.9g", step, pass == 0 ? "forward" : pass == 1 ? "backward" : "second forward", l, e, (double)p[e],
+                                       (double)hpz_value(step, l, e));
+                } else if (pass == 0) {
+                    int bad = 0;
+                    for_blocks(padded, P, [&](size_t lo, size_t hi) {
+                        if (bad) return;
+                        double amax = 0;
+                        for (size_t e = lo; e < hi; e++) amax = std::max(amax, std::fabs((double)hpz_value(step, l, e)));
+                        for (size_t e = lo; e < hi; e++) {
+                            const double x = hpz_value(step, l, e), err = std::fabs((double)p[e] - x);
+                            const double bd = qbound(c.wire, x, amax);
+                            if (!(err <= bd)) {
+                                child_log(rank, "step %d forward layer %d element %zu: %.9g, want %.9g within %.3g",
+                                          step, l, e, (double)p[e], x, bd);
+                                bad = 1;
+                                return;
+                            }
+                            worst = std::max(worst, err / bd);
+                        }
+                    });
+                    if (bad) return 1;
+                }
+                if (pass == 0) {
+                    fwd[(size_t)l].assign(p, p + padded);
+                } else if (std::memcmp(p, fwd[(size_t)l].data(), padded * sizeof(float)) != 0) {
+                    size_t e = 0;
+                    while (std::memcmp(&p[e], &fwd[(size_t)l][e], sizeof(float)) == 0) e++;
+                    child_log(rank, "step %d layer %d: the backward copy differs from the forward copy at element %zu: "
+                              "%.9g, forward %.9g (want bitwise equal)", step, l, e, (double)p[e],
+                              (double)fwd[(size_t)l][e]);
+                    return 1;
+                }
+                ZT_CHILD_CHECK(same_everywhere(comm, fnv(full, padded * sizeof(float))),
+                               "step %d %s layer %d: the gathered layer differs between ranks", step,
+                               pass == 0 ? "forward" : pass == 1 ? "backward" : "second forward", l);
+                ZT_CHILD_OK(zccl_zero3_release(z, l));
+            }
+        ZT_CHILD_OK(zccl_zero3_end(z));
+        zccl_zero3_stats_t st;
+        ZT_CHILD_OK(zccl_zero3_stats(z, &st));
+        const uint64_t g = st.gathers - prev_g, h = st.hpz_gathers - prev_h;
+        const uint64_t all = (uint64_t)c.passes * (uint64_t)L, want_h = active ? all - (uint64_t)L : 0;
+        ZT_CHILD_CHECK(h == want_h && g - h == all - want_h, "step %d: %llu gathers, %llu of them inside the host "
+                       "(hpZ), want %llu across all ranks and %llu inside the host", step, (unsigned long long)g,
+                       (unsigned long long)h, (unsigned long long)(all - want_h), (unsigned long long)want_h);
+        prev_g = st.gathers;
+        prev_h = st.hpz_gathers;
+    }
+    zccl_zero3_stats_t st;
+    ZT_CHILD_OK(zccl_zero3_stats(z, &st));
+    ZT_CHILD_CHECK(st.peak_live_bytes <= o.max_live_bytes, "peak live %zu > limit %zu", st.peak_live_bytes,
+                   o.max_live_bytes);
+    ZT_CHILD_CHECK(st.live_bytes == 0, "live bytes %zu after the steps", st.live_bytes);
+    /* Steps 2-3 prefetch along the recording (pausing only where a backward position waits for its forward one). */
+    ZT_CHILD_CHECK(st.prefetched >= 2u * ((uint64_t)c.passes * (uint64_t)L - 2u), "prefetch hits %llu",
+                   (unsigned long long)st.prefetched);
+    if (c.wire != ZCCL_WIRE_FULL)
+        ZT_CHILD_CHECK(worst > 0.05, "largest error %.3g of its bound: were the parameters quantized?", worst);
+    if (rank == 0)
+        child_log(rank, "%d ranks on %d hosts, %s: gathers %llu (%llu inside the host), prefetched %llu, peak live %zu "
+                  "of %zu", nranks, c.nhosts, zccl_wire_name(c.wire), (unsigned long long)st.gathers,
+                  (unsigned long long)st.hpz_gathers, (unsigned long long)st.prefetched, st.peak_live_bytes,
+                  o.max_live_bytes);
+    zccl_zero3_destroy(z);
+    zccl_comm_destroy(comm3);
+    return 0;
+}
+
+} // namespace
+
+TEST(ZeroHpz, TwoHostsOfTwoFullWireEveryFetchIsTheShards) {
+    HpzCfg c{4, 2, true, ZCCL_WIRE_FULL};
+    run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); }, hpz_options(c, 120));
+}
+
+TEST(ZeroHpz, TwoHostsOfTwoInt8BackwardBitwiseForward) {
+    HpzCfg c{4, 2, true, ZCCL_WIRE_INT8};
+    run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); }, hpz_options(c, 120));
+}
+
+TEST(ZeroHpz, SixRanksAsTwoHostsOfThreeAndThreeHostsOfTwo) {
+    for (HpzCfg c : {HpzCfg{6, 2, false, ZCCL_WIRE_FULL}, HpzCfg{6, 3, true, ZCCL_WIRE_FULL},
+                     HpzCfg{6, 2, false, ZCCL_WIRE_INT8}, HpzCfg{6, 3, true, ZCCL_WIRE_INT8}}) {
+        SCOPED_TRACE(std::to_string(c.nhosts) + " hosts, " + zccl_wire_name(c.wire));
+        run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); },
+                  hpz_options(c, 150));
+    }
+}
+
+/* A layer fetched three times a step (forward, backward, forward again): both later positions gather inside the
+ * host from the one slice of the first, bitwise the first copy. */
+TEST(ZeroHpz, ThirdFetchOfALayerAlsoStaysInTheHost) {
+    HpzCfg c{4, 2, false, ZCCL_WIRE_INT8, 3};
+    run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); }, hpz_options(c, 120));
+}
+
+/* One rank per host: the secondary partition is the whole layer, the backward fetch a local copy. */
+TEST(ZeroHpz, OneRankPerHostCopiesLocally) {
+    for (zccl_wire_t w : {ZCCL_WIRE_FULL, ZCCL_WIRE_INT8}) {
+        HpzCfg c{3, 3, true, w};
+        SCOPED_TRACE(zccl_wire_name(w));
+        run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); },
+                  hpz_options(c, 120));
+    }
+}
+
+/* One host: hpZ has nothing to save; the store runs as without it (every fetch gathers, none inside the host). */
+TEST(ZeroHpz, OneHostRunsWithoutIt) {
+    HpzCfg c{3, 1, false, ZCCL_WIRE_FULL};
+    run_ranks(c.nranks, [&](zccl_comm_t comm, int r, int n) { return hpz_body(comm, r, n, c); }, hpz_options(c, 120));
+}
+
+TEST(ZeroHpz, UnequalHostsAreRefusedOnEveryRank) {
+    Options o = deadline_options(60);
+    o.rank_env = [](int rank) { return EnvList{{"ZCCL_HOST_ID", rank == 2 ? "hostB" : "hostA"}}; };
+    run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
+        zccl_zero3_options_t zo = {};
+        zo.hpz = 1;
+        zccl_zero3_t z = nullptr;
+        zccl_result_t r = zccl_zero3_create(comm, (int)kHpzLayers.size(), kHpzLayers.data(), ZCCL_FLOAT32, &zo, &z);
+        const std::string msg = zccl_get_last_error(nullptr);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && z == nullptr, "create returned %s: %s", zccl_get_error_string(r),
+                       msg.c_str());
+        ZT_CHILD_CHECK(msg.find("opts->hpz needs hosts of equal size") != std::string::npos &&
+                           msg.find("3 ranks are on 2 hosts of unequal sizes (host 0: 2, host 1: 1 ranks") !=
+                               std::string::npos,
+                       "message: %s", msg.c_str());
+        /* the communicator still works: without hpZ the same store is made */
+        zo.hpz = 0;
+        ZT_CHILD_OK(zccl_zero3_create(comm, (int)kHpzLayers.size(), kHpzLayers.data(), ZCCL_FLOAT32, &zo, &z));
+        zccl_zero3_destroy(z);
+        (void)rank;
+        return 0;
+    }, o);
+}
+
+TEST(ZeroHpz, BadOrDifferentHpzIsRefused) {
+    Options o = deadline_options(60);
+    o.rank_env = [](int rank) { return EnvList{{"ZCCL_HOST_ID", rank % 2 ? "hostB" : "hostA"}}; };
+    run_ranks(4, [](zccl_comm_t comm, int rank, int) -> int {
+        zccl_zero3_options_t zo = {};
+        zccl_zero3_t z = nullptr;
+        if (rank == 0) { /* refused before anything collective, on the rank that passed it */
+            zo.hpz = 2;
+            zccl_result_t r = zccl_zero3_create(comm, 1, kHpzLayers.data(), ZCCL_FLOAT32, &zo, &z);
+            ZT_CHILD_CHECK(r == ZCCL_INVALID_ARGUMENT && z == nullptr, "hpz = 2: %s", zccl_get_error_string(r));
+            ZT_CHILD_CHECK(std::string(zccl_get_last_error(nullptr)).find("opts->hpz = 2 must be 0") != std::string::npos,
+                           "message: %s", zccl_get_last_error(nullptr));
+        }
+        zo.hpz = rank == 3 ? 0 : 1;
+        zccl_result_t r = zccl_zero3_create(comm, (int)kHpzLayers.size(), kHpzLayers.data(), ZCCL_FLOAT32, &zo, &z);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && z == nullptr, "ranks with different hpz: %s",
+                       zccl_get_error_string(r));
+        ZT_CHILD_CHECK(std::string(zccl_get_last_error(nullptr)).find("hpz") != std::string::npos, "message: %s",
+                       zccl_get_last_error(nullptr));
+        return 0;
+    }, o);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zccl_hier.h>
 
 /* Bandwidth-optimal bytes one rank sends: all-reduce 2(N-1)/N S, reduce-scatter and all-gather (N-1)/N S. */
 static double vol(const zt_zero_t *z, double factor, size_t elems)
@@ -28,7 +29,7 @@ static double wvol(const zt_zero_t *z, zccl_wire_t wire, double factor, size_t e
 
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire)
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz)
 {
     memset(z, 0, sizeof *z);
     z->stage = stage;
@@ -64,8 +65,15 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     for (int l = 0; l < nlayers; l++) TRY(zccl_bucket_param_loc(z->plan, l, &z->bucket_of[l], &z->off_in_bucket[l]));
     if (stage == 3) {
         TRY(zccl_comm_split(comm, 0, 0, &z->comm3)); /* the store needs a communicator of its own (a duplicate) */
-        zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes, .wire = weight_wire};
+        zccl_zero3_options_t zo = {.max_live_bytes = max_live_bytes, .wire = weight_wire, .hpz = hpz};
         TRY(zccl_zero3_create(z->comm3, nlayers, numel, ZCCL_FLOAT64, &zo, &z->z3));
+        if (hpz) { /* the store's host layout, for the byte counts: the same hosts as the hierarchical calls' */
+            int nhosts = 1, per_host = 0;
+            TRY(zccl_hier_layout(comm, &nhosts, &per_host, NULL));
+            z->hpz_g = nhosts > 1 ? per_host : 0; /* one host: the store runs without hpZ */
+            for (int l = 0; l < nlayers && z->hpz_g; l++)
+                z->hpz_bytes += z->info[z->bucket_of[l]].elems / (size_t)z->hpz_g * sizeof(double);
+        }
         for (int l = 0; l < nlayers; l++) {
             size_t count, off;
             const zccl_bucket_info_t *bi = &z->info[z->bucket_of[l]];
@@ -146,7 +154,10 @@ zccl_result_t zt_zero_begin_micro(zt_zero_t *z, int last)
     } else {
         for (int b = 0; b < z->nbuckets; b++) z->sent_grads += wvol(z, z->grad_wire, 1.0, z->info[b].elems);
     }
-    if (z->stage == 3) TRY(zccl_zero3_begin(z->z3));
+    if (z->stage == 3) {
+        TRY(zccl_zero3_begin(z->z3));
+        memset(z->fetched, 0, sizeof z->fetched);
+    }
     return ZCCL_SUCCESS;
 }
 
@@ -168,7 +179,15 @@ zccl_result_t zt_zero_fetch(zt_zero_t *z, int l, const double **full)
     }
     void *p;
     TRY(zccl_zero3_fetch(z->z3, l, &p));
-    z->sent_params += wvol(z, z->weight_wire, 1.0, z->info[z->bucket_of[l]].elems);
+    const size_t elems = z->info[z->bucket_of[l]].elems;
+    if (z->hpz_g && z->fetched[l]) { /* hpZ: gathered inside the host, full precision, among G ranks */
+        const double v = (double)(z->hpz_g - 1) / z->hpz_g * (double)elems * sizeof(double);
+        z->sent_params += v;
+        z->sent_params_host += v;
+    } else {
+        z->sent_params += wvol(z, z->weight_wire, 1.0, elems);
+    }
+    z->fetched[l] = 1;
     *full = p;
     return ZCCL_SUCCESS;
 }
@@ -299,8 +318,9 @@ void zt_zero_report(const zt_zero_t *z, FILE *f)
                 (unsigned long long)os.device_copies, os.copy_wait_s, os.cpu_s);
     zccl_zero3_stats_t st;
     if (z->z3 && zccl_zero3_stats(z->z3, &st) == ZCCL_SUCCESS)
-        fprintf(f, "ZeRO-3 store: %llu layer all-gathers (%llu prefetched before their fetch), gathering %.3f s, "
-                   "exposed %.3f s; peak gathered %zu bytes (limit %zu)\n",
-                (unsigned long long)st.gathers, (unsigned long long)st.prefetched, st.gather_s, st.fetch_wait_s,
-                st.peak_live_bytes, st.max_live_bytes);
+        fprintf(f, "ZeRO-3 store: %llu layer all-gathers (%llu prefetched before their fetch; %llu inside the host "
+                   "from the hpZ partition), gathering %.3f s, exposed %.3f s; peak gathered %zu bytes (limit %zu)\n",
+                (unsigned long long)st.gathers, (unsigned long long)st.prefetched,
+                (unsigned long long)st.hpz_gathers, st.gather_s, st.fetch_wait_s, st.peak_live_bytes,
+                st.max_live_bytes);
 }

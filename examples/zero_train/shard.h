@@ -42,8 +42,12 @@ typedef struct {
     double *eval[ZT_MAX_LAYERS]; /* stage 3 evaluation: gathered layers */
     long step;
     zccl_wire_t grad_wire, weight_wire; /* ZeRO++: qgZ (bucket plan), qwZ (stage-3 gathers) */
+    int hpz_g;                   /* ZeRO++ hpZ (stage 3, --hpz) on several hosts: ranks per host; 0: off */
+    size_t hpz_bytes;            /* hpZ: the store's secondary partition on this rank (padded/G per layer) */
+    unsigned char fetched[ZT_MAX_LAYERS]; /* stage 3, this micro-step: layer fetched before (hpZ: inside the host) */
     /* bytes this rank sent, by the bandwidth-optimal volume of each collective it issued */
     double sent_grads, sent_params, sent_other;
+    double sent_params_host;     /* hpZ: the part of sent_params gathered inside the host (full precision) */
 } zt_zero_t;
 
 /*
@@ -52,12 +56,13 @@ typedef struct {
  * bucket targets and K (stage 3 uses one bucket per layer so that gradient and parameter shards coincide);
  * max_live_bytes: the ZeRO-3 store's bound on gathered layer bytes (0: ZCCL_ZERO3_MAX_LIVE_BYTES); grad_wire: the
  * gradient buckets' wire format (ZeRO++ qgZ; zccl_bucket_options_t.wire), weight_wire: stage 3's layer gathers'
- * (qwZ; zccl_zero3_options_t.wire); ZCCL_WIRE_FULL for plain float64.
+ * (qwZ; zccl_zero3_options_t.wire); ZCCL_WIRE_FULL for plain float64; hpz: stage 3's hierarchical partitioning
+ * (ZeRO++ hpZ; zccl_zero3_options_t.hpz): a layer's second fetch of a micro-step gathers inside the host.
  * Collective. Returns ZCCL_SUCCESS or the failing call's result (message in zccl_get_last_error).
  */
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire);
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz);
 void zt_zero_free(zt_zero_t *z);
 
 /* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its

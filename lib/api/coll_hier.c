@@ -22,6 +22,7 @@
 #include <string.h>
 #include "api.h"
 #include "quant.h"
+#include "zccl_ext.h"
 #include "zccl_hier.h"
 
 enum { HIER_FLAT = 1, HIER_ON = 2, HIER_FAILED = 3 };
@@ -55,8 +56,9 @@ static zccl_op_t refused_op(zccl_comm_t sub, zccl_coll_t first) {
     return (zccl_op_t){.coll = first, .comm = sub, .dt = ZCCL_UINT8, .op = ZCCL_SUM};
 }
 
-/* FNV-1a of ZCCL_HOST_ID, or the real host (the identity the transports use). */
-static uint64_t host_key(zccl_comm_t comm) {
+/* FNV-1a of ZCCL_HOST_ID, or the real host (the identity the transports use). Also the ZeRO-3 store's hpZ host
+ * identity (zccl_ext.h). */
+uint64_t zccl__host_key(zccl_comm_t comm) {
     const char *id = zccl__cfg_str(ZCCL_CFG_HOST_ID);
     if (!id || !*id) return comm->tc.peers[comm->rank].host_hash;
     uint64_t k = 1469598103934665603ull;
@@ -64,8 +66,9 @@ static uint64_t host_key(zccl_comm_t comm) {
     return k;
 }
 
-/* Numbers the hosts from every rank's key: host[r], local[r]; counts per host in cnt. Returns the host count. */
-static int layout(const uint64_t *keys, int n, int *host, int *local, int *cnt) {
+/* Numbers the hosts from every rank's key: host[r], local[r]; counts per host in cnt. Returns the host count.
+ * Also the ZeRO-3 store's hpZ layout (zccl_ext.h). */
+int zccl__host_layout(const uint64_t *keys, int n, int *host, int *local, int *cnt) {
     int nh = 0;
     for (int r = 0; r < n; r++) {
         host[r] = -1;
@@ -93,12 +96,12 @@ static zccl_result_t hier_setup(const char *fn, zccl_comm_t comm) {
     zccl_result_t res = ZCCL_SUCCESS;
     if (!h || !keys || !host || !local || !cnt || !oks)
         res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for the host layout of %d ranks", fn, n);
-    const uint64_t mine = res == ZCCL_SUCCESS ? host_key(comm) : 0;
+    const uint64_t mine = res == ZCCL_SUCCESS ? zccl__host_key(comm) : 0;
     /* Every rank takes part in the exchanges whatever happened locally, so that none waits for another. */
     if (res == ZCCL_SUCCESS) res = zccl_allgather(&mine, keys, 1, ZCCL_UINT64, comm, NULL);
     else zccl__coll_refuse_op(refused_op(comm, ZCCL_COLL_ALLGATHER), NULL, res);
     if (res != ZCCL_SUCCESS) goto out;
-    const int nh = layout(keys, n, host, local, cnt), G = cnt[0];
+    const int nh = zccl__host_layout(keys, n, host, local, cnt), G = cnt[0];
     bool equal = true;
     for (int k = 1; k < nh; k++) equal = equal && cnt[k] == G;
     h->nhosts = nh;

@@ -39,6 +39,14 @@ const char *zccl__comm_async_msg(zccl_comm_t comm);
 /** This host's identity (hash of the hostname and /proc boot_id): equal on two ranks means they share a host and
  *  shared memory (lib/core/comm.c). The mesh layer (lib/mesh) places its innermost dimensions by it. */
 uint64_t zccl__host_hash(void);
+/** The host identity of the hierarchical calls (include/zccl_hier.h) for this rank of comm: FNV-1a of ZCCL_HOST_ID
+ *  when that is set (simulated hosts), else the real host the transports found. Equal keys: one host. Local.
+ *  Defined in lib/api/coll_hier.c, as the next one; the ZeRO-3 store's hpZ (lib/zero/zero3.c) uses both. */
+uint64_t zccl__host_key(zccl_comm_t comm);
+/** Numbers hosts from every rank's key (keys[r] for the n ranks, all-gathered): hosts in order of their lowest
+ *  rank, host[r] and local[r] (the rank's place among its host's ranks, in rank order), cnt[h] the ranks of host h
+ *  (cnt needs room for n). Returns the number of hosts. The same answer on every rank that has the same keys. */
+int zccl__host_layout(const uint64_t *keys, int n, int *host, int *local, int *cnt);
 
 /*
  * Host memory and copies for the ZeRO layer's CPU offload (lib/zero/zero_offload.c), over the memory layer

@@ -52,8 +52,10 @@ ZCCL_SETTING(zccl__set_stage_depth) = {.name = "ZCCL_STAGE_DEPTH", .deflt = "4",
         "pipelining (each phase's sends copied out whole before it, receives copied in after it)",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1024, .must_match = true};
 
-/* Which ranks count as one host for the hierarchical collectives (lib/api/coll_hier.c): read there only, so that one
- * machine can stand for several hosts in tests and benchmarks while its transports still see the real host. */
+/* Which ranks count as one host for the hierarchical collectives (lib/api/coll_hier.c) and the ZeRO-3 store's hpZ
+ * (lib/zero/zero3.c, through zccl__host_key): read there only, so that one machine can stand for several hosts in
+ * tests and benchmarks while its transports still see the real host. */
 ZCCL_SETTING(zccl__set_host_id) = {.name = "ZCCL_HOST_ID", .deflt = "",
-        .help = "host identity of this rank for the hierarchical collectives (zccl_*_hier): ranks with equal values "
+        .help = "host identity of this rank for the hierarchical collectives (zccl_*_hier) and the ZeRO-3 store's "
+        "hpZ (zccl_zero3_options_t.hpz): ranks with equal values "
         "count as one host; empty: the real host (hostname and boot id). Transports and topology keep the real host"};

@@ -15,6 +15,19 @@
  * layers they last held within max_live_bytes; beyond, the largest is deregistered and freed), so the store holds
  * at most about twice the bound (plus under a page per buffer), as a caching allocator reserves more than it hands
  * out.
+ *
+ * hpZ (opts->hpz; ZeRO++'s hierarchical partitioning, Wang et al. 2023). A layer's fetch positions of a step are
+ * primary (its first recorded position) or secondary (every later one): the same on every rank, fixed by step 1's
+ * recording. When a primary position's gather has completed, zccl_zero3_fetch copies this rank's slice of the
+ * gathered layer (local rank j of G per host: elements [j*padded/G, (j+1)*padded/G)) into the layer's secondary
+ * buffer before handing the layer out; a secondary position's gather places that slice and all-gathers in place on
+ * the store's own per-host communicator (G = 1: the slice is the layer, a copy). Both communicators' collectives
+ * are queued on the one store stream, which runs each operation on its own communicator in queue order; every rank
+ * queues the same sequence, so the per-host gathers of a host's ranks line up as the global ones do. A secondary
+ * position is never issued before its primary has been fetched in this step: prefetch pauses there (recorded order),
+ * and the fetch of the primary prefetches again once the slice is in place. The secondary gathers use the pool's
+ * buffers as well: they are registered with the store's communicator, not the host's, so those gathers take the
+ * ordinary in-host path.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +58,12 @@ struct zccl_zero3 {
     void **shard_buf;               /* per layer: this rank's shard */
     size_t limit;
     zccl_wire_t wire;          /* the gathers' wire format (opts->wire) */
+    bool hpz;                  /* hpZ on (opts->hpz with several hosts): secondary positions gather in the host */
+    int G, local;              /* hpZ: ranks per host, this rank's local rank */
+    zccl_comm_t intra;         /* hpZ: the host's ranks, ranked by local rank (split from comm, owned; NULL: G = 1) */
+    void **sec;                /* hpZ, per layer: this rank's slice of the step's primary gather, padded/G elements */
+    int *sec_step;             /* hpZ, per layer: the step whose primary gather filled sec (0: none yet) */
+    int *first;                /* hpZ, per layer: its first recorded position, the primary one (-1: none yet) */
     zccl_stream_t stream;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -63,6 +82,12 @@ struct zccl_zero3 {
 };
 
 static size_t layer_bytes(const struct zccl_zero3 *z, int layer) { return z->padded[layer] * z->es; }
+
+/* hpZ: position i gathers inside the host from the secondary partition (not the layer's first position). */
+static bool secondary(const struct zccl_zero3 *z, int i) { return z->hpz && z->first[z->rec[i]] < i; }
+
+/* hpZ: bytes of a layer's secondary slice (padded/G elements). */
+static size_t sec_bytes(const struct zccl_zero3 *z, int layer) { return z->padded[layer] / (size_t)z->G * z->es; }
 
 static void set_broken(struct zccl_zero3 *z, zccl_result_t res) {
     if (z->err != ZCCL_SUCCESS) return;
@@ -176,33 +201,51 @@ static void buf_put(struct zccl_zero3 *z, void *p) {
     free(p);
 }
 
-/* Under z->mu: allocate position i's buffer, place the shard, queue the in-place all-gather. */
+/* Under z->mu: allocate position i's buffer, place the shard, queue the in-place all-gather. A secondary position
+ * (hpZ) places this rank's secondary slice instead and gathers on the host's communicator, in full precision (one
+ * rank per host: the slice is the whole layer, nothing to gather). */
 static zccl_result_t issue(struct zccl_zero3 *z, int i) {
     const int l = z->rec[i];
+    const bool sec = secondary(z, i);
+    if (sec && z->sec_step[l] != z->step) /* the callers never get here: prefetch pauses, fetch follows the order */
+        return zccl__error(ZCCL_INTERNAL_ERROR, "zccl_zero3: step %d, fetch #%d: layer %d's secondary partition is "
+                           "not filled (its primary fetch #%d has not returned in this step)", z->step, i, l,
+                           z->first[l]);
     char *buf = buf_get(z, layer_bytes(z, l));
     if (!buf)
         return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_zero3: out of memory gathering layer %d (%zu bytes)", l,
                            layer_bytes(z, l));
-    char *mine = buf + (size_t)z->rank * z->shard[l] * z->es;
-    memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
-    zccl_result_t res = z->wire == ZCCL_WIRE_FULL
-                            ? zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream)
-                            : zccl__wire_enqueue(ZCCL__WIRE_ALLGATHER, mine, buf, z->shard[l], z->dt, ZCCL_SUM, z->wire,
-                                                 z->comm, z->stream); /* qwZ */
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (sec) { /* hpZ */
+        char *mine = buf + (size_t)z->local * sec_bytes(z, l);
+        memcpy(mine, z->sec[l], sec_bytes(z, l));
+        if (z->intra) res = zccl_allgather(mine, buf, z->padded[l] / (size_t)z->G, z->dt, z->intra, z->stream);
+    } else {
+        char *mine = buf + (size_t)z->rank * z->shard[l] * z->es;
+        memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
+        res = z->wire == ZCCL_WIRE_FULL
+                  ? zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream)
+                  : zccl__wire_enqueue(ZCCL__WIRE_ALLGATHER, mine, buf, z->shard[l], z->dt, ZCCL_SUM, z->wire, z->comm,
+                                       z->stream); /* qwZ */
+    }
     if (res != ZCCL_SUCCESS) { buf_put(z, buf); return res; }
     z->pbuf[i] = buf;
-    z->ticket[i] = zccl__stream_issued(z->stream);
+    /* A local copy (G = 1) is complete now: ticket 0 never waits, and stays in issue order for stamp(). */
+    z->ticket[i] = sec && !z->intra ? 0 : zccl__stream_issued(z->stream);
     z->t_issue[i] = zccl__now_ns();
     z->next_issue = i + 1;
     z->live += layer_bytes(z, l);
     if (z->live > z->st.peak_live_bytes) z->st.peak_live_bytes = z->live;
     z->st.gathers++;
+    if (sec) z->st.hpz_gathers++;
     return ZCCL_SUCCESS;
 }
 
-/* Under z->mu: issue the next recorded positions while they fit in the bound. */
+/* Under z->mu: issue the next recorded positions while they fit in the bound; (hpZ) pause at a secondary position
+ * whose layer's primary fetch has not returned in this step. */
 static zccl_result_t prefetch(struct zccl_zero3 *z) {
-    while (!z->recording && z->next_issue < z->nrec && z->live + layer_bytes(z, z->rec[z->next_issue]) <= z->limit)
+    while (!z->recording && z->next_issue < z->nrec && z->live + layer_bytes(z, z->rec[z->next_issue]) <= z->limit &&
+           !(secondary(z, z->next_issue) && z->sec_step[z->rec[z->next_issue]] != z->step))
         ZCCL_CHECK(issue(z, z->next_issue));
     return ZCCL_SUCCESS;
 }
@@ -214,6 +257,9 @@ static zccl_result_t wait_ticket(struct zccl_zero3 *z, uint64_t t, const char *f
     zccl_comm_get_async_error(z->comm, &ae);
     if (ae != ZCCL_SUCCESS)
         return zccl__error(ae, "%s: a gather failed: %s", fn, zccl__comm_async_msg(z->comm));
+    if (z->intra) zccl_comm_get_async_error(z->intra, &ae);
+    if (ae != ZCCL_SUCCESS)
+        return zccl__error(ae, "%s: a gather inside the host (hpZ) failed: %s", fn, zccl__comm_async_msg(z->intra));
     return ZCCL_SUCCESS;
 }
 
@@ -231,6 +277,92 @@ static zccl_result_t agree(struct zccl_zero3 *z, uint64_t v, const char *fn) {
     return zccl__error(ZCCL_INVALID_USAGE, "%s: step 1, fetch #%d: ranks diverge: some %s, others %s (this rank %s "
                        "%llu); every rank must fetch the same layers in the same order", fn, z->pos, a, b,
                        v == (uint64_t)z->nlayers ? "ended the step at" : "fetched layer", (unsigned long long)v);
+}
+
+/* Create with opts->hpz, on every rank (all ranks agreed on hpz in the cross-rank check): all-gathers the host keys
+ * (the hierarchical calls' identity), so that every rank computes the same layout and reaches the same verdict; one
+ * host turns hpZ off, hosts of unequal sizes are refused; then splits comm by host (G >= 2) and allocates the
+ * secondary slices. */
+static zccl_result_t hpz_setup(struct zccl_zero3 *z, const char *fn) {
+    const int n = z->nranks;
+    uint64_t *keys = malloc((size_t)n * sizeof *keys);
+    int *host = malloc((size_t)n * sizeof *host), *local = malloc((size_t)n * sizeof *local);
+    int *cnt = malloc((size_t)n * sizeof *cnt);
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (!keys || !host || !local || !cnt) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for the hpZ host layout of %d ranks", fn, n);
+        zccl__coll_refuse(z->comm, NULL, res); /* the peers wait in the exchange below: they fail quoting this */
+        goto out;
+    }
+    const uint64_t mine = zccl__host_key(z->comm);
+    res = zccl_allgather(&mine, keys, 1, ZCCL_UINT64, z->comm, NULL);
+    if (res != ZCCL_SUCCESS) goto out;
+    const int nh = zccl__host_layout(keys, n, host, local, cnt), G = cnt[0];
+    bool equal = true;
+    for (int k = 1; k < nh; k++) equal = equal && cnt[k] == G;
+    if (!equal) {
+        char sizes[256];
+        size_t len = 0;
+        for (int k = 0; k < nh && len < sizeof sizes - 40; k++)
+            len += (size_t)snprintf(sizes + len, sizeof sizes - len, "%shost %d: %d", k ? ", " : "", k, cnt[k]);
+        if (len >= sizeof sizes - 40) snprintf(sizes + len, sizeof sizes - len, ", ...");
+        res = zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->hpz needs hosts of equal size (its slices of a layer are "
+                          "padded/G elements for G ranks per host), but the %d ranks are on %d hosts of unequal sizes "
+                          "(%s ranks; hosts by ZCCL_HOST_ID or the real host, numbered by their lowest rank)", fn, n,
+                          nh, sizes);
+        goto out;
+    }
+    if (nh < 2) {
+        ZCCL_INFO(ZCCL_LOG_INIT, "%s: opts->hpz: all %d ranks on one host: no gather leaves it, so the store runs "
+                  "without hpZ", fn, n);
+        goto out;
+    }
+    z->G = G;
+    z->local = local[z->rank];
+    int32_t ok = 1, all = 0;
+    if (G > 1) { /* a collective of comm on every rank, then every rank learns whether it worked everywhere */
+        zccl_result_t sr = zccl_comm_split(z->comm, host[z->rank], z->rank, &z->intra);
+        int ri = -1;
+        if (sr == ZCCL_SUCCESS) zccl_comm_rank(z->intra, &ri);
+        if (sr == ZCCL_SUCCESS && ri != z->local)
+            sr = zccl__error(ZCCL_INTERNAL_ERROR, "%s: the host communicator ranks this rank %d, the layout %d", fn,
+                             ri, z->local);
+        if (sr != ZCCL_SUCCESS) {
+            res = sr;
+            ok = 0;
+        }
+        const zccl_result_t ar = zccl_allreduce(&ok, &all, 1, ZCCL_INT32, ZCCL_MIN, z->comm, NULL);
+        if (res == ZCCL_SUCCESS && ar != ZCCL_SUCCESS) res = ar;
+        else if (res == ZCCL_SUCCESS && !all)
+            res = zccl__error(ZCCL_REMOTE_ERROR, "%s: opts->hpz: another rank could not make its host communicator "
+                              "(its own error says why)", fn);
+        if (res != ZCCL_SUCCESS) goto out;
+    }
+    z->sec = calloc((size_t)z->nlayers, sizeof *z->sec);
+    z->sec_step = calloc((size_t)z->nlayers, sizeof *z->sec_step);
+    z->first = malloc((size_t)z->nlayers * sizeof *z->first);
+    if (!z->sec || !z->sec_step || !z->first) {
+        res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for hpZ's tables of %d layers", fn, z->nlayers);
+        goto out;
+    }
+    for (int l = 0; l < z->nlayers; l++) {
+        z->first[l] = -1;
+        z->sec[l] = malloc(sec_bytes(z, l));
+        if (!z->sec[l]) {
+            res = zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for layer %d's hpZ slice (%zu bytes)", fn, l,
+                              sec_bytes(z, l));
+            goto out;
+        }
+    }
+    z->hpz = true;
+    ZCCL_INFO(ZCCL_LOG_INIT, "%s: hpZ: %d hosts of %d ranks, this rank is local rank %d of host %d", fn, nh, G,
+              z->local, host[z->rank]);
+out:
+    free(keys);
+    free(host);
+    free(local);
+    free(cnt);
+    return res;
 }
 
 static zccl_result_t enter(struct zccl_zero3 *z, const char *fn, int layer, bool need_open) {
@@ -267,6 +399,9 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %s needs a floating datatype (float32, float64, "
                            "float16 or bfloat16: the quantized formats' types), got datatype %d", fn,
                            zccl_wire_name(wire), (int)datatype);
+    const int hpz = opts ? opts->hpz : 0;
+    if (hpz != 0 && hpz != 1)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->hpz = %d must be 0 (off) or 1 (hpZ on)", fn, hpz);
     size_t limit = opts ? opts->max_live_bytes : 0;
     if (limit == 0) {
         int64_t v;
@@ -329,6 +464,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
     h = zccl__zero_hash(h, &datatype, sizeof datatype);
     h = zccl__zero_hash(h, &limit_ok, sizeof limit_ok);
     h = zccl__zero_hash(h, &wire, sizeof wire);
+    h = zccl__zero_hash(h, &hpz, sizeof hpz);
     bool same = false;
     res = zccl__zero_same_on_all(comm, h, &same);
     if (res == ZCCL_SUCCESS && !limit_ok)
@@ -337,7 +473,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
                           opts && opts->max_live_bytes ? "opts->max_live_bytes" : "ZCCL_ZERO3_MAX_LIVE_BYTES", largest,
                           layer_bytes(z, largest));
     else if (res == ZCCL_SUCCESS && !same)
-        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists, datatypes or wires, or "
+        res = zccl__error(ZCCL_INVALID_USAGE, "%s: ranks passed different layer lists, datatypes, wires or hpz, or "
                           "another rank's max_live_bytes is below the largest layer (rank %d: %d layers)", fn, z->rank,
                           nlayers);
     if (res == ZCCL_SUCCESS) { /* the pool pays only where the registered path runs: every rank on this host */
@@ -347,6 +483,7 @@ ZCCL_API zccl_result_t zccl_zero3_create(zccl_comm_t comm, int nlayers, const si
         if (res == ZCCL_SUCCESS) res = zccl__zero_same_on_all(comm, zccl__host_hash(), &one_host);
         z->pool_on = want && one_host && z->nranks > 1;
     }
+    if (res == ZCCL_SUCCESS && hpz) res = hpz_setup(z, fn);
     if (res == ZCCL_SUCCESS) res = zccl_stream_create(&z->stream);
     if (res != ZCCL_SUCCESS) goto fail;
     zccl__stream_set_notify(z->stream, on_complete, z);
@@ -370,7 +507,12 @@ ZCCL_API zccl_result_t zccl_zero3_destroy(zccl_zero3_t z) {
         z->idle = b->next;
         pool_drop(z, b);
     }
+    if (z->intra) zccl_comm_destroy(z->intra); /* after the stream: nothing of it is queued any more */
     for (int l = 0; z->shard_buf && l < z->nlayers; l++) free(z->shard_buf[l]);
+    for (int l = 0; z->sec && l < z->nlayers; l++) free(z->sec[l]);
+    free(z->sec);
+    free(z->sec_step);
+    free(z->first);
     free(z->numel);
     free(z->padded);
     free(z->shard);
@@ -434,6 +576,7 @@ ZCCL_API zccl_result_t zccl_zero3_fetch(zccl_zero3_t z, int layer, void **full) 
         ZCCL_CHECK_GOTO(grow(z, i + 1), res, broken);
         z->rec[i] = layer;
         z->nrec = i + 1;
+        if (z->hpz && z->first[layer] < 0) z->first[layer] = i; /* the layer's primary position */
         ZCCL_CHECK_GOTO(issue(z, i), res, broken);
     } else {
         if (i >= z->nrec || z->rec[i] != layer) {
@@ -454,6 +597,11 @@ ZCCL_API zccl_result_t zccl_zero3_fetch(zccl_zero3_t z, int layer, void **full) 
     if (hit) z->st.prefetched++;
     z->held[layer] = i;
     z->pos = i + 1;
+    if (z->hpz && z->first[layer] == i) { /* primary: keep this rank's slice for the layer's later positions */
+        memcpy(z->sec[layer], (const char *)z->pbuf[i] + (size_t)z->local * sec_bytes(z, layer), sec_bytes(z, layer));
+        z->sec_step[layer] = z->step;
+        ZCCL_CHECK_GOTO(prefetch(z), res, broken); /* a secondary position may have been waiting for it */
+    }
     *full = z->pbuf[i];
     goto out;
 broken:
