@@ -145,7 +145,10 @@ zccl_result_t zccl__mem_alloc(void **ptr, size_t bytes) {
     }
     /* tmpfs accepts any size at ftruncate and raises SIGBUS at the first page it has no room for: reserve the pages
      * now, so a /dev/shm too small for the block is an error here (callers fall back to ordinary memory). */
-    int fe = posix_fallocate(fd, 0, (off_t)sz);
+    int fe;
+    do { /* a signal during the reservation (it zeroes every page) interrupts it: start again */
+        fe = posix_fallocate(fd, 0, (off_t)sz);
+    } while (fe == EINTR);
     if (fe != 0 && fe != EOPNOTSUPP && fe != EINVAL) {
         close(fd);
         shm_unlink(name);
