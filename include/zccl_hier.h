@@ -39,7 +39,7 @@ extern "C" {
  * Memory: the calls keep their temporaries in comm between calls (freed by zccl_comm_destroy / zccl_comm_abort): a
  * reduce-scatter (N + H + 1) * recvcount float32, an all-gather N + H + 1 wire strings of sendcount elements, an
  * all-reduce about (G + 1) * ceil(count / G) float32 (plus G * ceil(count / G) elements when G does not divide
- * count); the inner _wire calls allocate their wire buffers per call. Two threads must not call _hier on one comm
+ * count); the inner _wire calls keep theirs in the sub-communicators (zccl.h, "Common rules"). Two threads must not call _hier on one comm
  * at once (as for any collectives of one communicator, their order would differ between ranks anyway).
  *
  * Fallback. With one host, with one rank per host, or with hosts of unequal rank counts there is no two-hop shape

@@ -48,6 +48,8 @@ zccl_result_t zccl__check_host_mem(const char *fn, const void *sendbuf, const vo
 /** Frees what the hierarchical collectives attached to comm (coll_hier.c): its sub-communicators, destroyed, or
  *  aborted when abort is set. */
 void zccl__hier_free(struct zccl_comm *comm, bool abort);
+/** Frees the _wire calls' scratch area of comm (lib/api/coll_quant.c). */
+void zccl__wire_scratch_free(struct zccl_comm *comm);
 /** "zccl_allreduce", ... for a collective. */
 const char *zccl__coll_api_name(zccl_coll_t c);
 

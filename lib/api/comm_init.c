@@ -29,6 +29,7 @@
 void zccl__comm_release(struct zccl_comm *comm) {
     if (!comm) return;
     zccl__hier_free(comm, false);
+    zccl__wire_scratch_free(comm);
     zccl__redop_forget(comm);
     zccl__tuner_free(comm);
     zccl__comm_free(comm);

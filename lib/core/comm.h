@@ -89,6 +89,11 @@ struct zccl_comm {
     /* The hierarchical collectives' host layout and sub-communicators, made at the first such call; owned and freed
      * by the API layer (lib/api/coll_hier.c, zccl__hier_free). */
     struct zccl_hier *hier;
+    /* The quantized (_wire) calls' wire strings and float32 sums, kept between calls and grown on demand (a fresh
+     * allocation per call faulted in tens of MiB of new pages each time); owned and freed by the API layer
+     * (lib/api/coll_quant.c, zccl__wire_scratch_free). Calls of one communicator never run at once. */
+    void *wire_scratch;
+    size_t wire_scratch_bytes;
 };
 
 /* ---- the communicator's own parts (comm.c) and the setup steps of its creation (comm_setup.c) ---- */
