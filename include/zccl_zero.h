@@ -365,7 +365,9 @@ typedef struct {
      *  default): every fetch gathers across all ranks. Every rank passes the same value (part of the cross-rank
      *  check at creation).
      *  What it does. A layer is fetched more than once a step (forward, then backward). The FIRST recorded fetch
-     *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`); when that
+     *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`; with a
+     *  quantized wire, G >= 2 and a datatype other than float64 through zccl_allgather_hier, bitwise the same output
+     *  with each wire string crossing between hosts once per host, stats.hier_gathers); when that
      *  fetch's gather has completed, each rank copies out the slice of the gathered layer that belongs to its local
      *  rank j within its host, elements [j*padded/G, (j+1)*padded/G) for G ranks per host (padded: the layer's
      *  element count rounded up to a multiple of nranks, so G divides it), into a buffer of its own
@@ -480,6 +482,8 @@ typedef struct {
                                      where every rank shares one host and ZCCL_BUCKET_REGISTER=1); released buffers
                                      are reused, so after step 1 this grows only when a layer finds no idle buffer
                                      of its size (at most twice it). 0: ordinary memory */
+    uint64_t hier_gathers;   /**< hpZ with a quantized wire: primary gathers issued as zccl_allgather_hier (each wire
+                                  string crosses once per host; bitwise the flat call's output); 0 otherwise */
 } zccl_zero3_stats_t;
 
 /** Copies the counters. Errors: ZCCL_INVALID_ARGUMENT (z or stats NULL). */

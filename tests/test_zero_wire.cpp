@@ -414,7 +414,7 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
     ZT_CHILD_OK(zccl_zero3_create(comm3, L, kHpzLayers.data(), ZCCL_FLOAT32, &o, &z));
     const bool active = c.nhosts > 1; /* one host: the store runs without hpZ */
     std::vector<std::vector<float>> fwd((size_t)L);
-    uint64_t prev_g = 0, prev_h = 0;
+    uint64_t prev_g = 0, prev_h = 0, prev_hier = 0;
     double worst = 0;
     for (int step = 1; step <= 3; step++) {
         for (int l = 0; l < L; l++) { /* new shards every step (an optimizer step) */
@@ -479,6 +479,26 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
         ZT_CHILD_CHECK(h == want_h && g - h == all - want_h, "step %d: %llu gathers, %llu of them inside the host "
                        "(hpZ), want %llu across all ranks and %llu inside the host", step, (unsigned long long)g,
                        (unsigned long long)h, (unsigned long long)(all - want_h), (unsigned long long)want_h);
+        /* With a quantized wire and several ranks per host the primary gathers are zccl_allgather_hier: one per
+         * layer and step, and their output is bitwise zccl_allgather_wire's of the same shards (computed here on
+         * the harness's communicator, the store idle). */
+        const bool hier = active && c.wire != ZCCL_WIRE_FULL && nranks / c.nhosts > 1;
+        ZT_CHILD_CHECK(st.hier_gathers - prev_hier == (hier ? (uint64_t)L : 0), "step %d: %llu primary gathers "
+                       "through zccl_allgather_hier, want %d", step, (unsigned long long)(st.hier_gathers - prev_hier),
+                       hier ? L : 0);
+        prev_hier = st.hier_gathers;
+        for (int l = 0; l < L && c.wire != ZCCL_WIRE_FULL; l++) {
+            const size_t P = (kHpzLayers[(size_t)l] + (size_t)nranks - 1) / (size_t)nranks;
+            void *s;
+            size_t cnt, off;
+            ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+            std::vector<float> mine(P, 0.0f), flat(P * (size_t)nranks, -1.0f);
+            std::memcpy(mine.data(), s, std::min(cnt, P) * sizeof(float));
+            ZT_CHILD_OK(zccl_allgather_wire(mine.data(), flat.data(), P, ZCCL_FLOAT32, c.wire, comm, nullptr));
+            ZT_CHILD_CHECK(std::memcmp(flat.data(), fwd[(size_t)l].data(), flat.size() * sizeof(float)) == 0,
+                           "step %d layer %d: the store's forward gather differs from zccl_allgather_wire's output",
+                           step, l);
+        }
         prev_g = st.gathers;
         prev_h = st.hpz_gathers;
     }
@@ -493,9 +513,10 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
     if (c.wire != ZCCL_WIRE_FULL)
         ZT_CHILD_CHECK(worst > 0.05, "largest error %.3g of its bound: were the parameters quantized?", worst);
     if (rank == 0)
-        child_log(rank, "%d ranks on %d hosts, %s: gathers %llu (%llu inside the host), prefetched %llu, peak live %zu "
-                  "of %zu", nranks, c.nhosts, zccl_wire_name(c.wire), (unsigned long long)st.gathers,
-                  (unsigned long long)st.hpz_gathers, (unsigned long long)st.prefetched, st.peak_live_bytes,
+        child_log(rank, "%d ranks on %d hosts, %s: gathers %llu (%llu inside the host, %llu through zccl_allgather_hier), "
+                  "prefetched %llu, peak live %zu of %zu", nranks, c.nhosts, zccl_wire_name(c.wire),
+                  (unsigned long long)st.gathers, (unsigned long long)st.hpz_gathers,
+                  (unsigned long long)st.hier_gathers, (unsigned long long)st.prefetched, st.peak_live_bytes,
                   o.max_live_bytes);
     zccl_zero3_destroy(z);
     zccl_comm_destroy(comm3);

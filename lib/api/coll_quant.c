@@ -20,6 +20,7 @@
 #include "mem.h"
 #include "quant.h"
 #include "zccl_ext.h"
+#include "zccl_hier.h"
 
 static zccl_datatype_t inner_type(zccl_wire_t w) {
     switch (w) {
@@ -369,6 +370,8 @@ static zccl_result_t run_wire_task(const void *arg) {
         return zccl_allgather_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->wire, t->comm, NULL);
     case ZCCL__WIRE_REDUCE_SCATTER:
         return zccl_reduce_scatter_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
+    case ZCCL__WIRE_ALLGATHER_HIER:
+        return zccl_allgather_hier(t->sendbuf, t->recvbuf, t->count, t->dt, t->wire, t->comm, NULL);
     default:
         return zccl_allreduce_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
     }
@@ -378,7 +381,7 @@ zccl_result_t zccl__wire_enqueue_pre(zccl__wire_call_t call, const void *sendbuf
                                      zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
                                      zccl_stream_t stream, zccl__wire_pre_t pre, void *pre_arg, int pre_tag) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: comm is NULL");
-    if ((unsigned)call > ZCCL__WIRE_ALLREDUCE)
+    if ((unsigned)call > ZCCL__WIRE_ALLGATHER_HIER)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: call %d out of range", (int)call);
     wire_task_t t = {call, sendbuf, recvbuf, count, datatype, op, wire, comm, pre, pre_arg, pre_tag};
     if (!stream) return run_wire_task(&t);
