@@ -98,10 +98,34 @@ typedef struct {
      *  with the bound those calls state per element (zccl.h, zccl_wire_t and the _wire calls; amax over the
      *  bucket's blocks of ZCCL_QUANT_BLOCK elements, which start at each shard's first element); over an
      *  accumulation window of K micro-steps the errors of the K reductions add (then the accumulator's own float
-     *  rounding). No error feedback: the quantization residual is not carried to the next step. The padding stays
-     *  exactly zero (a zero encodes exactly) unless a NaN or an infinity shares its block, which then arrives as
-     *  NaN. Every rank passes the same wire (part of the layout check). */
+     *  rounding). Without error_feedback the quantization residual is not carried to the next step. The padding
+     *  stays exactly zero (a zero encodes exactly) unless a NaN or an infinity shares its block, which then arrives
+     *  as NaN. Every rank passes the same wire (part of the layout check). */
     zccl_wire_t wire;
+    /** 1: error feedback for the quantized wire (error compensation: Seide et al., 2014, 1-bit SGD; Karimireddy et
+     *  al., 2019, EF-SGD; the compensation of ZeRO++'s qgZ and 1-bit Adam). 0 (the default): none. Each rank keeps,
+     *  per bucket, the residual e of its own quantization at the bucket's last launch: at each launch (every
+     *  micro-step in REDUCE_SCATTER mode, each sync micro-step in ALLREDUCE mode) it sends g' = g + e instead of
+     *  the bucket's data g (g' is written into the bucket buffer, rounded once to the datatype) and keeps
+     *  e = g' - Q(g') in float32, where Q is exactly the quantize-dequantize the collective applies to this rank's
+     *  contribution (the same blocks from each shard's first element, bitwise the value the owner adds). So what a
+     *  rank has sent over K launches is its exact sum minus its last residual: the errors of the first hop no longer
+     *  add over steps but stay within one quantization (|e| <= zccl.h's bound of one element, with the amax of its
+     *  block of g'), and the sum of the reduced results over K launches differs from the exact sum by the ranks'
+     *  last residuals plus each reduction's own rounding. Compensated: the first hop only, each rank's
+     *  quantization of its own contribution. Not compensated: the all-reduce's second quantization (the owner
+     *  requantizes the reduced shard for the all-gather, zccl_allreduce_wire), which stays one error per step and
+     *  is not carried over; nor the float32 accumulation. The work runs on the plan's stream right before the
+     *  bucket's collective (one encode and decode of the bucket, two passes over it), so it overlaps backward as
+     *  the collective does. A residual element that is not finite is set to 0 (a NaN or an infinity in a step,
+     *  e.g. a skipped step under loss scaling, is not carried on). The residual is the rank's own state: it is not
+     *  reset by zccl_bucket_begin or at a window's start, and it travels with no checkpoint (zccl_bucket_ef_residual
+     *  reads it). Memory: one float32 residual per bucket element per rank (4 bytes x the padded size of all
+     *  gradients: the size of the gradients themselves for float32, twice it for float16 and bfloat16, half for
+     *  float64) plus one bucket's float32 scratch. Requires a quantized wire: 1 with ZCCL_WIRE_FULL is refused
+     *  (ZCCL_INVALID_ARGUMENT), as is any value but 0 and 1. Every rank passes the same value (part of the layout
+     *  check). docs/zero.md, "Error feedback". */
+    int error_feedback;
 } zccl_bucket_options_t;
 
 /**
@@ -132,7 +156,8 @@ typedef struct {
  * @param opts      options, or NULL for all defaults.
  * @param[out] plan the new plan; set to NULL on failure.
  * Errors: ZCCL_INVALID_ARGUMENT (comm, numel or plan NULL; nparams < 1; a numel[i] of 0, named by index; a
- * datatype that is not a floating type; max_in_flight outside [0, 64]; opts->wire out of range; a total size
+ * datatype that is not a floating type; max_in_flight outside [0, 64]; opts->wire out of range; opts->error_feedback
+ * not 0 or 1, or 1 with ZCCL_WIRE_FULL; a total size
  * that overflows; an invalid setting, named); ZCCL_INVALID_USAGE (ranks passed different layouts); ZCCL_SYSTEM_ERROR (memory, thread);
  * ZCCL_REMOTE_ERROR / ZCCL_TIMEOUT from the check's all-reduce.
  */
@@ -297,6 +322,15 @@ typedef struct {
 zccl_result_t zccl_bucket_stats(zccl_bucket_plan_t plan, zccl_bucket_stats_t *stats);
 
 /**
+ * Copies this rank's error-feedback residual of bucket `bucket` (zccl_bucket_options_t.error_feedback) into
+ * residual: elems float32 values (zccl_bucket_info's elems), e = g' - Q(g') of the bucket's last launch, zeros
+ * before its first. For tests and diagnostics. Local; between micro-steps only. Errors: ZCCL_INVALID_ARGUMENT
+ * (plan or residual NULL, bucket out of range); ZCCL_INVALID_USAGE (a layout-only plan, error_feedback 0, a
+ * micro-step open).
+ */
+zccl_result_t zccl_bucket_ef_residual(zccl_bucket_plan_t plan, int bucket, float *residual);
+
+/**
  * The buckets launched in the last (or current) micro-step, in launch order: writes min(n, cap) bucket numbers to
  * buckets and the full number to *n. With correct use this is 0, 1, ..., nbuckets-1 whatever the mark order.
  * Errors: ZCCL_INVALID_ARGUMENT (plan or n NULL; buckets NULL with cap > 0; cap < 0).
@@ -331,7 +365,9 @@ typedef struct {
      *  default): every fetch gathers across all ranks. Every rank passes the same value (part of the cross-rank
      *  check at creation).
      *  What it does. A layer is fetched more than once a step (forward, then backward). The FIRST recorded fetch
-     *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`); when that
+     *  position of a layer in a step (its primary) gathers across all ranks as without hpZ (with `wire`; with a
+     *  quantized wire, G >= 2 and a datatype other than float64 through zccl_allgather_hier, bitwise the same output
+     *  with each wire string crossing between hosts once per host, stats.hier_gathers); when that
      *  fetch's gather has completed, each rank copies out the slice of the gathered layer that belongs to its local
      *  rank j within its host, elements [j*padded/G, (j+1)*padded/G) for G ranks per host (padded: the layer's
      *  element count rounded up to a multiple of nranks, so G divides it), into a buffer of its own
@@ -446,6 +482,8 @@ typedef struct {
                                      where every rank shares one host and ZCCL_BUCKET_REGISTER=1); released buffers
                                      are reused, so after step 1 this grows only when a layer finds no idle buffer
                                      of its size (at most twice it). 0: ordinary memory */
+    uint64_t hier_gathers;   /**< hpZ with a quantized wire: primary gathers issued as zccl_allgather_hier (each wire
+                                  string crosses once per host; bitwise the flat call's output); 0 otherwise */
 } zccl_zero3_stats_t;
 
 /** Copies the counters. Errors: ZCCL_INVALID_ARGUMENT (z or stats NULL). */

@@ -414,7 +414,7 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
     ZT_CHILD_OK(zccl_zero3_create(comm3, L, kHpzLayers.data(), ZCCL_FLOAT32, &o, &z));
     const bool active = c.nhosts > 1; /* one host: the store runs without hpZ */
     std::vector<std::vector<float>> fwd((size_t)L);
-    uint64_t prev_g = 0, prev_h = 0;
+    uint64_t prev_g = 0, prev_h = 0, prev_hier = 0;
     double worst = 0;
     for (int step = 1; step <= 3; step++) {
         for (int l = 0; l < L; l++) { /* new shards every step (an optimizer step) */
@@ -479,6 +479,26 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
         ZT_CHILD_CHECK(h == want_h && g - h == all - want_h, "step %d: %llu gathers, %llu of them inside the host "
                        "(hpZ), want %llu across all ranks and %llu inside the host", step, (unsigned long long)g,
                        (unsigned long long)h, (unsigned long long)(all - want_h), (unsigned long long)want_h);
+        /* With a quantized wire and several ranks per host the primary gathers are zccl_allgather_hier: one per
+         * layer and step, and their output is bitwise zccl_allgather_wire's of the same shards (computed here on
+         * the harness's communicator, the store idle). */
+        const bool hier = active && c.wire != ZCCL_WIRE_FULL && nranks / c.nhosts > 1;
+        ZT_CHILD_CHECK(st.hier_gathers - prev_hier == (hier ? (uint64_t)L : 0), "step %d: %llu primary gathers "
+                       "through zccl_allgather_hier, want %d", step, (unsigned long long)(st.hier_gathers - prev_hier),
+                       hier ? L : 0);
+        prev_hier = st.hier_gathers;
+        for (int l = 0; l < L && c.wire != ZCCL_WIRE_FULL; l++) {
+            const size_t P = (kHpzLayers[(size_t)l] + (size_t)nranks - 1) / (size_t)nranks;
+            void *s;
+            size_t cnt, off;
+            ZT_CHILD_OK(zccl_zero3_shard(z, l, &s, &cnt, &off));
+            std::vector<float> mine(P, 0.0f), flat(P * (size_t)nranks, -1.0f);
+            std::memcpy(mine.data(), s, std::min(cnt, P) * sizeof(float));
+            ZT_CHILD_OK(zccl_allgather_wire(mine.data(), flat.data(), P, ZCCL_FLOAT32, c.wire, comm, nullptr));
+            ZT_CHILD_CHECK(std::memcmp(flat.data(), fwd[(size_t)l].data(), flat.size() * sizeof(float)) == 0,
+                           "step %d layer %d: the store's forward gather differs from zccl_allgather_wire's output",
+                           step, l);
+        }
         prev_g = st.gathers;
         prev_h = st.hpz_gathers;
     }
@@ -493,9 +513,10 @@ int hpz_body(zccl_comm_t comm, int rank, int nranks, const HpzCfg &c) {
     if (c.wire != ZCCL_WIRE_FULL)
         ZT_CHILD_CHECK(worst > 0.05, "largest error %.3g of its bound: were the parameters quantized?", worst);
     if (rank == 0)
-        child_log(rank, "%d ranks on %d hosts, %s: gathers %llu (%llu inside the host), prefetched %llu, peak live %zu "
-                  "of %zu", nranks, c.nhosts, zccl_wire_name(c.wire), (unsigned long long)st.gathers,
-                  (unsigned long long)st.hpz_gathers, (unsigned long long)st.prefetched, st.peak_live_bytes,
+        child_log(rank, "%d ranks on %d hosts, %s: gathers %llu (%llu inside the host, %llu through zccl_allgather_hier), "
+                  "prefetched %llu, peak live %zu of %zu", nranks, c.nhosts, zccl_wire_name(c.wire),
+                  (unsigned long long)st.gathers, (unsigned long long)st.hpz_gathers,
+                  (unsigned long long)st.hier_gathers, (unsigned long long)st.prefetched, st.peak_live_bytes,
                   o.max_live_bytes);
     zccl_zero3_destroy(z);
     zccl_comm_destroy(comm3);
@@ -591,4 +612,256 @@ TEST(ZeroHpz, BadOrDifferentHpzIsRefused) {
                        zccl_get_last_error(nullptr));
         return 0;
     }, o);
+}
+
+/* ---- error feedback for quantized gradient buckets (zccl_bucket_options_t.error_feedback) ----------------------
+ *
+ * ZeroWireEf.RunningSumStaysWithinOneQuantization: the mechanism's promise. Every rank sends the same (constant)
+ * gradient every step with int4; after k steps the sum of the k reduced shards differs from k x the exact sum by
+ * the ranks' last residuals only (each within one int4 quantization of its block) plus float32 rounding, for every
+ * k up to K, while the same plan without error feedback is off by k times the same quantization error: its error at
+ * K is asserted to be at least K/4 times the error feedback bound somewhere.
+ * ZeroWireEf.ResidualIsSentMinusItsQuantization: the residual read back (zccl_bucket_ef_residual) is bitwise
+ * g' - Q(g') with g' = this launch's bucket data + the previous residual (rounded to float32) and Q computed here
+ * with quant/'s encoder and decoder over this test's own shard layout (blocks of kBlock from each shard's first
+ * element), in both modes, over micro-steps and windows. */
+
+#include "quant.h"
+
+namespace {
+
+/* Q(x) of one rank's contribution: shards of `shard` elements, blocks of kBlock from each shard's start, float32. */
+std::vector<float> test_quantize(zccl_wire_t w, const std::vector<float> &x, size_t shard) {
+    std::vector<float> q(x.size(), 0.0f);
+    std::vector<uint8_t> str(zccl__quant_bytes(w, shard, kBlock) + 8);
+    for (size_t s0 = 0; s0 < x.size(); s0 += shard) {
+        const size_t c = std::min(shard, x.size() - s0);
+        zccl__quant_encode(w, x.data() + s0, ZCCL_FLOAT32, c, kBlock, str.data());
+        zccl__quant_decode(w, str.data(), c, kBlock, q.data() + s0, ZCCL_FLOAT32);
+    }
+    return q;
+}
+
+/* One bucket's content as this test wrote it: value(i, j) at each parameter's offset, zero elsewhere. */
+template <class V> std::vector<float> bucket_image(const zccl_bucket_info_t &I, const std::vector<size_t> &poff, V value) {
+    std::vector<float> g(I.elems, 0.0f);
+    for (int k = 0; k < I.nparams; k++) {
+        const int i = I.first_param - k;
+        for (size_t j = 0; j < kModel[(size_t)i]; j++) g[poff[(size_t)i] + j] = value(i, j);
+    }
+    return g;
+}
+
+zccl_bucket_plan_t ef_plan(zccl_comm_t comm, zccl_bucket_mode_t mode, zccl_wire_t w, int ef) {
+    zccl_bucket_options_t o = {};
+    o.first_bytes = 2048;
+    o.cap_bytes = 8192;
+    o.mode = mode;
+    o.max_in_flight = 2;
+    o.wire = w;
+    o.error_feedback = ef;
+    zccl_bucket_plan_t plan = nullptr;
+    if (zccl_bucket_plan_create(comm, (int)kModel.size(), kModel.data(), ZCCL_FLOAT32, &o, &plan) != ZCCL_SUCCESS)
+        return nullptr;
+    return plan;
+}
+
+/* One micro-step: every parameter's gradient += value(i, j), marked in backward order. */
+template <class V> int ef_microstep(zccl_bucket_plan_t plan, int rank, bool sync, V value) {
+    ZT_CHILD_OK(zccl_bucket_begin(plan, sync));
+    for (int i = (int)kModel.size() - 1; i >= 0; i--) {
+        void *g = nullptr;
+        ZT_CHILD_OK(zccl_bucket_grad_ptr(plan, i, &g));
+        float *d = static_cast<float *>(g);
+        for (size_t j = 0; j < kModel[(size_t)i]; j++) d[j] += value(i, j);
+        ZT_CHILD_OK(zccl_bucket_mark_ready(plan, i));
+    }
+    ZT_CHILD_OK(zccl_bucket_finish(plan));
+    return 0;
+}
+
+int ef_running_sum_body(zccl_comm_t comm, int rank, int nranks) {
+    constexpr int K = 24;
+    const zccl_wire_t w = ZCCL_WIRE_INT4;
+    double worst_ef = 0, worst_noef = 0; /* largest error / error feedback bound, at K */
+    for (int ef = 1; ef >= 0; ef--) {
+        zccl_bucket_plan_t plan = ef_plan(comm, ZCCL_BUCKET_REDUCE_SCATTER, w, ef);
+        ZT_CHILD_CHECK(plan != nullptr, "plan_create (error_feedback %d): %s", ef, zccl_get_last_error(nullptr));
+        int nb = 0;
+        ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
+        std::vector<size_t> poff(kModel.size());
+        std::vector<int> pb(kModel.size());
+        for (int i = 0; i < (int)kModel.size(); i++)
+            ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
+        /* Per bucket, per element of this rank's shard: the exact sum of one step, and the bound of what error
+         * feedback leaves after any number of steps k (without the k-proportional float32 term, added below). */
+        std::vector<zccl_bucket_info_t> info((size_t)nb);
+        std::vector<std::vector<double>> exact((size_t)nb), resid_bd((size_t)nb), round_bd((size_t)nb), run((size_t)nb);
+        for (int b = 0; b < nb; b++) {
+            ZT_CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
+            const zccl_bucket_info_t &I = info[(size_t)b];
+            exact[(size_t)b].assign(I.shard_elems, 0.0);
+            resid_bd[(size_t)b].assign(I.shard_elems, 1e-30);
+            round_bd[(size_t)b].assign(I.shard_elems, 0.0);
+            run[(size_t)b].assign(I.shard_elems, 0.0);
+            for (int q = 0; q < nranks; q++) {
+                const std::vector<float> g = bucket_image(I, poff, [&](int i, size_t j) { return grad_value(q, 0, i, j); });
+                for_blocks(I.elems, I.shard_elems, [&](size_t lo, size_t hi) {
+                    double amax = 0;
+                    for (size_t e = lo; e < hi; e++) amax = std::max(amax, std::fabs((double)g[e]));
+                    for (size_t e = lo; e < hi; e++) {
+                        if (e < I.shard_offset || e >= I.shard_offset + I.shard_elems) continue;
+                        const size_t k = e - I.shard_offset;
+                        exact[(size_t)b][k] += g[e];
+                        /* |e_q| <= (amax + max|e_q|)(1/14 + 2^-21): at most amax/13 (1 + 2^-18) */
+                        resid_bd[(size_t)b][k] += amax / 13.0 * (1 + std::ldexp(1.0, -18)) + std::ldexp(1.0, -140);
+                        /* per step: g' rounded to float32, the owner's float32 sum of nranks values */
+                        round_bd[(size_t)b][k] += (nranks + 2) * std::ldexp(std::fabs((double)g[e]) + amax, -24);
+                    }
+                });
+            }
+        }
+        for (int k = 1; k <= K; k++) {
+            if (ef_microstep(plan, rank, true, [&](int i, size_t j) { return grad_value(rank, 0, i, j); })) return 1;
+            for (int b = 0; b < nb; b++) {
+                const zccl_bucket_info_t &I = info[(size_t)b];
+                const float *sh = static_cast<const float *>(I.shard);
+                for (size_t e = 0; e < I.shard_elems; e++) {
+                    run[(size_t)b][e] += sh[e];
+                    const double err = std::fabs(run[(size_t)b][e] - k * exact[(size_t)b][e]);
+                    const double bd = resid_bd[(size_t)b][e] + k * round_bd[(size_t)b][e];
+                    if (ef)
+                        ZT_CHILD_CHECK(err <= bd, "error feedback, step %d bucket %d shard element %zu: running sum "
+                                       "%.9g, exact %.9g, error %.3g > one quantization %.3g", k, b, e,
+                                       run[(size_t)b][e], k * exact[(size_t)b][e], err, bd);
+                    if (k == K) (ef ? worst_ef : worst_noef) = std::max(ef ? worst_ef : worst_noef, err / bd);
+                }
+            }
+        }
+        zccl_bucket_plan_destroy(plan);
+    }
+    ZT_CHILD_CHECK(worst_noef >= K / 4.0, "without error feedback the error after %d steps is only %.3g x the error "
+                   "feedback bound: the test does not show the difference", K, worst_noef);
+    if (rank == 0)
+        child_log(rank, "int4, %d steps: largest error / one-quantization bound %.3f with error feedback, %.3f without",
+                  K, worst_ef, worst_noef);
+    return 0;
+}
+
+int ef_residual_body(zccl_comm_t comm, int rank, int nranks, zccl_bucket_mode_t mode, zccl_wire_t w) {
+    (void)nranks;
+    zccl_bucket_plan_t plan = ef_plan(comm, mode, w, 1);
+    ZT_CHILD_CHECK(plan != nullptr, "plan_create: %s", zccl_get_last_error(nullptr));
+    int nb = 0;
+    ZT_CHILD_OK(zccl_bucket_count(plan, &nb));
+    std::vector<size_t> poff(kModel.size());
+    std::vector<int> pb(kModel.size());
+    for (int i = 0; i < (int)kModel.size(); i++) ZT_CHILD_OK(zccl_bucket_param_loc(plan, i, &pb[(size_t)i], &poff[(size_t)i]));
+    std::vector<zccl_bucket_info_t> info((size_t)nb);
+    std::vector<std::vector<float>> res((size_t)nb), sent((size_t)nb);
+    for (int b = 0; b < nb; b++) {
+        ZT_CHILD_OK(zccl_bucket_info(plan, b, &info[(size_t)b]));
+        res[(size_t)b].assign(info[(size_t)b].elems, 1.0f);
+        ZT_CHILD_OK(zccl_bucket_ef_residual(plan, b, res[(size_t)b].data()));
+        for (float v : res[(size_t)b]) ZT_CHILD_CHECK(v == 0.0f, "bucket %d: residual %g before the first launch", b, (double)v);
+        sent[(size_t)b].assign(info[(size_t)b].elems, 0.0f);
+    }
+    const bool rs = mode == ZCCL_BUCKET_REDUCE_SCATTER;
+    const int accum = 2;
+    size_t nonzero = 0;
+    for (int step = 0; step < 3 * accum; step++) {
+        const bool sync = step % accum == accum - 1;
+        auto value = [&](int i, size_t j) { return grad_value(rank, 100 + step, i, j); };
+        if (ef_microstep(plan, rank, sync, value)) return 1;
+        /* what the bucket held at its launch: this micro-step's gradients (REDUCE_SCATTER) or the window's float32
+         * sum (ALLREDUCE, launched at the sync micro-step) */
+        for (int b = 0; b < nb; b++) {
+            const std::vector<float> g = bucket_image(info[(size_t)b], poff, value);
+            for (size_t e = 0; e < g.size(); e++) sent[(size_t)b][e] = rs ? g[e] : sent[(size_t)b][e] + g[e];
+        }
+        if (!rs && !sync) continue;
+        for (int b = 0; b < nb; b++) {
+            const zccl_bucket_info_t &I = info[(size_t)b];
+            std::vector<float> gp(I.elems);
+            for (size_t e = 0; e < I.elems; e++) gp[e] = sent[(size_t)b][e] + res[(size_t)b][e];
+            const std::vector<float> q = test_quantize(w, gp, I.shard_elems);
+            std::vector<float> got(I.elems);
+            ZT_CHILD_OK(zccl_bucket_ef_residual(plan, b, got.data()));
+            for (size_t e = 0; e < I.elems; e++) {
+                const float want = (float)((double)gp[e] - (double)q[e]);
+                ZT_CHILD_CHECK(std::memcmp(&want, &got[e], sizeof want) == 0, "step %d bucket %d element %zu: residual "
+                               "%.9g, want g' - Q(g') = %.9g - %.9g = %.9g", step, b, e, (double)got[e], (double)gp[e],
+                               (double)q[e], (double)want);
+                nonzero += got[e] != 0.0f;
+            }
+            res[(size_t)b] = got;
+            std::fill(sent[(size_t)b].begin(), sent[(size_t)b].end(), 0.0f);
+        }
+    }
+    ZT_CHILD_CHECK(nonzero > 1000, "only %zu nonzero residual elements: was anything quantized?", nonzero);
+    ZT_CHILD_OK(zccl_bucket_begin(plan, 1));
+    std::vector<float> tmp(info[0].elems);
+    ZT_CHILD_CHECK(zccl_bucket_ef_residual(plan, 0, tmp.data()) == ZCCL_INVALID_USAGE,
+                   "residual read in an open micro-step");
+    for (int i = (int)kModel.size() - 1; i >= 0; i--) ZT_CHILD_OK(zccl_bucket_mark_unused(plan, i));
+    ZT_CHILD_OK(zccl_bucket_finish(plan));
+    zccl_bucket_plan_destroy(plan);
+    return 0;
+}
+
+} // namespace
+
+TEST(ZeroWireEf, RunningSumStaysWithinOneQuantization) {
+    run_ranks(3, [](zccl_comm_t comm, int r, int n) { return ef_running_sum_body(comm, r, n); }, wire_options(120));
+}
+
+TEST(ZeroWireEf, ResidualIsSentMinusItsQuantization) {
+    for (auto mc : {std::make_pair(ZCCL_BUCKET_REDUCE_SCATTER, ZCCL_WIRE_INT4),
+                    std::make_pair(ZCCL_BUCKET_ALLREDUCE, ZCCL_WIRE_INT4),
+                    std::make_pair(ZCCL_BUCKET_REDUCE_SCATTER, ZCCL_WIRE_FP8E4M3)}) {
+        SCOPED_TRACE(std::string(mc.first == ZCCL_BUCKET_ALLREDUCE ? "allreduce " : "reduce-scatter ") +
+                     zccl_wire_name(mc.second));
+        run_ranks(3, [&](zccl_comm_t comm, int r, int n) { return ef_residual_body(comm, r, n, mc.first, mc.second); },
+                  wire_options(90));
+    }
+}
+
+TEST(ZeroWireEf, FullWireOrBadValueIsRefused) {
+    std::vector<size_t> numel = {100, 200};
+    zccl_bucket_plan_t plan = nullptr;
+    zccl_bucket_options_t o = {};
+    o.error_feedback = 1; /* wire left ZCCL_WIRE_FULL */
+    EXPECT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_FLOAT32, &o, &plan), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("error_feedback = 1 with opts->wire = ZCCL_WIRE_FULL"),
+              std::string::npos) << zccl_get_last_error(nullptr);
+    EXPECT_EQ(plan, nullptr);
+    o.wire = ZCCL_WIRE_INT4;
+    o.error_feedback = 2;
+    EXPECT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_FLOAT32, &o, &plan), ZCCL_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(zccl_get_last_error(nullptr)).find("must be 0 or 1"), std::string::npos);
+    o.error_feedback = 1;
+    ASSERT_EQ(zccl_bucket_layout_create(2, 2, numel.data(), ZCCL_FLOAT32, &o, &plan), ZCCL_SUCCESS);
+    float r[1];
+    EXPECT_EQ(zccl_bucket_ef_residual(plan, 0, r), ZCCL_INVALID_USAGE); /* a layout keeps no residuals */
+    zccl_bucket_plan_destroy(plan);
+}
+
+TEST(ZeroWireEf, RanksDisagreeingFailAtCreationOnEveryRank) {
+    run_ranks(3, [](zccl_comm_t comm, int rank, int) -> int {
+        std::vector<size_t> numel = {100, 200, 300};
+        zccl_bucket_options_t o = {};
+        o.wire = ZCCL_WIRE_INT4;
+        o.mode = ZCCL_BUCKET_REDUCE_SCATTER;
+        o.error_feedback = rank == 1 ? 0 : 1;
+        zccl_bucket_plan_t plan = nullptr;
+        zccl_result_t r = zccl_bucket_plan_create(comm, 3, numel.data(), ZCCL_FLOAT32, &o, &plan);
+        ZT_CHILD_CHECK(r == ZCCL_INVALID_USAGE && plan == nullptr, "plan_create returned %s, want invalid usage",
+                       zccl_get_error_string(r));
+        o.error_feedback = 0; /* and then agreeing, without it: residuals are refused */
+        ZT_CHILD_OK(zccl_bucket_plan_create(comm, 3, numel.data(), ZCCL_FLOAT32, &o, &plan));
+        float res[1];
+        ZT_CHILD_CHECK(zccl_bucket_ef_residual(plan, 0, res) == ZCCL_INVALID_USAGE, "residual of a plan without it");
+        zccl_bucket_plan_destroy(plan);
+        return 0;
+    }, deadline_options(60));
 }

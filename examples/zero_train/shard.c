@@ -29,7 +29,8 @@ static double wvol(const zt_zero_t *z, zccl_wire_t wire, double factor, size_t e
 
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz)
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz,
+                           int error_feedback)
 {
     memset(z, 0, sizeof *z);
     z->stage = stage;
@@ -46,7 +47,7 @@ zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayer
     }
     zccl_bucket_options_t bo = {.first_bytes = first_bytes, .cap_bytes = cap_bytes, .max_in_flight = in_flight,
                                 .mode = stage >= 2 ? ZCCL_BUCKET_REDUCE_SCATTER : ZCCL_BUCKET_ALLREDUCE,
-                                .wire = grad_wire};
+                                .wire = grad_wire, .error_feedback = error_feedback};
     if (stage == 3) {
         /* One bucket per layer (every layer exceeds a 1-element target) without alignment padding beyond the
          * rank count: bucket shard r is then exactly the ZeRO-3 store's shard r of the layer. */

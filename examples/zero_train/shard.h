@@ -57,12 +57,14 @@ typedef struct {
  * max_live_bytes: the ZeRO-3 store's bound on gathered layer bytes (0: ZCCL_ZERO3_MAX_LIVE_BYTES); grad_wire: the
  * gradient buckets' wire format (ZeRO++ qgZ; zccl_bucket_options_t.wire), weight_wire: stage 3's layer gathers'
  * (qwZ; zccl_zero3_options_t.wire); ZCCL_WIRE_FULL for plain float64; hpz: stage 3's hierarchical partitioning
- * (ZeRO++ hpZ; zccl_zero3_options_t.hpz): a layer's second fetch of a micro-step gathers inside the host.
+ * (ZeRO++ hpZ; zccl_zero3_options_t.hpz): a layer's second fetch of a micro-step gathers inside the host;
+ * error_feedback: the gradient buckets' error feedback (zccl_bucket_options_t.error_feedback; quantized grad_wire).
  * Collective. Returns ZCCL_SUCCESS or the failing call's result (message in zccl_get_last_error).
  */
 zccl_result_t zt_zero_init(zt_zero_t *z, zccl_comm_t comm, int stage, int nlayers, const size_t *numel,
                            const size_t *nweights, size_t first_bytes, size_t cap_bytes, int in_flight,
-                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz);
+                           size_t max_live_bytes, zccl_wire_t grad_wire, zccl_wire_t weight_wire, int hpz,
+                           int error_feedback);
 void zt_zero_free(zt_zero_t *z);
 
 /* Rank 0's layer vectors (full[l], numel[l] elements; ignored elsewhere) are broadcast; each rank keeps what its

@@ -50,6 +50,7 @@ typedef struct {
     int offload, pin; /* --offload cpu, --pin-memory */
     zccl_wire_t grad_wire, weight_wire; /* --wire, --weight-wire (ZeRO++ qgZ, qwZ) */
     int hpz;                            /* --hpz (ZeRO++ hpZ) */
+    int error_feedback;                 /* --error-feedback (with a quantized --wire) */
 } opts_t;
 
 static void usage(FILE *f)
@@ -58,7 +59,7 @@ static void usage(FILE *f)
             "Usage: zero_train [--stage 0|1|2|3] [--epochs E] [--accum K] [--batch B] [--clip C] [--seed S]\n"
             "                  [--lr LR] [--weight-decay WD] [--data PATH] [--first-bucket BYTES]\n"
             "                  [--bucket-cap BYTES] [--in-flight K] [--max-live BYTES] [--offload cpu [--pin-memory]]\n"
-            "                  [--wire FORMAT] [--weight-wire FORMAT] [--hpz]\n"
+            "                  [--wire FORMAT [--error-feedback]] [--weight-wire FORMAT] [--hpz]\n"
             "  --stage S          ZeRO stage (default 0): 0 data parallel, 1 optimizer state sharded, 2 + gradients,\n"
             "                     3 + parameters\n"
             "  --epochs E         passes over the training part (default 12)\n"
@@ -80,6 +81,8 @@ static void usage(FILE *f)
             "  --pin-memory       with --offload cpu: page-locked host memory when a CUDA driver is present\n"
             "  --wire FORMAT      the gradient buckets' wire format (ZeRO++ qgZ): full (default), int8, int4, fp8e4m3,\n"
             "                     fp8e5m2 (block-quantized, error bounds in include/zccl.h; docs/zero.md)\n"
+            "  --error-feedback   with a quantized --wire: each rank carries its gradient quantization residual to the\n"
+            "                     bucket's next launch (zccl_bucket_options_t.error_feedback; EF-SGD)\n"
             "  --weight-wire FMT  stage 3: the layer gathers' wire format (ZeRO++ qwZ; int8 is ZeRO++'s), default full\n"
             "  --hpz              stage 3: hierarchical partitioning (ZeRO++ hpZ): a layer's backward gather stays\n"
             "                     inside the host, from a per-host copy of its forward gather (hosts: ZCCL_HOST_ID or\n"
@@ -193,6 +196,10 @@ static int parse_opts(int argc, char **argv, opts_t *o)
         }
         if (!strcmp(a, "--hpz")) {
             o->hpz = 1;
+            continue;
+        }
+        if (!strcmp(a, "--error-feedback")) {
+            o->error_feedback = 1;
             continue;
         }
         if (!strcmp(a, "--data") && v) {
@@ -378,12 +385,15 @@ int main(int argc, char **argv)
         return 2;
     }
     if ((o.offload && o.stage != 1 && o.stage != 2) || (o.pin && !o.offload) ||
-        (o.weight_wire != ZCCL_WIRE_FULL && o.stage != 3) || (o.hpz && o.stage != 3)) {
+        (o.weight_wire != ZCCL_WIRE_FULL && o.stage != 3) || (o.hpz && o.stage != 3) ||
+        (o.error_feedback && o.grad_wire == ZCCL_WIRE_FULL)) {
         if (rank == 0)
             fprintf(stderr, "zero_train: %s\n",
                     o.pin && !o.offload                           ? "--pin-memory needs --offload cpu"
                     : o.offload && o.stage != 1 && o.stage != 2 ? "--offload cpu needs --stage 1 or 2"
                     : o.hpz && o.stage != 3                     ? "--hpz needs --stage 3 (ZeRO-3 gathers layers)"
+                    : o.error_feedback && o.grad_wire == ZCCL_WIRE_FULL
+                        ? "--error-feedback needs a quantized --wire (int8, int4, fp8e4m3, fp8e5m2)"
                                                                 : "--weight-wire needs --stage 3 (ZeRO-3 gathers layers)");
         zccl_barrier(comm, NULL);
         zccl_comm_destroy(comm);
@@ -440,7 +450,7 @@ int main(int argc, char **argv)
     }
     zt_zero_t z;
     CHECK(zt_zero_init(&z, comm, o.stage, NLAYERS, numel, nweights, o.first_bytes, o.cap_bytes, o.in_flight,
-                       o.max_live, o.grad_wire, o.weight_wire, o.hpz));
+                       o.max_live, o.grad_wire, o.weight_wire, o.hpz, o.error_feedback));
 
     /* He-uniform weights (He et al., ICCV 2015), zero biases, drawn from --seed on rank 0 and broadcast. */
     double *init[NLAYERS] = {NULL};
@@ -561,6 +571,15 @@ int main(int argc, char **argv)
         if (z.hpz_g)
             printf("  hpZ secondary partition %zu bytes (8 psi/G for G = %d ranks per host, padded)\n", z.hpz_bytes,
                    z.hpz_g);
+        if (o.error_feedback) {
+            size_t res = 0, big = 0;
+            for (int b = 0; b < z.nbuckets; b++) {
+                res += z.info[b].elems;
+                if (z.info[b].elems > big) big = z.info[b].elems;
+            }
+            printf("  error feedback residuals %zu bytes (float32 per bucket element: 4 psi, padded) + one bucket's "
+                   "scratch %zu bytes\n", res * 4, big * 4);
+        }
         printf("  paper, mixed-precision Adam (2+2+12)psi: stage %d = %.0f bytes per rank\n", o.stage,
                2 * psi / (o.stage == 3 ? n : 1) + 2 * psi / (o.stage >= 2 ? n : 1) + 12 * psi / (o.stage >= 1 ? n : 1));
         printf("bytes sent per rank: gradients %.0f, parameters %.0f, other %.0f (loss, norm, evaluation, "
@@ -572,10 +591,10 @@ int main(int argc, char **argv)
                1e3 * train_s / total_steps, total_steps);
         printf("final loss=%.15e accuracy=%.4f bytes_sent=%.0f stage=%d ranks=%d params_bytes=%.0f grads_bytes=%.0f "
                "optimizer_bytes=%.0f psi=%zu grad_wire=%s weight_wire=%s grads_sent_per_step=%.0f "
-               "params_sent_per_step=%.0f hpz=%d params_in_host_per_step=%.0f hpz_bytes=%zu\n",
+               "params_sent_per_step=%.0f hpz=%d params_in_host_per_step=%.0f hpz_bytes=%zu error_feedback=%d\n",
                last_loss, last_acc, sent, o.stage, n, pb, gb, ob, z.psi, zccl_wire_name(o.grad_wire),
                zccl_wire_name(o.weight_wire), z.sent_grads / total_steps, z.sent_params / total_steps, o.hpz,
-               z.sent_params_host / total_steps, z.hpz_bytes);
+               z.sent_params_host / total_steps, z.hpz_bytes, o.error_feedback);
     }
     fflush(stdout);
     zt_zero_free(&z);

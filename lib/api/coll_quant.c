@@ -20,6 +20,7 @@
 #include "mem.h"
 #include "quant.h"
 #include "zccl_ext.h"
+#include "zccl_hier.h"
 
 static zccl_datatype_t inner_type(zccl_wire_t w) {
     switch (w) {
@@ -316,6 +317,38 @@ ZCCL_API zccl_result_t zccl_allreduce_wire(const void *sendbuf, void *recvbuf, s
     return res;
 }
 
+/* ---- this rank's quantization, alone: the ZeRO layer's error feedback (lib/api/zccl_ext.h) ---- */
+
+zccl_result_t zccl__wire_roundtrip(zccl__wire_call_t call, const void *src, size_t count, zccl_datatype_t datatype,
+                                   zccl_wire_t wire, int nranks, float *out) {
+    const char *fn = "zccl__wire_roundtrip";
+    if (!zccl__quant_is_quantized(wire))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: wire %d is not a quantized format", fn, (int)wire);
+    if (!zccl__quant_dtype_ok(datatype))
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: datatype %d is not float32, float64, float16 or bfloat16", fn,
+                           (int)datatype);
+    if ((unsigned)call > ZCCL__WIRE_ALLREDUCE || nranks < 1)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: call %d, nranks %d", fn, (int)call, nranks);
+    const size_t n = (size_t)nranks, B = zccl__quant_block(), es = zccl_type_size(datatype);
+    /* The shards exactly as the calls above encode this rank's contribution: the all-gather one of count elements,
+     * the reduce-scatter n of count each, the all-reduce n of L = ceil(count / n), the last ones shorter or empty. */
+    const size_t L = call == ZCCL__WIRE_ALLREDUCE ? count / n + (count % n != 0) : count;
+    const size_t nsh = call == ZCCL__WIRE_ALLGATHER ? 1 : n;
+    const size_t total = call == ZCCL__WIRE_REDUCE_SCATTER ? count * n : count;
+    if (total == 0) return ZCCL_SUCCESS;
+    const size_t q = zccl__quant_bytes(wire, L, B);
+    uint8_t *str = q == SIZE_MAX ? NULL : malloc(q ? q : 1);
+    if (!str) return zccl__error(ZCCL_SYSTEM_ERROR, "%s: out of memory for a wire string of %zu elements", fn, L);
+    for (size_t s = 0; s < nsh; s++) {
+        const size_t first = s * L, c = first >= total ? 0 : total - first < L ? total - first : L;
+        if (c == 0) continue;
+        zccl__quant_encode(wire, (const char *)src + first * es, datatype, c, B, str);
+        zccl__quant_decode(wire, str, c, B, out + first, ZCCL_FLOAT32); /* the value the owner's decode_add adds */
+    }
+    free(str);
+    return ZCCL_SUCCESS;
+}
+
 /* ---- queued on a stream: the ZeRO layer's qgZ / qwZ (lib/api/zccl_ext.h) ---- */
 
 typedef struct {
@@ -327,28 +360,39 @@ typedef struct {
     zccl_redop_t op;
     zccl_wire_t wire;
     zccl_comm_t comm;
+    zccl__wire_pre_t pre; /* NULL: none */
+    void *pre_arg;
+    int pre_tag;
 } wire_task_t;
 
-/* On the stream's thread, in the stream's order: the call runs there as if it had been made with no stream. */
+/* On the stream's thread, in the stream's order: the call runs there as if it had been made with no stream, after
+ * the caller's pre step. A failed pre step refuses the call's first inner collective, so that the peers fail on it
+ * quoting this rank's message instead of waiting. */
 static zccl_result_t run_wire_task(const void *arg) {
     const wire_task_t *t = arg;
+    if (t->pre) {
+        const zccl_result_t r = t->pre(t->pre_arg, t->pre_tag);
+        if (r != ZCCL_SUCCESS) return zccl__coll_refuse(t->comm, NULL, r);
+    }
     switch (t->call) {
     case ZCCL__WIRE_ALLGATHER:
         return zccl_allgather_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->wire, t->comm, NULL);
     case ZCCL__WIRE_REDUCE_SCATTER:
         return zccl_reduce_scatter_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
+    case ZCCL__WIRE_ALLGATHER_HIER:
+        return zccl_allgather_hier(t->sendbuf, t->recvbuf, t->count, t->dt, t->wire, t->comm, NULL);
     default:
         return zccl_allreduce_wire(t->sendbuf, t->recvbuf, t->count, t->dt, t->op, t->wire, t->comm, NULL);
     }
 }
 
-zccl_result_t zccl__wire_enqueue(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
-                                 zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
-                                 zccl_stream_t stream) {
+zccl_result_t zccl__wire_enqueue_pre(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
+                                     zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
+                                     zccl_stream_t stream, zccl__wire_pre_t pre, void *pre_arg, int pre_tag) {
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: comm is NULL");
-    if ((unsigned)call > ZCCL__WIRE_ALLREDUCE)
+    if ((unsigned)call > ZCCL__WIRE_ALLGATHER_HIER)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl__wire_enqueue: call %d out of range", (int)call);
-    wire_task_t t = {call, sendbuf, recvbuf, count, datatype, op, wire, comm};
+    wire_task_t t = {call, sendbuf, recvbuf, count, datatype, op, wire, comm, pre, pre_arg, pre_tag};
     if (!stream) return run_wire_task(&t);
     wire_task_t *q = malloc(sizeof *q);
     if (!q) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl__wire_enqueue: out of memory");
@@ -357,4 +401,10 @@ zccl_result_t zccl__wire_enqueue(zccl__wire_call_t call, const void *sendbuf, vo
      * own; the quantized call's inner collectives take theirs when it runs. */
     zccl_op_t o = {.coll = ZCCL_COLL_SEND, .comm = comm, .group = q, .run_group = run_wire_task, .release_group = free};
     return zccl__op_issue(&o, stream); /* owns q from here, run or not */
+}
+
+zccl_result_t zccl__wire_enqueue(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
+                                 zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
+                                 zccl_stream_t stream) {
+    return zccl__wire_enqueue_pre(call, sendbuf, recvbuf, count, datatype, op, wire, comm, stream, NULL, NULL, 0);
 }

@@ -23,17 +23,43 @@ void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg);
  *  message instead of waiting. Returns res. Defined in lib/api/collectives.c. */
 zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res);
 /** The quantized collectives (include/zccl.h, zccl_wire_t) queued on a stream, for the ZeRO layer's qgZ and qwZ:
- *  zccl_allgather_wire, zccl_reduce_scatter_wire or zccl_allreduce_wire with these arguments (count: sendcount,
+ *  zccl_allgather_wire, zccl_reduce_scatter_wire, zccl_allreduce_wire or zccl_allgather_hier with these arguments (count: sendcount,
  *  recvcount or count as that call takes it; op ignored by the all-gather) runs on the stream's thread in the
  *  stream's order, as if called there with no stream, so the caller does not wait for it (the public _wire calls
  *  wait for their stream and run on the caller's thread). Its errors, including its argument checks, are the
  *  stream's (zccl_stream_synchronize); a call refused on one rank fails on every rank as the _wire calls do.
  *  stream NULL: the call runs now. Errors here: ZCCL_INVALID_ARGUMENT (comm NULL, call out of range),
  *  ZCCL_SYSTEM_ERROR (out of memory queuing it). Defined in lib/api/coll_quant.c. */
-typedef enum { ZCCL__WIRE_ALLGATHER, ZCCL__WIRE_REDUCE_SCATTER, ZCCL__WIRE_ALLREDUCE } zccl__wire_call_t;
+typedef enum {
+    ZCCL__WIRE_ALLGATHER,
+    ZCCL__WIRE_REDUCE_SCATTER,
+    ZCCL__WIRE_ALLREDUCE,
+    ZCCL__WIRE_ALLGATHER_HIER /* zccl_allgather_hier (include/zccl_hier.h): zccl_allgather_wire's output, bitwise */
+} zccl__wire_call_t;
 zccl_result_t zccl__wire_enqueue(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
                                  zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
                                  zccl_stream_t stream);
+/** A step of the caller's run on the stream's thread right before a queued quantized call (zccl__wire_enqueue_pre),
+ *  in the stream's order, with the arg and tag given there: the bucket plan's error feedback (lib/zero/zero_sched.c)
+ *  adds its residual into the bucket there, once the bucket is final and before the call reads it. A failure
+ *  refuses the call (its peers fail on it, quoting this rank's message) and is the stream's error. */
+typedef zccl_result_t (*zccl__wire_pre_t)(void *arg, int tag);
+/** zccl__wire_enqueue with a pre step (NULL: none, the same as zccl__wire_enqueue). */
+zccl_result_t zccl__wire_enqueue_pre(zccl__wire_call_t call, const void *sendbuf, void *recvbuf, size_t count,
+                                     zccl_datatype_t datatype, zccl_redop_t op, zccl_wire_t wire, zccl_comm_t comm,
+                                     zccl_stream_t stream, zccl__wire_pre_t pre, void *pre_arg, int pre_tag);
+/** Q(src): the quantize-dequantize that the quantized call `call` (with this count argument, as zccl__wire_enqueue
+ *  takes it, and nranks ranks) applies to this rank's contribution src, written to out as float32, the value the
+ *  owner's reduction adds (zccl_allreduce_wire: count elements in nranks shards of ceil(count / nranks), the last
+ *  ones shorter or empty; zccl_reduce_scatter_wire: nranks shards of count elements, out has count * nranks;
+ *  zccl_allgather_wire: one shard of count). Blocks of ZCCL_QUANT_BLOCK counted from each shard's first element,
+ *  the same encoder and decoder as the call, so out is bitwise what the call's peers decode (float64 is rounded to
+ *  float32 first, as the call does). Local; src and out must not overlap. For the error feedback of the bucket plan
+ *  (zccl_bucket_options_t.error_feedback). Errors: ZCCL_INVALID_ARGUMENT (wire not quantized, datatype not a
+ *  floating type, call out of range, nranks < 1), ZCCL_SYSTEM_ERROR (out of memory for one wire string). Defined in
+ *  lib/api/coll_quant.c. */
+zccl_result_t zccl__wire_roundtrip(zccl__wire_call_t call, const void *src, size_t count, zccl_datatype_t datatype,
+                                   zccl_wire_t wire, int nranks, float *out);
 /** The message of the first error that broke comm ("" while it works). */
 const char *zccl__comm_async_msg(zccl_comm_t comm);
 /** This host's identity (hash of the hostname and /proc boot_id): equal on two ranks means they share a host and

@@ -41,6 +41,13 @@ struct zccl_bucket_plan {
     bool reg_fallback; /* some could not be: INFO said so once */
     int *slot_owner; /* REDUCE_SCATTER: bucket using each slot in this micro-step, -1 if none */
 
+    /* error feedback (o.error_feedback): per bucket, this rank's residual e = g' - Q(g') of its last launch, elems
+     * float32 each, in one block; ef_q: one bucket's Q(g'), max_elems float32. Touched only by the pre step of
+     * the bucket's queued call (on the plan's stream thread, one at a time) and between micro-steps. */
+    float **ef_res;
+    float *ef_block;
+    float *ef_q;
+
     /* scheduling state, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -80,6 +87,11 @@ struct zccl_bucket_plan {
 /** Element helpers over the four floating types (lib/zero/zero_grad.c). */
 double zccl__zero_sumsq(const void *p, size_t n, zccl_datatype_t dt);
 void zccl__zero_scale(void *p, size_t n, zccl_datatype_t dt, double factor);
+/** Error feedback (zero_sched.c): p[i] <- p[i] + e[i], rounded once to dt. */
+void zccl__zero_ef_add(void *p, size_t n, zccl_datatype_t dt, const float *e);
+/** e[i] <- p[i] - q[i] (computed in float64, rounded once to float32); 0 where that is not finite (a NaN or an
+ *  infinity in the bucket is not carried to later steps). */
+void zccl__zero_ef_residual(const void *p, size_t n, zccl_datatype_t dt, const float *q, float *e);
 
 /** Computes the bucket layout into p (nranks, dt, options already set in p; numel copied). */
 zccl_result_t zccl__bucket_layout(struct zccl_bucket_plan *p, int nparams, const size_t *numel);

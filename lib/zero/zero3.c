@@ -27,13 +27,15 @@
  * position is never issued before its primary has been fetched in this step: prefetch pauses there (recorded order),
  * and the fetch of the primary prefetches again once the slice is in place. The secondary gathers use the pool's
  * buffers as well: they are registered with the store's communicator, not the host's, so those gathers take the
- * ordinary in-host path.
+ * ordinary in-host path. With a quantized wire and G >= 2 (not float64) the primary gathers are zccl_allgather_hier,
+ * bitwise zccl_allgather_wire's output with each wire string crossing once per host; its layout is made at creation.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "zccl_ext.h"
+#include "zccl_hier.h"
 #include "zero.h"
 
 /* A gathered-layer buffer of the pool: zccl_mem_alloc memory registered with the store's communicator. */
@@ -61,6 +63,7 @@ struct zccl_zero3 {
     bool hpz;                  /* hpZ on (opts->hpz with several hosts): secondary positions gather in the host */
     int G, local;              /* hpZ: ranks per host, this rank's local rank */
     zccl_comm_t intra;         /* hpZ: the host's ranks, ranked by local rank (split from comm, owned; NULL: G = 1) */
+    bool hier;                 /* hpZ, quantized wire, G > 1, not float64: primary gathers are zccl_allgather_hier */
     void **sec;                /* hpZ, per layer: this rank's slice of the step's primary gather, padded/G elements */
     int *sec_step;             /* hpZ, per layer: the step whose primary gather filled sec (0: none yet) */
     int *first;                /* hpZ, per layer: its first recorded position, the primary one (-1: none yet) */
@@ -225,8 +228,8 @@ static zccl_result_t issue(struct zccl_zero3 *z, int i) {
         memcpy(mine, z->shard_buf[l], z->shard[l] * z->es);
         res = z->wire == ZCCL_WIRE_FULL
                   ? zccl_allgather(mine, buf, z->shard[l], z->dt, z->comm, z->stream)
-                  : zccl__wire_enqueue(ZCCL__WIRE_ALLGATHER, mine, buf, z->shard[l], z->dt, ZCCL_SUM, z->wire, z->comm,
-                                       z->stream); /* qwZ */
+                  : zccl__wire_enqueue(z->hier ? ZCCL__WIRE_ALLGATHER_HIER : ZCCL__WIRE_ALLGATHER, mine, buf,
+                                       z->shard[l], z->dt, ZCCL_SUM, z->wire, z->comm, z->stream); /* qwZ */
     }
     if (res != ZCCL_SUCCESS) { buf_put(z, buf); return res; }
     z->pbuf[i] = buf;
@@ -238,6 +241,7 @@ static zccl_result_t issue(struct zccl_zero3 *z, int i) {
     if (z->live > z->st.peak_live_bytes) z->st.peak_live_bytes = z->live;
     z->st.gathers++;
     if (sec) z->st.hpz_gathers++;
+    else if (z->hier) z->st.hier_gathers++;
     return ZCCL_SUCCESS;
 }
 
@@ -337,6 +341,16 @@ static zccl_result_t hpz_setup(struct zccl_zero3 *z, const char *fn) {
             res = zccl__error(ZCCL_REMOTE_ERROR, "%s: opts->hpz: another rank could not make its host communicator "
                               "(its own error says why)", fn);
         if (res != ZCCL_SUCCESS) goto out;
+    }
+    if (G > 1 && z->wire != ZCCL_WIRE_FULL && z->dt != ZCCL_FLOAT64) {
+        /* The primary gathers cross hosts: zccl_allgather_hier (bitwise zccl_allgather_wire's output) sends each
+         * wire string across once per host instead of once per rank. Its layout (two sub-communicators of comm) is
+         * made here, on every rank alike, so that the stream thread finds it ready; the hierarchical calls take no
+         * float64, whose gathers stay flat. */
+        int hierarchical = 0;
+        res = zccl_hier_layout(z->comm, NULL, NULL, &hierarchical);
+        if (res != ZCCL_SUCCESS) goto out;
+        z->hier = hierarchical != 0;
     }
     z->sec = calloc((size_t)z->nlayers, sizeof *z->sec);
     z->sec_step = calloc((size_t)z->nlayers, sizeof *z->sec_step);

@@ -64,6 +64,63 @@ void zccl__zero_scale(void *p, size_t n, zccl_datatype_t dt, double f) {
     }
 }
 
+void zccl__zero_ef_add(void *p, size_t n, zccl_datatype_t dt, const float *e) {
+    switch (dt) {
+    case ZCCL_FLOAT32: {
+        float *x = p;
+        for (size_t i = 0; i < n; i++) x[i] += e[i];
+        break;
+    }
+    case ZCCL_FLOAT64: {
+        double *x = p;
+        for (size_t i = 0; i < n; i++) x[i] += e[i];
+        break;
+    }
+    case ZCCL_FLOAT16: {
+        uint16_t *x = p;
+        for (size_t i = 0; i < n; i++) x[i] = zccl_float_to_half((float)((double)zccl_half_to_float(x[i]) + e[i]));
+        break;
+    }
+    case ZCCL_BFLOAT16: {
+        uint16_t *x = p;
+        for (size_t i = 0; i < n; i++) x[i] = zccl_float_to_bf16((float)((double)zccl_bf16_to_float(x[i]) + e[i]));
+        break;
+    }
+    default: break;
+    }
+}
+
+static inline float ef_diff(double x, float q) {
+    const double d = x - (double)q;
+    return isfinite(d) ? (float)d : 0.0f;
+}
+
+void zccl__zero_ef_residual(const void *p, size_t n, zccl_datatype_t dt, const float *q, float *e) {
+    switch (dt) {
+    case ZCCL_FLOAT32: {
+        const float *x = p;
+        for (size_t i = 0; i < n; i++) e[i] = ef_diff(x[i], q[i]);
+        break;
+    }
+    case ZCCL_FLOAT64: {
+        const double *x = p;
+        for (size_t i = 0; i < n; i++) e[i] = ef_diff(x[i], q[i]);
+        break;
+    }
+    case ZCCL_FLOAT16: {
+        const uint16_t *x = p;
+        for (size_t i = 0; i < n; i++) e[i] = ef_diff(zccl_half_to_float(x[i]), q[i]);
+        break;
+    }
+    case ZCCL_BFLOAT16: {
+        const uint16_t *x = p;
+        for (size_t i = 0; i < n; i++) e[i] = ef_diff(zccl_bf16_to_float(x[i]), q[i]);
+        break;
+    }
+    default: break;
+    }
+}
+
 static void *shard_ptr(struct zccl_bucket_plan *p, int b) {
     if (p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER) return p->acc[b];
     return (char *)p->buf[b] + (size_t)p->rank * p->b[b].shard * p->es;

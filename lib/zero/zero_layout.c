@@ -48,6 +48,13 @@ static zccl_result_t resolve(struct zccl_bucket_plan *p, const char *fn, int npa
                            o.max_in_flight, ZCCL_BUCKET_MAX_IN_FLIGHT);
     if ((unsigned)o.wire >= ZCCL_NUM_WIRES)
         return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->wire = %d is not a zccl_wire_t", fn, (int)o.wire);
+    if (o.error_feedback != 0 && o.error_feedback != 1)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->error_feedback = %d must be 0 or 1", fn,
+                           o.error_feedback);
+    if (o.error_feedback && o.wire == ZCCL_WIRE_FULL)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: opts->error_feedback = 1 with opts->wire = ZCCL_WIRE_FULL: "
+                           "error feedback carries the residual of a quantized wire (int8, int4, fp8e4m3, fp8e5m2) "
+                           "to the next step; the full wire has none to carry", fn);
     int64_t v;
     if (o.first_bytes == 0) {
         ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_BUCKET_FIRST_BYTES, &v));
@@ -166,7 +173,8 @@ ZCCL_API zccl_result_t zccl_bucket_plan_create(zccl_comm_t comm, int nparams, co
     uint64_t h = 1469598103934665603ull;
     h = zccl__zero_hash(h, &nparams, sizeof nparams);
     h = zccl__zero_hash(h, numel, (size_t)nparams * sizeof *numel);
-    int32_t fields[4] = {(int32_t)datatype, (int32_t)p->o.mode, p->o.average != 0, (int32_t)p->o.wire};
+    int32_t fields[5] = {(int32_t)datatype, (int32_t)p->o.mode, p->o.average != 0, (int32_t)p->o.wire,
+                         p->o.error_feedback};
     h = zccl__zero_hash(h, fields, sizeof fields);
     size_t sizes[3] = {p->o.first_bytes, p->o.cap_bytes, p->o.align_elems};
     h = zccl__zero_hash(h, sizes, sizeof sizes);

@@ -34,6 +34,22 @@ static zccl_result_t check_failed(struct zccl_bucket_plan *p, zccl_result_t res)
     return zccl__coll_refuse(p->comm, p->stream, res);
 }
 
+/* Error feedback (zccl_bucket_options_t.error_feedback), the pre step of bucket b's quantized call: on the plan's
+ * stream thread, after the bucket's last mark and before the call reads the buffer. g' = g + e (the buffer, in
+ * place), e = g' - Q(g') with Q exactly the call's quantization of this rank's contribution. The residuals and the
+ * scratch are only touched here, and the stream runs one task at a time; the layout fields are immutable. */
+static zccl_result_t ef_pre(void *arg, int b) {
+    struct zccl_bucket_plan *p = arg;
+    const zb_bucket_t *bk = &p->b[b];
+    void *buf = slot_of(p, b);
+    const bool rs = p->o.mode == ZCCL_BUCKET_REDUCE_SCATTER;
+    zccl__zero_ef_add(buf, bk->elems, p->dt, p->ef_res[b]);
+    ZCCL_CHECK(zccl__wire_roundtrip(rs ? ZCCL__WIRE_REDUCE_SCATTER : ZCCL__WIRE_ALLREDUCE, buf,
+                                    rs ? bk->shard : bk->elems, p->dt, p->o.wire, p->nranks, p->ef_q));
+    zccl__zero_ef_residual(buf, bk->elems, p->dt, p->ef_q, p->ef_res[b]);
+    return ZCCL_SUCCESS;
+}
+
 /* Called under p->mu. Issues bucket b's collective on the plan's stream. */
 static void launch(struct zccl_bucket_plan *p, int b) {
     const zb_bucket_t *bk = &p->b[b];
@@ -48,11 +64,12 @@ static void launch(struct zccl_bucket_plan *p, int b) {
         check_failed(p, res);
         return;
     }
+    const zccl__wire_pre_t pre = p->o.error_feedback ? ef_pre : NULL;
     if (p->o.mode == ZCCL_BUCKET_ALLREDUCE) {
         res = p->o.wire == ZCCL_WIRE_FULL
                   ? zccl_allreduce(p->buf[b], p->buf[b], bk->elems, p->dt, op, p->comm, p->stream)
-                  : zccl__wire_enqueue(ZCCL__WIRE_ALLREDUCE, p->buf[b], p->buf[b], bk->elems, p->dt, op, p->o.wire,
-                                       p->comm, p->stream); /* qgZ, all-reduce form */
+                  : zccl__wire_enqueue_pre(ZCCL__WIRE_ALLREDUCE, p->buf[b], p->buf[b], bk->elems, p->dt, op,
+                                           p->o.wire, p->comm, p->stream, pre, p, b); /* qgZ, all-reduce form */
     } else {
         const int slot = b % p->nslots;
         if (p->slot_owner[slot] != b) { /* every parameter unused: nobody asked for the buffer */
@@ -65,8 +82,8 @@ static void launch(struct zccl_bucket_plan *p, int b) {
         void *recv = p->window_start ? p->acc[b] : send + (size_t)p->rank * bk->shard * p->es;
         res = p->o.wire == ZCCL_WIRE_FULL
                   ? zccl_reduce_scatter(send, recv, bk->shard, p->dt, op, p->comm, p->stream)
-                  : zccl__wire_enqueue(ZCCL__WIRE_REDUCE_SCATTER, send, recv, bk->shard, p->dt, op, p->o.wire, p->comm,
-                                       p->stream); /* qgZ */
+                  : zccl__wire_enqueue_pre(ZCCL__WIRE_REDUCE_SCATTER, send, recv, bk->shard, p->dt, op, p->o.wire,
+                                           p->comm, p->stream, pre, p, b); /* qgZ */
     }
     if (res != ZCCL_SUCCESS) {
         set_broken(p, res);
@@ -196,6 +213,21 @@ zccl_result_t zccl__bucket_sched_init(struct zccl_bucket_plan *p) {
             blk += (p->b[b].shard * p->es + 63) / 64 * 64;
         }
     }
+    if (p->o.error_feedback) { /* one residual per bucket (elems float32 each) and one bucket's Q(g') */
+        size_t total = 0;
+        for (int b = 0; b < nb; b++) total += p->b[b].elems;
+        p->ef_res = calloc((size_t)nb, sizeof *p->ef_res);
+        p->ef_block = calloc(total ? total : 1, sizeof *p->ef_block);
+        p->ef_q = calloc(p->max_elems ? p->max_elems : 1, sizeof *p->ef_q);
+        if (!p->ef_res || !p->ef_block || !p->ef_q)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_bucket_plan_create: out of memory for the error feedback "
+                               "residuals (%zu bytes)", (total + p->max_elems) * sizeof(float));
+        float *r = p->ef_block;
+        for (int b = 0; b < nb; b++) {
+            p->ef_res[b] = r;
+            r += p->b[b].elems;
+        }
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     ZCCL_CHECK(zccl__bucket_check_init(p));
@@ -224,6 +256,9 @@ void zccl__bucket_sched_free(struct zccl_bucket_plan *p) {
     free(p->t_launch);
     free(p->log);
     free(p->slot_owner);
+    free(p->ef_res);
+    free(p->ef_block);
+    free(p->ef_q);
     zccl__bucket_check_free(p);
 }
 
@@ -431,6 +466,26 @@ ZCCL_API zccl_result_t zccl_bucket_stats(zccl_bucket_plan_t p, zccl_bucket_stats
     pthread_mutex_lock(&p->mu);
     *stats = p->st;
     pthread_mutex_unlock(&p->mu);
+    return ZCCL_SUCCESS;
+}
+
+ZCCL_API zccl_result_t zccl_bucket_ef_residual(zccl_bucket_plan_t p, int bucket, float *residual) {
+    const char *fn = "zccl_bucket_ef_residual";
+    if (!p) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'plan' is NULL", fn);
+    if (!residual) return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'residual' is NULL", fn);
+    if (bucket < 0 || bucket >= p->nbuckets)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: argument 'bucket' = %d is outside [0, %d)", fn, bucket,
+                           p->nbuckets);
+    if (!p->comm || !p->o.error_feedback)
+        return zccl__error(ZCCL_INVALID_USAGE, "%s: the plan %s", fn, !p->comm ? "is a layout without buffers"
+                           : "keeps no residuals (zccl_bucket_options_t.error_feedback is 0)");
+    pthread_mutex_lock(&p->mu);
+    const bool open = p->open;
+    if (!open) memcpy(residual, p->ef_res[bucket], p->b[bucket].elems * sizeof *residual);
+    pthread_mutex_unlock(&p->mu);
+    if (open)
+        return zccl__error(ZCCL_INVALID_USAGE, "%s: a micro-step is open: the residuals change while its buckets "
+                           "launch; read them between zccl_bucket_finish and zccl_bucket_begin", fn);
     return ZCCL_SUCCESS;
 }
 
