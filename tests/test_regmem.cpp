@@ -140,6 +140,45 @@ TEST(RegMem, FullDevShmIsAnErrorNotALaterSigbus) {
                      << ": SIGBUS); 5: wrong error code; 6: message does not name /dev/shm";
 }
 
+/* A process that died without freeing its regions leaves /dev/shm/zccl-mem-<id>-p<pid>; a later process with the
+ * same pid must skip those names, not fail (the suite forks thousands of ranks: pids are reused, and registered
+ * buffers then fell back to ordinary memory, failing the tests that count them). The test finds the id of a
+ * region it allocates, takes the next 300 names of its own pid as a dead process would have left them, and
+ * allocates again: that must work, in a region whose name is past them, and leave the stale files alone. */
+TEST(RegMem, StaleNamesOfADeadProcessWithThisPidAreSkipped) {
+    const int pid = (int)getpid();
+    auto name = [pid](unsigned long long id) {
+        return "/dev/shm/zccl-mem-" + std::to_string(id) + "-p" + std::to_string(pid);
+    };
+    auto exists = [](const std::string &p) { return access(p.c_str(), F_OK) == 0; };
+    void *a = nullptr;
+    ASSERT_EQ(zccl_mem_alloc(&a, 4096), ZCCL_SUCCESS) << zccl_get_last_error(nullptr);
+    unsigned long long k = 0;
+    for (unsigned long long id = 1; id < 100000 && !k; id++)
+        if (exists(name(id)) && !exists(name(id + 1))) k = id; /* the newest region of this process */
+    ASSERT_NE(k, 0u) << "no /dev/shm/zccl-mem-*-p" << pid << " after zccl_mem_alloc";
+    std::vector<std::string> stale;
+    for (unsigned long long id = k + 1; id <= k + 300; id++) {
+        FILE *f = fopen(name(id).c_str(), "w");
+        ASSERT_NE(f, nullptr) << name(id);
+        fclose(f);
+        stale.push_back(name(id));
+    }
+    void *b = nullptr;
+    const zccl_result_t r = zccl_mem_alloc(&b, 8192);
+    const std::string msg = zccl_get_last_error(nullptr);
+    const bool past = exists(name(k + 301));
+    for (const auto &p : stale) {
+        EXPECT_TRUE(exists(p)) << p << " was removed: another process's name";
+        unlink(p.c_str());
+    }
+    EXPECT_EQ(r, ZCCL_SUCCESS) << msg;
+    EXPECT_TRUE(past) << "the new region is not " << name(k + 301);
+    if (b) memset(b, 1, 8192);
+    EXPECT_EQ(zccl_mem_free(b), ZCCL_SUCCESS);
+    EXPECT_EQ(zccl_mem_free(a), ZCCL_SUCCESS);
+}
+
 TEST(RegMem, RegistrationErrorsAndMixedBuffersFallBack) {
     Options o;
     o.deadline_s = 120;

@@ -124,17 +124,27 @@ static void region_name(char *buf, size_t len, uint64_t id, int pid) {
 zccl_result_t zccl__mem_alloc(void **ptr, size_t bytes) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     const size_t sz = (bytes + page - 1) / page * page;
-    pthread_mutex_lock(&mu);
-    const uint64_t id = next_id++;
-    pthread_mutex_unlock(&mu);
-    char name[64];
-    region_name(name, sizeof name, id, (int)getpid());
     region_t *r = calloc(1, sizeof *r);
     if (!r) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_mem_alloc: out of memory for the region record");
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    /* A process that died without freeing its regions leaves their names in /dev/shm; one that later gets the same
+     * pid finds its first names taken (EEXIST). Those names are another process's (dead here, or alive in another
+     * pid namespace sharing /dev/shm): never removed, skipped. */
+    char name[64];
+    uint64_t id = 0;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 1024; tries++) {
+        pthread_mutex_lock(&mu);
+        id = next_id++;
+        pthread_mutex_unlock(&mu);
+        region_name(name, sizeof name, id, (int)getpid());
+        fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
     if (fd < 0) {
         free(r);
-        return zccl__syserror(errno, "zccl_mem_alloc: shm_open(%s) for %zu bytes", name, bytes);
+        return zccl__syserror(errno, "zccl_mem_alloc: shm_open(%s) for %zu bytes%s", name, bytes,
+                              errno == EEXIST ? " (1024 names of this pid are taken: stale zccl-mem-* files of dead "
+                                                "processes in /dev/shm?)" : "");
     }
     if (ftruncate(fd, (off_t)sz) != 0) {
         int e = errno;
