@@ -213,23 +213,41 @@ void ProcessGroupZccl::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>
 #endif
 
 /* Monitored barrier through the store, as gloo's reports: every rank checks in under a per-call key, rank 0 waits
- * for all of them until the timeout and names the ranks that did not arrive, then releases the others. */
+ * for all of them until the timeout and names the ranks that did not arrive, then releases the others. The timeout
+ * and the messages are gloo's (ProcessGroupGloo::monitoredBarrier; torch's tests match them): an unset timeout
+ * (kUnsetTimeout, -1) means the group's, 0 means none left; "Rank R failed to pass monitoredBarrier in T ms",
+ * "Ranks R, S failed ..." with waitAllRanks, "Rank 0 timed out in monitoredBarrier after T ms" when rank 0's time is
+ * spent before it waits for a rank, and on the others "Rank R successfully reached monitoredBarrier, but received
+ * errors while waiting for send/recv from rank 0". */
 void ProcessGroupZccl::monitoredBarrier(const c10d::BarrierOptions &opts, bool waitAllRanks) {
     const uint64_t seq = monitoredSeq_++;
     const std::string base = "zccl_torch/monitored_barrier/" + std::to_string(seq) + "/";
-    const auto timeout = opts.timeout.count() > 0 ? opts.timeout : timeout_;
+    const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (rank_ != 0) {
-        store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
-        store_->wait({base + "done"}, timeout);
-        std::vector<uint8_t> v = store_->get(base + "done");
-        std::string msg(v.begin(), v.end());
-        if (msg != "ok") throw std::runtime_error(msg);
+        std::string msg;
+        try {
+            store_->set(base + std::to_string(rank_), std::vector<uint8_t>{1});
+            store_->wait({base + "done"}, timeout);
+            std::vector<uint8_t> v = store_->get(base + "done");
+            msg.assign(v.begin(), v.end());
+        } catch (const std::exception &e) {
+            msg = e.what();
+        }
+        if (msg != "ok")
+            throw std::runtime_error("zccl_torch: Rank " + std::to_string(rank_) +
+                                     " successfully reached monitoredBarrier, but received errors while waiting for "
+                                     "send/recv from rank 0: " + msg);
         return;
     }
     std::vector<int> missing;
+    bool out_of_time = false;
     for (int r = 1; r < size_; r++) {
         const std::string key = base + std::to_string(r);
+        if (!waitAllRanks && std::chrono::steady_clock::now() >= deadline && !store_->check({key})) {
+            out_of_time = true;
+            break;
+        }
         while (!store_->check({key}) && std::chrono::steady_clock::now() < deadline)
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         if (!store_->check({key})) {
@@ -238,11 +256,13 @@ void ProcessGroupZccl::monitoredBarrier(const c10d::BarrierOptions &opts, bool w
         }
     }
     std::string msg = "ok";
-    if (!missing.empty()) {
+    if (out_of_time) {
+        msg = "zccl_torch: Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) + " ms";
+    } else if (!missing.empty()) {
         std::ostringstream os;
-        os << "zccl_torch: monitoredBarrier: rank" << (missing.size() > 1 ? "s " : " ");
+        os << "zccl_torch: [Rank 0]: Rank" << (missing.size() > 1 ? "s " : " ");
         for (size_t i = 0; i < missing.size(); i++) os << (i ? ", " : "") << missing[i];
-        os << " did not reach the barrier within " << timeout.count() << " ms";
+        os << " failed to pass monitoredBarrier in " << timeout.count() << " ms";
         msg = os.str();
     }
     store_->set(base + "done", std::vector<uint8_t>(msg.begin(), msg.end()));
