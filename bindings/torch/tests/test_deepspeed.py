@@ -53,6 +53,12 @@ def test_zero_stage_trains_as_with_gloo(env, stage):
     out = {}
     for backend in ("gloo", "zccl"):
         out[backend] = harness.run_ranks(dw.zero, n, backend=backend, args=(stage, backend), env=env, timeout=420)
+    # The reference itself: DeepSpeed 0.16.9's stage 3 on gloo once ended with rank 1 holding garbage parameters
+    # (6810.66 where rank 0 had 0.0023) and matched zccl bit for bit when run again (2026-12-06). A reference whose
+    # replicas differ is run once more; zccl gets no such second chance.
+    if any(out["gloo"][r]["params"] != out["gloo"][0]["params"] for r in range(n)):
+        print(f"stage {stage}: gloo's replicas differ; running the gloo reference again")
+        out["gloo"] = harness.run_ranks(dw.zero, n, backend="gloo", args=(stage, "gloo"), env=env, timeout=420)
     for backend, res in out.items():
         for r in range(n):
             assert res[r]["params"] == res[0]["params"], f"{backend}: rank {r}'s parameters differ from rank 0's"
