@@ -833,7 +833,8 @@ typedef enum {
  *  - Memory: the wire strings (sent and received: 2 x nranks strings of a shard, zccl_wire_bytes) and a
  *    reduction's float32 sums (one shard) live in a scratch area of the communicator, kept between calls and grown
  *    to the largest call's need, freed by zccl_comm_destroy / zccl_comm_abort (reusing faulted-in pages made a
- *    2-rank int8 reduce-scatter 2.7-9x faster from 4 to 64 MiB than allocating per call; docs/performance.md).
+ *    2-rank int8 reduce-scatter 2.7-9x faster from 4 to 64 MiB than allocating per call; docs/performance.md,
+ *    "Quantized collectives between hosts on a quiet machine").
  *  Errors: the common ones (see "Collectives"), plus ZCCL_INVALID_ARGUMENT naming 'wire' (out of range), 'datatype'
  *  (not a float type the formats take), 'op' (not SUM or AVG with a quantized wire), 'count' (its wire size
  *  overflows), a device buffer or overlapping buffers; ZCCL_SYSTEM_ERROR (out of memory for the wire buffers). A

@@ -25,8 +25,7 @@ extern "C" {
  * Hosts. A host is the set of ranks whose host identity is equal: by default the real host (the one the transports
  * use to choose shared memory: hostname and boot id); ZCCL_HOST_ID=<string> replaces it for these calls (and the
  * ZeRO-3 store's hpZ, zccl_zero.h) only (ranks with equal strings count as one host, so that one machine can stand
- * for several, docs/configuration.md). The
- * ranks of a host need not be contiguous. Hosts are numbered by their lowest rank, and a host's ranks get local
+ * for several, docs/configuration.md). The ranks of a host need not be contiguous. Hosts are numbered by their lowest rank, and a host's ranks get local
  * ranks 0..G-1 in rank order.
  *
  * The first _hier call on a communicator (every rank makes it, as any collective) exchanges the host identities
@@ -39,8 +38,9 @@ extern "C" {
  * Memory: the calls keep their temporaries in comm between calls (freed by zccl_comm_destroy / zccl_comm_abort): a
  * reduce-scatter (N + H + 1) * recvcount float32, an all-gather N + H + 1 wire strings of sendcount elements, an
  * all-reduce about (G + 1) * ceil(count / G) float32 (plus G * ceil(count / G) elements when G does not divide
- * count); the inner _wire calls keep theirs in the sub-communicators (zccl.h, "Common rules"). Two threads must not call _hier on one comm
- * at once (as for any collectives of one communicator, their order would differ between ranks anyway).
+ * count); the inner _wire calls keep theirs in the sub-communicators (zccl.h, "Common rules"). Two threads must not
+ * call _hier on one comm at once (as for any collectives of one communicator, their order would differ between ranks
+ * anyway).
  *
  * Fallback. With one host, with one rank per host, or with hosts of unequal rank counts there is no two-hop shape
  * that keeps the flat result layout: every _hier call on that communicator then is exactly the flat _wire call

@@ -23,10 +23,10 @@ void zccl__stream_set_notify(zccl_stream_t s, void (*fn)(void *), void *arg);
  *  message instead of waiting. Returns res. Defined in lib/api/collectives.c. */
 zccl_result_t zccl__coll_refuse(zccl_comm_t comm, zccl_stream_t stream, zccl_result_t res);
 /** The quantized collectives (include/zccl.h, zccl_wire_t) queued on a stream, for the ZeRO layer's qgZ and qwZ:
- *  zccl_allgather_wire, zccl_reduce_scatter_wire, zccl_allreduce_wire or zccl_allgather_hier with these arguments (count: sendcount,
- *  recvcount or count as that call takes it; op ignored by the all-gather) runs on the stream's thread in the
- *  stream's order, as if called there with no stream, so the caller does not wait for it (the public _wire calls
- *  wait for their stream and run on the caller's thread). Its errors, including its argument checks, are the
+ *  zccl_allgather_wire, zccl_reduce_scatter_wire, zccl_allreduce_wire or zccl_allgather_hier with these arguments
+ *  (count: sendcount, recvcount or count as that call takes it; op ignored by the all-gathers) runs on the stream's
+ *  thread in the stream's order, as if called there with no stream, so the caller does not wait for it (the public
+ *  _wire calls wait for their stream and run on the caller's thread). Its errors, including its argument checks, are the
  *  stream's (zccl_stream_synchronize); a call refused on one rank fails on every rank as the _wire calls do.
  *  stream NULL: the call runs now. Errors here: ZCCL_INVALID_ARGUMENT (comm NULL, call out of range),
  *  ZCCL_SYSTEM_ERROR (out of memory queuing it). Defined in lib/api/coll_quant.c. */

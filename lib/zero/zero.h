@@ -87,7 +87,7 @@ struct zccl_bucket_plan {
 /** Element helpers over the four floating types (lib/zero/zero_grad.c). */
 double zccl__zero_sumsq(const void *p, size_t n, zccl_datatype_t dt);
 void zccl__zero_scale(void *p, size_t n, zccl_datatype_t dt, double factor);
-/** Error feedback (zero_sched.c): p[i] <- p[i] + e[i], rounded once to dt. */
+/** Error feedback (zero_grad.c, used by zero_sched.c): p[i] <- p[i] + e[i], rounded once to dt. */
 void zccl__zero_ef_add(void *p, size_t n, zccl_datatype_t dt, const float *e);
 /** e[i] <- p[i] - q[i] (computed in float64, rounded once to float32); 0 where that is not finite (a NaN or an
  *  infinity in the bucket is not carried to later steps). */
