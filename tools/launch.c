@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -127,6 +128,58 @@ int zl_parse_long(const char *s, int base, long min, long max, long *out)
     return 0;
 }
 
+/* Linux hands out local ports for outgoing connections from net.ipv4.ip_local_port_range. A bootstrap port picked
+ * there can be taken between the probe and rank 0's bind by any connect() on the machine, or by a rank's own connect
+ * to that very port (TCP's self-connect on loopback: source port == destination port), so the port is drawn from
+ * below that range (torchrun's 29500 lies there too), or above it, and only falls back to the kernel's choice. */
+static void local_port_range(int *lo, int *hi)
+{
+    *lo = 32768;
+    *hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (!f) return;
+    int a, b;
+    if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a && b <= 65535) {
+        *lo = a;
+        *hi = b;
+    }
+    fclose(f);
+}
+
+/* Binds port (0: the kernel's choice) on the wildcard address of ai's family; returns the bound port or -1 (errno). */
+static int probe_port(const struct addrinfo *ai, int port)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof ss);
+    if (ai->ai_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+        a->sin_port = htons((uint16_t)port);
+        len = sizeof *a;
+    } else if (ai->ai_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_any;
+        a->sin6_port = htons((uint16_t)port);
+        len = sizeof *a;
+    } else {
+        errno = EAFNOSUPPORT;
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int got = -1;
+    if (bind(fd, (struct sockaddr *)&ss, len) == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        got = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+                                      : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return got;
+}
+
 int zl_free_port(const char *addr, const char *name)
 {
     struct addrinfo hints, *res = NULL;
@@ -139,19 +192,23 @@ int zl_free_port(const char *addr, const char *name)
         fprintf(stderr, "%s: cannot resolve address '%s': %s\n", name, addr, gai_strerror(rc));
         return -1;
     }
+    int lo, hi;
+    local_port_range(&lo, &hi);
+    /* candidates: 20000 .. lo-1, else hi+1 .. 65535, else none (the kernel's choice only) */
+    int base = 0, span = 0;
+    if (lo - 20000 >= 1000) { base = 20000; span = lo - 20000; }
+    else if (lo - 10000 >= 1000) { base = 10000; span = lo - 10000; }
+    else if (65535 - hi >= 1000) { base = hi + 1; span = 65535 - hi; }
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (unsigned)getpid() * 2654435761u;
     int port = -1, err = 0;
     for (struct addrinfo *ai = res; ai && port < 0; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) { err = errno; continue; }
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof ss;
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            if (ss.ss_family == AF_INET) port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-            else if (ss.ss_family == AF_INET6) port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        } else {
-            err = errno;
+        for (int t = 0; span > 0 && t < 64 && port < 0; t++) {
+            r = r * 1103515245u + 12345u;
+            port = probe_port(ai, base + (int)((r >> 8) % (unsigned)span));
+            if (port < 0) err = errno;
         }
-        close(fd);
+        if (port < 0 && (port = probe_port(ai, 0)) < 0) err = errno;
     }
     freeaddrinfo(res);
     if (port <= 0) {

@@ -52,8 +52,9 @@ static void usage(FILE *f)
             "                       CMD HOST COMMAND, with the rank's environment on its stdin\n"
             "  --addr A             MASTER_ADDR given to the ranks (default 127.0.0.1; with --hostfile and a\n"
             "                       first host netns:NAME: that namespace's first address; ssh:HOST: HOST)\n"
-            "  --port P             MASTER_PORT (default: a free port, found by binding port 0 on the address;\n"
-            "                       a random one in 20000-59999 when the first host is remote)\n"
+            "  --port P             MASTER_PORT (default: a free port below the kernel's ephemeral range, which\n"
+            "                       no connection's source port can take; a random one in 20000-32767 when the\n"
+            "                       first host is remote)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
             "  --bind WHAT          bind local rank i, before it starts, to core / NUMA node / package i mod count\n"
@@ -943,7 +944,8 @@ int main(int argc, char **argv)
         const char *ns0 = hp.hosts[0].ns, *ssh0 = hp.hosts[0].ssh;
         if (ssh0) {
             /* A remote first host: its name is the address (as the other hosts resolve it), and the port one that
-             * cannot be checked from here: random in 20000..59999 unless --port says. */
+             * cannot be checked from here: random in 20000..32767 (below Linux's default ephemeral range, where no
+             * connect() takes it) unless --port says. */
             if (!o.addr) {
                 const char *at = strchr(ssh0, '@');
                 snprintf(master_addr, sizeof master_addr, "%s", at ? at + 1 : ssh0);
@@ -952,7 +954,7 @@ int main(int argc, char **argv)
             if (o.port == 0) {
                 unsigned r = 0;
                 if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (unsigned)getpid() * 2654435761u;
-                o.port = 20000 + (int)(r % 40000u);
+                o.port = 20000 + (int)(r % 12768u);
             }
         } else if (!o.addr && ns0) {
             if (netns_addr_port(ns0, master_addr, sizeof master_addr, &o.port) != 0) {

@@ -153,8 +153,10 @@ zccl_result_t zccl__listen(zccl_sockaddr_t *addr, int *fd_out) {
     if (bind(fd, (struct sockaddr *)&addr->sa, addr->len) != 0) {
         int e = errno;
         close(fd);
-        return zccl__syserror(e, "cannot bind %s (port in use, or address not local?)",
-                              zccl__sockaddr_str(addr, as, sizeof as));
+        zccl_result_t r = zccl__syserror(e, "cannot bind %s (port in use, or address not local?)",
+                                         zccl__sockaddr_str(addr, as, sizeof as));
+        errno = e; /* callers may retry on EADDRINUSE */
+        return r;
     }
     if (listen(fd, 16384) != 0) {
         int e = errno;
@@ -317,6 +319,15 @@ zccl_result_t zccl__sockaddr_check(const zccl_sockaddr_t *a, const char **why) {
     return ZCCL_SUCCESS;
 }
 
+/* True when fd's local and peer addresses are the same (a socket connected to itself). */
+static bool self_connected(int fd) {
+    struct sockaddr_storage l, p;
+    socklen_t ll = sizeof l, pl = sizeof p;
+    if (getsockname(fd, (struct sockaddr *)&l, &ll) != 0 || getpeername(fd, (struct sockaddr *)&p, &pl) != 0)
+        return false;
+    return ll == pl && memcmp(&l, &p, ll) == 0;
+}
+
 static __thread uint64_t connect_until;
 void zccl__connect_until(uint64_t until_ns) { connect_until = until_ns; }
 
@@ -332,8 +343,18 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
     for (;;) {
         fd = socket(addr->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) return zccl__syserror(errno, "socket() to connect to %s", as);
-        if (connect(fd, (const struct sockaddr *)&addr->sa, addr->len) == 0) break;
-        int e = errno;
+        int e;
+        if (connect(fd, (const struct sockaddr *)&addr->sa, addr->len) == 0) {
+            if (!self_connected(fd)) break;
+            /* TCP's simultaneous open on loopback: nobody listens on the port and the kernel gave this socket that
+             * very port as its source, so it is connected to itself and holds the port the listener is about to
+             * bind. Drop it and try again, as if refused. */
+            struct linger lg = {1, 0}; /* close with a reset: no FIN exchange or TIME_WAIT keeps the port */
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+            e = ECONNREFUSED;
+        } else {
+            e = errno;
+        }
         close(fd);
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != EAGAIN && e != EINTR && e != ENETUNREACH)
             return zccl__syserror(e, "connect to %s", as);

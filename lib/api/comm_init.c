@@ -406,6 +406,12 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
         }
         int fd;
         zccl_result_t res = zccl__listen(&any, &fd);
+        /* A port can be held for a moment by a connection that is about to go (a peer's socket that connected to
+         * itself on loopback drops it at once): try again for up to a second before naming the port as busy. */
+        for (int t = 0; res != ZCCL_SUCCESS && errno == EADDRINUSE && t < 20; t++) {
+            usleep(50000);
+            res = zccl__listen(&any, &fd);
+        }
         if (res != ZCCL_SUCCESS)
             return zccl__error(res, "rank 0 cannot host the bootstrap root on MASTER_PORT=%d: %s", port,
                                zccl__last_error());

@@ -77,11 +77,12 @@ if [[ "${ZCCL_DOCS_FULL_BUILD:-0}" != 1 ]]; then
 fi
 
 free_port() { # a TCP port nothing listens on, and the next one too (torchrun's store and zccl's root)
-    python3 -c 'import socket
-for _ in range(50):
-    a = socket.socket(); a.bind(("", 0)); p = a.getsockname()[1]
+    python3 -c 'import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(50):  # below the ephemeral range: no connect() is handed the port as its source port
+    a = socket.socket(); p = random.randrange(20000, max(lo - 1, 20001))
     try:
-        b = socket.socket(); b.bind(("", p + 1)); b.close(); a.close(); print(p); break
+        a.bind(("", p)); b = socket.socket(); b.bind(("", p + 1)); b.close(); a.close(); print(p); break
     except OSError: a.close()' 2>/dev/null || echo $((20000 + RANDOM % 10000))
 }
 

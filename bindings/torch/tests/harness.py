@@ -8,6 +8,7 @@ import datetime
 import multiprocessing
 import os
 import queue
+import random
 import shutil
 import socket
 import tempfile
@@ -16,6 +17,24 @@ import traceback
 
 
 def free_port():
+    """A free TCP port below net.ipv4.ip_local_port_range, where no connect() is handed it as its source port (a
+    port from that range can be taken by one between this probe and the store's bind); the kernel's choice when
+    the range leaves no room."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    rng = random.SystemRandom()
+    for _ in range(64 if lo - 20000 >= 1000 else 0):
+        p = rng.randrange(20000, lo - 1)  # p + 1 too: torchrun's agent store moves zccl's root there
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("", p))
+                b.bind(("", p + 1))
+            return p
+        except OSError:
+            continue
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
