@@ -484,6 +484,17 @@ ZCCL_API zccl_result_t zccl_comm_net_info(zccl_comm_t comm, char *text, size_t l
     if (!comm) return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_net_info: comm is NULL");
     char buf[512];
     zccl__tcp_rails_describe(&comm->tc, buf, sizeof buf, nrails, max_socks);
+    /* No peer over TCP (all on this host's shared memory, or over verbs): say what carries the data instead. */
+    int tcp_peers = 0;
+    const char *other = NULL;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank || !comm->tc.tp || !comm->tc.tp[p]) continue;
+        if (!strcmp(comm->tc.tp[p]->name, "tcp")) tcp_peers++;
+        else if (!other) other = comm->tc.tp[p]->name;
+    }
+    if (tcp_peers == 0 && !(nrails && *nrails > 0))
+        snprintf(buf, sizeof buf, "no peer over TCP (%s)",
+                 !other ? "no peers" : !strcmp(other, "shm") ? "every peer over shared memory" : other);
     if (text && len) snprintf(text, len, "%s", buf);
     return ZCCL_SUCCESS;
 }
