@@ -85,7 +85,54 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
         throw;
     }
     if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
+    regs_->comm = lanes_[0].comm;
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
+}
+
+void ProcessGroupZccl::dropRegistrations() {
+    std::lock_guard<std::mutex> g(regs_->mutex); /* waits for a deleter that is deregistering now */
+    regs_->comm = nullptr; /* destroying or aborting the communicator ends its registrations */
+}
+
+at::Tensor ProcessGroupZccl::emptyRegistered(int64_t numel, at::ScalarType dtype) {
+    const char *op = "empty_registered";
+    if (numel < 0) refuse(op, "numel " + std::to_string(numel) + " is negative");
+    const int64_t esize = static_cast<int64_t>(c10::elementSize(dtype));
+    if (esize <= 0) refuse(op, std::string("dtype ") + c10::toString(dtype) + " has no fixed element size");
+    if (numel > INT64_MAX / esize) refuse(op, "numel " + std::to_string(numel) + " elements overflow a byte count");
+    const size_t bytes = static_cast<size_t>(numel * esize);
+    std::shared_ptr<Registrations> regs = regs_;
+    std::lock_guard<std::mutex> g(regs->mutex);
+    if (!regs->comm || shut_ || aborted_) refuse(op, "the process group was shut down or aborted");
+    void *p = nullptr;
+    zccl_result_t res = zccl_mem_alloc(&p, bytes);
+    if (res != ZCCL_SUCCESS)
+        throw std::runtime_error(std::string("zccl_torch: empty_registered: zccl_mem_alloc of ") +
+                                 std::to_string(bytes) + " bytes failed: " + zccl_get_last_error(nullptr));
+    void *handle = nullptr;
+    res = zccl_comm_register(regs->comm, p, bytes ? bytes : 1, &handle);
+    if (res != ZCCL_SUCCESS) {
+        std::string why = zccl_get_last_error(regs->comm);
+        zccl_mem_free(p);
+        throw std::runtime_error("zccl_torch: empty_registered: zccl_comm_register failed: " + why);
+    }
+    auto deleter = [regs, handle](void *ptr) {
+        bool keep = false;
+        {
+            std::lock_guard<std::mutex> lk(regs->mutex);
+            if (regs->comm) {
+                zccl_result_t r = zccl_comm_deregister(regs->comm, handle);
+                /* a peer that could not be told may still map the block: it is freed only with the process */
+                if (r == ZCCL_REMOTE_ERROR || r == ZCCL_INVALID_USAGE) {
+                    keep = true;
+                    TORCH_WARN("zccl_torch: a registered tensor's memory is kept until the process ends: ",
+                               zccl_get_last_error(regs->comm));
+                }
+            }
+        }
+        if (!keep) zccl_mem_free(ptr);
+    };
+    return at::from_blob(p, {numel}, deleter, at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
 ProcessGroupZccl::~ProcessGroupZccl() {
@@ -122,6 +169,7 @@ void ProcessGroupZccl::shutdown() {
         blockDepth_ = 0;
     }
     stopLanes(); /* the lanes finish what is queued first */
+    dropRegistrations();
     if (!aborted_)
         for (auto &l : lanes_) {
             /* a communicator broken by a lost peer or a deadline has nothing left to complete: abort it, which
@@ -146,6 +194,7 @@ void ProcessGroupZccl::abort() {
     {
         std::lock_guard<std::mutex> once(shutdownMutex_);
         if (shut_ || aborted_) return;
+        dropRegistrations();
         for (auto &l : lanes_) {
             std::lock_guard<std::mutex> g(l.mutex);
             aborted_ = true;

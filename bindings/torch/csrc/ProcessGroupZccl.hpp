@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -180,6 +181,17 @@ class ProcessGroupZccl : public BackendBase {
     c10::intrusive_ptr<c10d::Work> reduceScatterWire(at::Tensor &output, at::Tensor &input, int wire, bool average,
                                                      bool hier);
 
+    /* A 1-D CPU tensor of `numel` elements of `dtype` whose storage is zccl_mem_alloc memory (host memory the
+     * other ranks of this host can map; zero-filled, whole pages) registered with the communicator that runs this
+     * group's collectives (zccl_comm_register). A collective whose tensors are all such tensors on every rank of a
+     * group whose ranks share one host, of at least ZCCL_SHM_REG_MIN_BYTES, runs in one pass out of the peers'
+     * buffers instead of through the staging slots (include/zccl.h, "Registered buffers"); otherwise it takes the
+     * usual path with the same result. The tensor owns its memory: when its storage is freed it is deregistered
+     * (the peers close their mappings) and freed; after the group's shutdown/abort it is only freed. numel 0 gives
+     * an empty tensor (one page reserved). Throws (ValueError in Python) for numel < 0, a dtype of no fixed size,
+     * or a group already shut down; RuntimeError naming zccl's message when /dev/shm has no room. */
+    at::Tensor emptyRegistered(int64_t numel, at::ScalarType dtype);
+
     /* What runs on a lane: see "Execution" above. */
     using Finish = std::function<void()>;
     using Post = std::function<Finish(zccl_comm_t)>;
@@ -227,6 +239,14 @@ class ProcessGroupZccl : public BackendBase {
     uint64_t monitoredSeq_ = 0;
     int blockDepth_ = 0; /* touched by the caller's thread only */
     Job block_;
+    /* emptyRegistered's tensors outlive the group if Python keeps them: their deleters share this, and deregister
+     * only while `comm` is set (cleared under `mutex` before the communicators are destroyed or aborted). */
+    struct Registrations {
+        std::mutex mutex;
+        zccl_comm_t comm = nullptr;
+    };
+    std::shared_ptr<Registrations> regs_ = std::make_shared<Registrations>();
+    void dropRegistrations();
 };
 
 } // namespace zccl_torch

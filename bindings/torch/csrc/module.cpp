@@ -33,6 +33,14 @@ PYBIND11_MODULE(_C, m) {
         .def("_allgather_wire", &ProcessGroupZccl::allgatherWire, py::arg("output"), py::arg("input"),
              py::arg("wire"), py::arg("hier") = false, py::call_guard<py::gil_scoped_release>(),
              "zccl_allgather_wire (zccl_torch.all_gather_quantized)")
+        .def(
+            "_empty_registered",
+            [](ProcessGroupZccl &pg, int64_t numel, const at::Tensor &like) {
+                return pg.emptyRegistered(numel, like.scalar_type());
+            },
+            py::arg("numel"), py::arg("like"), py::call_guard<py::gil_scoped_release>(),
+            "1-D CPU tensor of numel elements of like's dtype in registered zccl_mem_alloc memory "
+            "(zccl_torch.empty_registered)")
         .def("_reduce_scatter_wire", &ProcessGroupZccl::reduceScatterWire, py::arg("output"), py::arg("input"),
              py::arg("wire"), py::arg("average"), py::arg("hier") = false,
              py::call_guard<py::gil_scoped_release>(),

@@ -20,7 +20,7 @@ except ImportError as e:
         "or pip install ./bindings/torch") from e
 
 __all__ = ["ProcessGroupZccl", "zccl_version", "BACKEND", "WIRES", "all_reduce_quantized", "all_gather_quantized",
-           "reduce_scatter_quantized", "quantized_allreduce_hook", "QuantizedHookState"]
+           "reduce_scatter_quantized", "quantized_allreduce_hook", "QuantizedHookState", "empty_registered"]
 
 BACKEND = "zccl"
 
@@ -63,6 +63,30 @@ def _coalesce_batch_p2p():
     dist.batch_isend_irecv = batch_isend_irecv
 
 
+# ---- registered buffers (include/zccl.h, zccl_mem_alloc / zccl_comm_register; docs/torch.md) -------------------
+
+def empty_registered(size, dtype=torch.float32, group=None):
+    """A CPU tensor of shape `size` (an int or a sequence of ints) and `dtype`, zero-filled, whose memory the other
+    ranks of this host can map and which is registered with `group`'s communicator (the default group when None;
+    its CPU backend must be zccl). A collective of `group` whose tensors are all such tensors on every rank, when
+    every rank of the group is on one host and the call moves at least ZCCL_SHM_REG_MIN_BYTES (default 32 KiB),
+    runs in one pass straight out of the peers' tensors instead of through the staging slots: use it for buffers
+    that are reduced or gathered again and again (flat gradient buckets, ZeRO shards). Anywhere else the call takes
+    the usual path with the same result. Float sums may differ in the last bits from the usual path's (the direct
+    path adds in rank order), so use it on every rank for the whole run when runs must be bitwise reproducible.
+    The memory is deregistered and freed with the tensor's storage (only freed after the group was destroyed); it
+    comes from /dev/shm (whole pages). Raises ValueError for a group that is not zccl's or was shut down, a
+    negative size or a dtype of no fixed size; RuntimeError with zccl's message when /dev/shm has no room."""
+    shape = (int(size),) if isinstance(size, int) else tuple(int(d) for d in size)
+    numel = 1
+    for d in shape:
+        if d < 0:
+            raise ValueError(f"zccl_torch.empty_registered: size {size!r} has a negative dimension")
+        numel *= d
+    b = _zccl_backend(group, "empty_registered")
+    return b._empty_registered(numel, torch.empty(0, dtype=dtype)).view(shape)
+
+
 # ---- quantized collectives (include/zccl.h, zccl_wire_t; docs/torch.md "Quantized collectives") ----------------
 
 #: The wire formats by name, as zccl_wire_name spells them, and their zccl_wire_t values.
@@ -75,8 +99,8 @@ def _zccl_backend(group, what):
     pg = group if group is not None else c10d._get_default_group()
     b = pg._get_backend(torch.device("cpu")) if hasattr(pg, "_get_backend") else pg  # torch 2.x / 1.x
     if not isinstance(b, ProcessGroupZccl):
-        raise ValueError(f"zccl_torch.{what}: the group's CPU backend is {dist.get_backend(pg)!r}, not 'zccl' (the "
-                         "quantized collectives are zccl's own calls)")
+        raise ValueError(f"zccl_torch.{what}: the group's CPU backend is {dist.get_backend(pg)!r}, not 'zccl' "
+                         f"({what} is zccl's own call)")
     return b
 
 
