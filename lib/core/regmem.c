@@ -806,8 +806,10 @@ static zccl_result_t reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, boo
  * schedule's steps:
  *
  *   all-reduce      copy in the blocks the peers reduce (every block but this rank's own), barrier; reduce block i
- *                   from the own input and the peers' send areas (in the order i, i+1, ... mod n) into the own
- *                   output, a cache-sized piece at a time, each piece then copied into the own receive area; barrier; copy every other block j from rank j's receive area into the output.
+ *                   from the own input and the peers' send areas (in rank order, as the registered path and the
+ *                   direct schedule) into the own output, a cache-sized piece at a time, each piece then copied
+ *                   into the own receive area; barrier; copy every other block j from rank j's receive area into
+ *                   the output.
  *   reduce-scatter  copy in every block but the own, barrier; reduce block i into the output.
  *   all-gather      copy in the input, barrier; copy every rank's block into the output.
  *
@@ -1012,20 +1014,23 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
         uint8_t *src[64], **srcv = n <= 64 ? src : malloc((size_t)n * sizeof *srcv);
         if (!srcv) return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: out of memory for %d pointers", i, n);
         for (int r = 0; r < n; r++) srcv[r] = r == i ? (uint8_t *)in : STG_SEND(comm, r);
-        /* Block i, a cache-sized piece at a time: reduced straight into the output (which may alias only the own
-         * input, at the same offsets), then, for an all-reduce, copied into the receive area while it is hot. */
-        const size_t off = BLK_OFF(i), len = BLK_LEN(i), step = ZCCL_MAX((size_t)1, (size_t)32768 / es);
+        /* Block i, a cache-sized piece at a time, reduced in rank order 0, 1, ..., n-1 — the order of the registered
+         * path (reduce_blocks) and of the direct schedule (sched/sched_direct.c), so that the three give bitwise
+         * the same sums and a buffer's registration never changes a result — into a bounce buffer (the output may
+         * be the own input, which the chain still reads), then copied into the output and, for an all-reduce, into
+         * the receive area while it is hot. */
+        _Alignas(64) uint8_t tmp[32768];
+        const size_t off = BLK_OFF(i), len = BLK_LEN(i), step = ZCCL_MAX((size_t)1, sizeof tmp / es);
         uint8_t *dst = out + (ar ? off * es : 0), *area = STG_RECV(comm, i) + off * es;
         const zccl_redop_t kop = o->op == ZCCL_AVG ? ZCCL_SUM : o->op;
         for (size_t c0 = 0; c0 < len; c0 += step) {
             const size_t c = ZCCL_MIN(step, len - c0), at = (off + c0) * es, to = c0 * es;
-            /* The own input first (the output may be it, in place), then the peers' in rank order. */
-            for (int j = 1; j < n; j++) {
-                const int r = (i + j) % n;
-                zccl_kernel_reduce(dst + to, j == 1 ? srcv[i] + at : dst + to, srcv[r] + at, c, o->dt, kop,
-                                   (j == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
-            }
-            if (ar) memcpy(area + to, dst + to, c * es);
+            if (n == 1) memcpy(tmp, srcv[0] + at, c * es);
+            for (int r = 1; r < n; r++)
+                zccl_kernel_reduce(tmp, r == 1 ? srcv[0] + at : tmp, srcv[r] + at, c, o->dt, kop,
+                                   (r == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
+            memcpy(dst + to, tmp, c * es);
+            if (ar) memcpy(area + to, tmp, c * es);
         }
         if (srcv != src) free(srcv);
         if (ar) {

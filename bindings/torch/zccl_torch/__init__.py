@@ -72,8 +72,8 @@ def empty_registered(size, dtype=torch.float32, group=None):
     every rank of the group is on one host and the call moves at least ZCCL_SHM_REG_MIN_BYTES (default 32 KiB),
     runs in one pass straight out of the peers' tensors instead of through the staging slots: use it for buffers
     that are reduced or gathered again and again (flat gradient buckets, ZeRO shards). Anywhere else the call takes
-    the usual path with the same result. Float sums may differ in the last bits from the usual path's (the direct
-    path adds in rank order), so use it on every rank for the whole run when runs must be bitwise reproducible.
+    the usual path with the same result (float sums: bitwise the same as the staged and direct paths', which also add
+    in rank order; a ring or tree the tuner picks for ordinary tensors may differ in the last bits).
     The memory is deregistered and freed with the tensor's storage (only freed after the group was destroyed); it
     comes from /dev/shm (whole pages). Raises ValueError for a group that is not zccl's or was shut down, a
     negative size or a dtype of no fixed size; RuntimeError with zccl's message when /dev/shm has no room."""
