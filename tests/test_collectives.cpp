@@ -661,6 +661,18 @@ EnvList variant_env(const std::string &variant, int n) {
         add("ZCCL_CHUNK_BYTES", "4096");
         add("ZCCL_RS_ROUND_BYTES", "1024");
         add("ZT_MATRIX_SKIP_LARGE", "1");
+    } else if (variant == "tcp-ch2" || variant == "tcp-ch3") {
+        /* Channel counts forced (ZCCL_MIN_NCHANNELS / ZCCL_MAX_NCHANNELS) over 4 sockets per direction on loopback:
+         * ch2 splits every transfer of at least 128 bytes into exactly 2 parts although the stripe threshold is
+         * 1 MiB (the minimum raises it); ch3 splits every transfer into at most 3 of the 4 (the maximum caps it). */
+        add("ZCCL_SOCKET_IFNAME", "=lo");
+        add("ZCCL_NSOCKS_PERTHREAD", "4");
+        add("ZCCL_TCP_STRIPE_MIN_BYTES", variant == "tcp-ch2" ? "1M" : "0");
+        add(variant == "tcp-ch2" ? "ZCCL_MIN_NCHANNELS" : "ZCCL_MAX_NCHANNELS", variant == "tcp-ch2" ? "2" : "3");
+        if (variant == "tcp-ch2") add("NCCL_MAX_NCHANNELS", "2"); /* NCCL's name is read too */
+        add("ZCCL_CHUNK_BYTES", "4096");
+        add("ZCCL_RS_ROUND_BYTES", "1024");
+        add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "tcp-tiny") {
         add("ZCCL_CHUNK_BYTES", "4096");
         add("ZCCL_RS_ROUND_BYTES", "1024"); /* 64 would cost one TCP round trip per 64 bytes: slow, not better */
@@ -734,7 +746,8 @@ INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,
                                             ::testing::Values(2, 3, 5)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Striped, CollectivesMatrix,
-                         ::testing::Combine(::testing::Values(std::string("tcp-socks2"), std::string("tcp-socks3")),
+                         ::testing::Combine(::testing::Values(std::string("tcp-socks2"), std::string("tcp-socks3"),
+                                                              std::string("tcp-ch2"), std::string("tcp-ch3")),
                                             ::testing::Values(2, 3, 5)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Registered, CollectivesMatrix,

@@ -151,6 +151,13 @@ zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_inf
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_TCP_RAILS, &cap));
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_NSOCKS_PERTHREAD, &nsocks));
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_TCP_STRIPE_MIN_BYTES, &smin));
+    int64_t minch = 0, maxch = 0;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_MIN_NCHANNELS, &minch));
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_MAX_NCHANNELS, &maxch));
+    if (maxch > 0 && minch > maxch)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=%lld is above %s=%lld",
+                           zccl__cfg_source(ZCCL_CFG_MIN_NCHANNELS), (long long)minch,
+                           zccl__cfg_source(ZCCL_CFG_MAX_NCHANNELS), (long long)maxch);
     zccl_rail_addr_t found[ZCCL_RAIL_MAX];
     char tried[512];
     int n = 0;
@@ -168,6 +175,8 @@ zccl_result_t zccl__tcp_rails_local_info(zccl_tp_comm_t *comm, zccl_tcp_peer_inf
     r->tc = comm;
     r->nsocks = (int)nsocks;
     r->stripe_min = (size_t)smin;
+    r->min_ch = (int)minch;
+    r->max_ch = (int)maxch;
     r->stop_pipe[0] = r->stop_pipe[1] = -1;
     for (int i = 0; i < ZCCL_RAIL_MAX; i++) r->listen_fd[i] = -1;
     r->nranks = comm->nranks;

@@ -39,6 +39,7 @@ typedef struct zccl_rails {
     int nthr;
     int stop_pipe[2];
     size_t stripe_min;                      /* ZCCL_TCP_STRIPE_MIN_BYTES */
+    int min_ch, max_ch;                     /* ZCCL_MIN_NCHANNELS / ZCCL_MAX_NCHANNELS (0: none) */
     /* Per peer, from zccl__rails_plan (nranks entries; [peer * ZCCL_TCP_SOCKS_MAX + k] for per-socket arrays). */
     int nranks;
     int *nsock;                             /* sockets per direction with the peer; < 2: the single-socket path */

@@ -105,10 +105,17 @@ static void lane_sockopts(const zccl_rails_t *r, int fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
 }
 
-/* Parts of x (1: whole on lane 0) and where part k lies: 64-byte units, the same on both sides. */
+/* Parts of x (1: whole on lane 0) and where part k lies: 64-byte units, the same on both sides (every input is
+ * one of the settings every rank shares, or the pair's lane count, which both sides computed alike). Channels: a
+ * transfer of at least ZCCL_TCP_STRIPE_MIN_BYTES uses every lane of the pair, a smaller one lane 0 only;
+ * ZCCL_MAX_NCHANNELS caps and ZCCL_MIN_NCHANNELS raises that count (within the pair's lanes), and a part is never
+ * smaller than 64 bytes. */
 static int parts_of(const zccl_rails_t *r, const zccl_xfer_t *x) {
-    const int s = r->nsock[x->peer];
-    return x->bytes >= r->stripe_min && x->bytes >= (size_t)s * ZCCL_STRIPE_UNIT ? s : 1;
+    const int lanes = r->nsock[x->peer];
+    int s = x->bytes >= r->stripe_min ? lanes : 1;
+    if (r->min_ch > s) s = ZCCL_MIN(r->min_ch, lanes);
+    if (r->max_ch > 0 && s > r->max_ch) s = r->max_ch;
+    return s > 1 && x->bytes >= (size_t)s * ZCCL_STRIPE_UNIT ? s : 1;
 }
 static void part_range(const zccl_xfer_t *x, int k, int parts, size_t *lo, size_t *hi) {
     const size_t units = x->bytes / ZCCL_STRIPE_UNIT;

@@ -74,6 +74,14 @@ ZCCL_SETTING(zccl__set_tcp_stripe_min_bytes) = {.name = "ZCCL_TCP_STRIPE_MIN_BYT
         .help = "TCP transfers of at least this many bytes are split over every socket of the pair (contiguous "
                 "element ranges); smaller ones go whole over the sender's home rail",
         .kind = ZCCL_CFG_BYTES, .lo = 0, .hi = INT64_MAX, .must_match = true};
+ZCCL_SETTING(zccl__set_min_nchannels) = {.name = "ZCCL_MIN_NCHANNELS", .deflt = "0",
+        .help = "TCP between hosts: every transfer of at least 64 bytes per part is split over at least this many of "
+                "the pair's sockets (channels), whatever ZCCL_TCP_STRIPE_MIN_BYTES says; 0 or 1: no minimum",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 64, .nccl = "NCCL_MIN_NCHANNELS", .must_match = true};
+ZCCL_SETTING(zccl__set_max_nchannels) = {.name = "ZCCL_MAX_NCHANNELS", .deflt = "0",
+        .help = "TCP between hosts: a transfer is split over at most this many of the pair's sockets (channels); "
+                "0: all of them; 1: none split",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 64, .nccl = "NCCL_MAX_NCHANNELS", .must_match = true};
 ZCCL_SETTING(zccl__set_rail_timeout_ms) = {.name = "ZCCL_RAIL_TIMEOUT_MS", .deflt = "2000",
         .help = "TCP rails: a lane whose sent bytes the peer's kernel has not acknowledged this long after "
                 "retransmissions (TCP_INFO, while waiting) has lost its rail and moves to the next live rail of the "

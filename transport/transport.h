@@ -304,6 +304,10 @@ extern const zccl_cfg_desc_t zccl__set_nsocks_perthread;
 #define ZCCL_CFG_NSOCKS_PERTHREAD (&zccl__set_nsocks_perthread)
 extern const zccl_cfg_desc_t zccl__set_rail_timeout_ms;
 #define ZCCL_CFG_RAIL_TIMEOUT_MS (&zccl__set_rail_timeout_ms)
+extern const zccl_cfg_desc_t zccl__set_min_nchannels;
+#define ZCCL_CFG_MIN_NCHANNELS (&zccl__set_min_nchannels)
+extern const zccl_cfg_desc_t zccl__set_max_nchannels;
+#define ZCCL_CFG_MAX_NCHANNELS (&zccl__set_max_nchannels)
 extern const zccl_cfg_desc_t zccl__set_tcp_stripe_min_bytes;
 #define ZCCL_CFG_TCP_STRIPE_MIN_BYTES (&zccl__set_tcp_stripe_min_bytes)
 extern const zccl_cfg_desc_t zccl__set_transport;
