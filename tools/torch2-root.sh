@@ -157,7 +157,7 @@ jobs="$(nproc)"
 # USE_LIBUV=0: Debian 13's torch is built without libuv, and its TCPStore (tcp:// and env:// rendezvous, torchrun)
 # asks for libuv unless told otherwise ("use_libuv was requested but PyTorch was build without libuv support")
 inner=(/usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 USE_LIBUV=0
-       TERM="${TERM:-dumb}" ZCCL_TORCH2_CTEST="${ZCCL_TORCH2_CTEST:-}" JOBS="$jobs")
+       TERM="${TERM:-dumb}" TORCH2_CTEST_ARGS="${ZCCL_TORCH2_CTEST:-}" JOBS="$jobs") # not ZCCL_*: zccl warns of names it does not know
 build_cmd='set -e
 t0=$(date +%s)
 cmake -S /src -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZCCL_BUILD_TORCH=ON -DZCCL_TORCH_PYTHON=/usr/bin/python3 >/build.configure.log 2>&1 || { tail -n 40 /build.configure.log; exit 1; }
@@ -167,7 +167,7 @@ t1=$(date +%s)
 echo "tools/torch2-root.sh: built in $((t1 - t0)) s (python3 $(python3 -c "import sys; print(sys.version.split()[0])"), torch $(python3 -c "import torch; print(torch.__version__)"))"
 rc=0
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
-ctest --test-dir /build -L torch --output-on-failure --timeout 900 $ZCCL_TORCH2_CTEST || rc=$?
+ctest --test-dir /build -L torch --output-on-failure --timeout 900 $TORCH2_CTEST_ARGS || rc=$?
 echo "tools/torch2-root.sh: ctest -L torch took $(($(date +%s) - t1)) s (rc $rc)"
 exit $rc'
 rc=0
