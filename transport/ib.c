@@ -204,9 +204,11 @@ static int poll_rail(zccl_tp_comm_t *comm, int k, int max) {
             if (kind != IB_K_RECV) pe->sq_out[q]--;
             if (w->status != IBV_WC_SUCCESS) {
                 if (kind == IB_K_DATA) pe->tx.busy[idx % IB_SLOTS] = false;
+                char rl[24] = "";
+                if (ib->nrails > 1) snprintf(rl, sizeof rl, " (IB rail %d)", k);
                 zccl__ib_fail_peer(comm, p, ib_remote_status(w->status) ? ZCCL_REMOTE_ERROR : ZCCL_SYSTEM_ERROR,
-                                   "%s on %s port %d to rank %d (its %s) completed with \"%s\" (status %d, vendor "
-                                   "error 0x%x)%s", kind_name(kind), r->dev, r->port, p,
+                                   "%s on %s port %d%s to rank %d (its %s) completed with \"%s\" (status %d, vendor "
+                                   "error 0x%x)%s", kind_name(kind), r->dev, r->port, rl, p,
                                    comm->peers[p].ib.rail[ib_qp_rail(ib, q)].dev,
                                    ibv_wc_status_str(w->status), (int)w->status, w->vendor_err,
                                    w->status == IBV_WC_RETRY_EXC_ERR ? ": the peer stopped acknowledging (exited, "
@@ -416,10 +418,12 @@ static zccl_result_t peer_error(zccl_tp_comm_t *comm, int p) {
     if (ib->dev_err != ZCCL_SUCCESS)
         return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
     ib_peer_t *pe = &ib->peer[p];
+    if (pe->err != ZCCL_SUCCESS && pe->nrails > 1)
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%d rails of %s, no failover between them) "
+                           "failed: %s", comm->rank, p, pe->nrails, ib->devs, pe->errmsg);
     if (pe->err != ZCCL_SUCCESS)
-        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s%s) failed: %s", comm->rank, p,
-                           ib->rail[0].dev, comm->peers[p].ib.rail[0].dev, pe->nrails > 1 ? " and more rails" : "",
-                           pe->errmsg);
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s) failed: %s", comm->rank, p,
+                           ib->rail[0].dev, comm->peers[p].ib.rail[0].dev, pe->errmsg);
     return ZCCL_SUCCESS;
 }
 

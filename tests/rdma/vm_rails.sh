@@ -11,6 +11,11 @@
 #      rank's first on rxeN"), and at teardown show both rails carrying data out and in ("IB rail bytes: ...")
 #   3. zccl-bench allreduce -c 1, 2 ranks, rank 0 on both rails and rank 1 on rxe1 only: the pair uses one rail and
 #      both ranks say so ("fallback: the smaller count"), no hang
+#   4. (last: a link that was down leaves rdma_cm unreliable in the VM) 2 ranks on both rails all-reducing 1 MiB in a
+#      loop, then "ip link set v1 down" (rail 1, rxe1, goes down): there is no failover between IB rails, so both
+#      ranks must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a
+#      rail ("rxe1 port 1 (IB rail 1)"; v0 loses its carrier with its veth peer, so rxe0's port may be named) — an
+#      error, never a hang
 # ZCCL_RAILS_SKIP_MATRIX=1 leaves out step 1 (a quick check of the striping alone). Every zcclrun has a deadline
 # (--timeout). Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit
 # status 0 only if all passed.
@@ -85,6 +90,42 @@ grep -q "rank 0 has 2 IB rails, this rank (1) 1 (rxe1:1): the connection uses th
 [ -n "$why" ] && [ $rc -eq 0 ] && rc=1
 grep -h "fallback" /tmp/rails_mixed.out | sed 's/^/  /'
 step "zccl-bench allreduce -n 2, rank 0 on 2 rails and rank 1 on 1: one rail" $rc "$t" "$why"
+
+t=$(now)
+for r in 0 1; do
+  env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29700 ZCCL_SECRET=00112233445566778899aabbccddeeff \
+      ZCCL_TRANSPORT=ib ZCCL_IB_HCA==rxe0,rxe1 ZCCL_TIMEOUT_MS=5000 ZCCL_INIT_TIMEOUT_MS=60000 \
+      "$BENCH" allreduce -b 1M -e 1M -n 1000000 -w 1 -c 0 > /tmp/rails_down.r$r.out 2> /tmp/rails_down.r$r.err &
+  eval p$r=$!
+done
+i=0
+while [ $i -lt 600 ] && ! grep -q "out-of-place" /tmp/rails_down.r0.out 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+why=
+if ! grep -q "out-of-place" /tmp/rails_down.r0.out; then
+  why="the ranks did not get past init in 60 s"
+else
+  sleep 2
+  netip link set v1 down
+  t1=$(now)
+  end=$(awk -v a="$t1" 'BEGIN { printf "%.1f", a + 35 }')
+  while { kill -0 $p0 || kill -0 $p1; } 2>/dev/null && awk -v t="$(now)" -v e="$end" 'BEGIN { exit !(t < e) }'; do
+    sleep 0.2
+  done
+  echo "  ranks gone $(awk -v a="$t1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after the link went down"
+fi
+for r in 0 1; do
+  eval pid=\$p$r
+  if kill -0 $pid 2>/dev/null; then why="$why; rank $r still runs 35 s after the link went down (hang)"; kill -9 $pid; fi
+  wait $pid; rc=$?
+  msg=$(grep -h "zccl" /tmp/rails_down.r$r.err | grep -iv " INFO " | tail -1)
+  echo "  rank $r: status $rc: $msg"
+  [ $rc -ne 0 ] || why="$why; rank $r exited 0"
+  echo "$msg" | grep -q "rank $((1 - r))" || why="$why; rank $r's error does not name rank $((1 - r))"
+  echo "$msg" | grep -qE "rxe[01] port 1 \(IB rail [01]\)" || why="$why; rank $r's error does not name a rail"
+done
+netip link set v1 up
+rc=0; [ -n "$why" ] && rc=1
+step "rail 1 (v1) down under traffic: both ranks fail naming the rail (no failover), no hang" $rc "$t" "$why"
 
 [ $fail -eq 0 ] && echo "rails: PASSED" || echo "rails: FAILED"
 exit $fail
