@@ -643,6 +643,11 @@ EnvList variant_env(const std::string &variant, int n) {
         add("ZT_MATRIX_SKIP_LARGE", "1");
     } else if (variant == "ib-zcopy") { /* IB verbs: user buffers registered through the cache, no staging */
         add("ZCCL_IB_ZCOPY_BYTES", "1");
+    } else if (variant.compare(0, 8, "ib-rails") == 0) { /* IB verbs over two rails (rxe0 and rxe1 in the VM, every */
+        add("ZCCL_CHUNK_BYTES", "4096");                 /* rank; the rank_env below): 4 KiB chunks so that */
+        add("ZCCL_RS_ROUND_BYTES", "1024");              /* transfers of the small counts stripe over both */
+        add("ZT_MATRIX_SKIP_LARGE", "1");
+        if (variant == "ib-rails-zcopy") add("ZCCL_IB_ZCOPY_BYTES", "1"); /* a registration cache per rail's PD */
     } else if (variant == "shm-reg") { /* every rank's buffers registered: one pass out of the peers' buffers */
         add("ZT_MATRIX_REGISTER", "all");
         add("ZCCL_SHM_REG_MIN_BYTES", "1"); /* every size, so small counts test it too */
@@ -698,8 +703,14 @@ TEST_P(CollectivesMatrix, EveryCollectiveTypeOpCount) {
     o.env = variant_env(transport, n);
     if (transport.compare(0, 2, "ib") == 0 && getenv("ZCCL_VM")) /* emulated machine: 1000003 elements take minutes */
         o.env.push_back({"ZT_MATRIX_SKIP_LARGE", std::string("1")});
-    if (transport.compare(0, 2, "ib") == 0 && getenv("ZCCL_VM_DEV1")) /* soft-RoCE VM: alternate rxe0 / rxe1 so */
-        o.rank_env = [](int r) {                                      /* traffic crosses the veth pair too */
+    if (transport.compare(0, 8, "ib-rails") == 0 && getenv("ZCCL_VM_DEV1")) /* soft-RoCE VM: both devices as */
+        o.rank_env = [transport](int r) {                                  /* rails; "mixed": odd ranks one */
+            const std::string both = std::string("=") + getenv("ZCCL_VM_DEV0") + "," + getenv("ZCCL_VM_DEV1");
+            const bool one = transport == "ib-rails-mixed" && r % 2;
+            return EnvList{{"ZCCL_IB_HCA", one ? std::string("=") + getenv("ZCCL_VM_DEV1") : both}};
+        };
+    else if (transport.compare(0, 2, "ib") == 0 && getenv("ZCCL_VM_DEV1")) /* soft-RoCE VM: alternate rxe0 / rxe1 */
+        o.rank_env = [](int r) {                                           /* so traffic crosses the veth pair too */
             return EnvList{{"ZCCL_IB_HCA", std::string("=") + getenv(r % 2 ? "ZCCL_VM_DEV1" : "ZCCL_VM_DEV0")}};
         };
     GroupResult res = run_ranks(n, [sh, ref](zccl_comm_t comm, int rank, int nranks) {
@@ -738,6 +749,13 @@ INSTANTIATE_TEST_SUITE_P(Transports, CollectivesMatrix,
 INSTANTIATE_TEST_SUITE_P(IB, CollectivesMatrix,
                          ::testing::Combine(::testing::Values(std::string("ib"), std::string("ib-qp2"),
                                                               std::string("ib-zcopy")),
+                                            ::testing::Values(2, 3, 4)),
+                         param_name);
+/* Two IB rails per rank (tests/rdma/vm_rails.sh): "ib-rails" every rank on both, "ib-rails-zcopy" with user buffers
+ * registered on each rail's PD, "ib-rails-mixed" odd ranks on one rail (pairs fall back to the smaller count). */
+INSTANTIATE_TEST_SUITE_P(IBRails, CollectivesMatrix,
+                         ::testing::Combine(::testing::Values(std::string("ib-rails"), std::string("ib-rails-zcopy"),
+                                                              std::string("ib-rails-mixed")),
                                             ::testing::Values(2, 3, 4)),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(SmallChunks, CollectivesMatrix,

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <atomic>
 #include <cstring>
@@ -255,6 +256,32 @@ void fake_dereg(void *ctx, void *h) {
     FakeReg *f = static_cast<FakeReg *>(ctx);
     EXPECT_EQ(f->live.erase((uintptr_t)h), 1u);
     f->deregs++;
+}
+
+/* Rails: a pair uses min(both counts); each direction's grant-to-QP mapping is the same on both sides; rank i of a
+ * host starts on rail i mod R; every rail of the pair carries grants. */
+TEST(IbRails, PlanAgreesOnBothSidesAndStartsOnLocalIndexModR) {
+    for (int ra = 1; ra <= 4; ra++)
+        for (int rb = 1; rb <= 4; rb++)
+            for (int qps = 1; qps <= 3; qps++)
+                for (int la = 0; la < 5; la++)
+                    for (int lb = 0; lb < 5; lb++) {
+                        const zccl_ib_rail_plan_t a = zccl__ib_rail_plan(ra, rb, qps, la, lb);
+                        const zccl_ib_rail_plan_t b = zccl__ib_rail_plan(rb, ra, qps, lb, la);
+                        const int r = std::min(ra, rb);
+                        ASSERT_EQ(a.nrails, r);
+                        ASSERT_EQ(b.nrails, r);
+                        ASSERT_EQ(a.nqp, r * qps);
+                        ASSERT_EQ(a.nqp, b.nqp);
+                        EXPECT_EQ(a.off_tx, b.off_rx); /* a's sends: the same QP for grant g on both sides */
+                        EXPECT_EQ(a.off_rx, b.off_tx);
+                        EXPECT_EQ(a.off_tx / qps, la % r) << "rank with local index " << la << " starts elsewhere";
+                        std::vector<int> used(r, 0);
+                        for (int g = 0; g < a.nqp; g++) used[((g + a.off_tx) % a.nqp) / qps]++;
+                        for (int k = 0; k < r; k++) EXPECT_EQ(used[k], qps) << "rail " << k << " of " << r;
+                    }
+    /* two ranks of one host on 2 rails start on different rails */
+    EXPECT_NE(zccl__ib_rail_plan(2, 2, 1, 0, 5).off_tx, zccl__ib_rail_plan(2, 2, 1, 1, 5).off_tx);
 }
 
 TEST(IbMrCache, HitsMissesPagesAndLru) {

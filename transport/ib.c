@@ -49,6 +49,7 @@ static void ib_teardown(zccl_tp_comm_t *comm) {}
 static void ib_poison(zccl_tp_comm_t *comm) {}
 #else
 #include <arpa/inet.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include "ib_verbs.h"
 
@@ -74,7 +75,8 @@ uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
 }
 
 int zccl__ib_post_recv(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
-    struct ibv_sge sge = {(uint64_t)(uintptr_t)zccl__ib_msg_buf(ib, p, q, idx), IB_MSG_BYTES, ib->peer[p].mr->lkey};
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)zccl__ib_msg_buf(ib, p, q, idx), IB_MSG_BYTES,
+                          ib->peer[p].mr[ib_qp_rail(ib, q)]->lkey};
     struct ibv_recv_wr wr = {.wr_id = ib_wrid(p, IB_K_RECV, q, idx), .sg_list = &sge, .num_sge = 1}, *bad;
     return ibv_post_recv(ib->peer[p].id[q]->qp, &wr, &bad);
 }
@@ -152,7 +154,10 @@ static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q,
                 zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d wrote grant %u (%u bytes) which rank %d did "
                                    "not expect (grants %u..%u outstanding): protocol violation", p, imm, wc->byte_len,
                                    comm->rank, rx->delivered, rx->next);
-            else rx->arrived[s] = true;
+            else {
+                rx->arrived[s] = true;
+                ib->rail[ib_qp_rail(ib, q)].rx_bytes += wc->byte_len;
+            }
         }
     } else if (wc->opcode == IBV_WC_RECV) {
         ib_cts_t m;
@@ -169,19 +174,23 @@ static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q,
         }
     }
     if (pe->err == ZCCL_SUCCESS && zccl__ib_post_recv(ib, p, q, idx) != 0)
-        zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_recv on %s: %s", ib->dev, strerror(errno));
+        zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_recv on %s: %s", ib->rail[ib_qp_rail(ib, q)].dev,
+                           strerror(errno));
 }
 
-int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
+/* Up to `max` completions of rail k's completion queue. */
+static int poll_rail(zccl_tp_comm_t *comm, int k, int max) {
     struct zccl_ib_comm *ib = IB_OF(comm);
+    ib_rail_t *r = &ib->rail[k];
     struct ibv_wc wc[16];
     int total = 0;
     while (total < max) {
-        const int n = ibv_poll_cq(ib->cq, 16, wc);
+        const int n = ibv_poll_cq(r->cq, 16, wc);
         if (n <= 0) {
             if (n < 0 && ib->dev_err == ZCCL_SUCCESS) {
                 ib->dev_err = ZCCL_SYSTEM_ERROR;
-                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "ibv_poll_cq on %s failed (%d)", ib->dev, n);
+                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "ibv_poll_cq on %s (rail %d) failed (%d)", r->dev, k,
+                         n);
             }
             break;
         }
@@ -195,9 +204,12 @@ int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
             if (kind != IB_K_RECV) pe->sq_out[q]--;
             if (w->status != IBV_WC_SUCCESS) {
                 if (kind == IB_K_DATA) pe->tx.busy[idx % IB_SLOTS] = false;
+                char rl[24] = "";
+                if (ib->nrails > 1) snprintf(rl, sizeof rl, " (IB rail %d)", k);
                 zccl__ib_fail_peer(comm, p, ib_remote_status(w->status) ? ZCCL_REMOTE_ERROR : ZCCL_SYSTEM_ERROR,
-                                   "%s on %s port %d to rank %d (its %s) completed with \"%s\" (status %d, vendor "
-                                   "error 0x%x)%s", kind_name(kind), ib->dev, ib->port, p, comm->peers[p].ib.dev,
+                                   "%s on %s port %d%s to rank %d (its %s) completed with \"%s\" (status %d, vendor "
+                                   "error 0x%x)%s", kind_name(kind), r->dev, r->port, rl, p,
+                                   comm->peers[p].ib.rail[ib_qp_rail(ib, q)].dev,
                                    ibv_wc_status_str(w->status), (int)w->status, w->vendor_err,
                                    w->status == IBV_WC_RETRY_EXC_ERR ? ": the peer stopped acknowledging (exited, "
                                    "link down, or ZCCL_IB_TIMEOUT too short)" :
@@ -211,7 +223,8 @@ int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
                 const uint32_t s = idx % IB_SLOTS;
                 pe->tx.acked += pe->tx.len[s];
                 pe->tx.busy[s] = false;
-                if (pe->tx.pin[s]) zccl__ib_mr_unpin(&ib->cache, pe->tx.pin[s]), pe->tx.pin[s] = NULL;
+                r->tx_bytes += pe->tx.len[s];
+                if (pe->tx.pin[s]) zccl__ib_mr_unpin(&r->cache, pe->tx.pin[s]), pe->tx.pin[s] = NULL;
                 break;
             }
             case IB_K_PROBE: pe->probes_done++; break;
@@ -222,33 +235,56 @@ int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
     return total;
 }
 
-void zccl__ib_poll_events(zccl_tp_comm_t *comm) {
+int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
     struct zccl_ib_comm *ib = IB_OF(comm);
-    struct pollfd pfd = {ib->ctx->async_fd, POLLIN, 0};
+    int total = 0;
+    for (int k = 0; k < ib->nrails; k++) total += poll_rail(comm, k, max);
+    return total;
+}
+
+/* The asynchronous events of rail k's device context (read by the first rail of each device). */
+static void poll_rail_events(zccl_tp_comm_t *comm, int k) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    ib_rail_t *r = &ib->rail[k];
+    struct pollfd pfd = {r->ctx->async_fd, POLLIN, 0};
     while (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)) {
         struct ibv_async_event ev;
-        if (ibv_get_async_event(ib->ctx, &ev) != 0) break;
+        if (ibv_get_async_event(r->ctx, &ev) != 0) break;
         const enum ibv_event_type t = ev.event_type;
-        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s: asynchronous event \"%s\"", comm->rank, ib->dev, ibv_event_type_str(t));
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s: asynchronous event \"%s\"", comm->rank, r->dev, ibv_event_type_str(t));
         if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) {
+            int port = r->port, rail = k; /* the port the event names, when it names one */
+            for (int j = 0; t == IBV_EVENT_PORT_ERR && j < ib->nrails; j++)
+                if (ib->rail[j].ctx == r->ctx && ib->rail[j].port == (int)ev.element.port_num)
+                    port = ib->rail[j].port, rail = j;
+            char rl[24] = "";
+            if (ib->nrails > 1) snprintf(rl, sizeof rl, " (IB rail %d)", rail);
             if (ib->dev_err == ZCCL_SUCCESS) {
                 ib->dev_err = ZCCL_SYSTEM_ERROR;
-                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "%s port %d: asynchronous event \"%s\"%s", ib->dev,
-                         ib->port, ibv_event_type_str(t),
-                         t == IBV_EVENT_PORT_ERR ? " (the link went down)" : "");
+                snprintf(ib->dev_errmsg, sizeof ib->dev_errmsg, "%s port %d%s: asynchronous event \"%s\"%s", r->dev,
+                         port, rl, ibv_event_type_str(t), t == IBV_EVENT_PORT_ERR ? " (the link went down)" : "");
             }
         } else if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
             for (int p = 0; p < comm->nranks; p++)
-                for (int q = 0; ib->peer[p].used && q < ib->nqp; q++)
+                for (int q = 0; ib->peer[p].used && q < ib->peer[p].nqp; q++)
                     if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp == ev.element.qp)
-                        zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "QP %d to rank %d on %s: asynchronous event "
-                                           "\"%s\"", q, p, ib->dev, ibv_event_type_str(t));
+                        zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "QP %d to rank %d on %s (rail %d): asynchronous "
+                                           "event \"%s\"", q, p, ib->rail[ib_qp_rail(ib, q)].dev, ib_qp_rail(ib, q),
+                                           ibv_event_type_str(t));
         }
         ibv_ack_async_event(&ev);
     }
+}
+
+void zccl__ib_poll_events(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    for (int k = 0; k < ib->nrails; k++)
+        if (ib->rail[k].own_events) poll_rail_events(comm, k);
     struct rdma_cm_event *ev;
     while (rdma_get_cm_event(ib->ech, &ev) == 0) {
-        const int p = ev->id && ev->id != ib->listen ? (int)((uintptr_t)ev->id->context >> 8) - 1 : -1;
+        const bool from_peer = ev->id && !zccl__ib_is_listener(ib, ev->id);
+        const int p = from_peer ? (int)((uintptr_t)ev->id->context >> 8) - 1 : -1;
+        const int k = from_peer ? ib_qp_rail(ib, (int)((uintptr_t)ev->id->context & 0xff)) : 0;
         const enum rdma_cm_event_type t = ev->event;
         const int st = ev->status;
         if (t == RDMA_CM_EVENT_CONNECT_REQUEST) rdma_reject(ev->id, NULL, 0);
@@ -259,16 +295,16 @@ void zccl__ib_poll_events(zccl_tp_comm_t *comm) {
         if (p < 0 || p >= comm->nranks || !ib->peer[p].used) continue;
         if (t == RDMA_CM_EVENT_DEVICE_REMOVAL)
             zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "rdma_cm reports \"%s\" (status %d) for the connection "
-                               "to rank %d on %s", rdma_event_str(t), st, p, ib->dev);
+                               "to rank %d on %s", rdma_event_str(t), st, p, ib->rail[k].dev);
         else if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT)
             ib_peer_gone(comm, p, "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
-                         "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->dev);
+                         "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->rail[k].dev);
     }
 }
 
 static int reg_entry(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkey, uint32_t *rkey) {
-    struct zccl_ib_comm *ib = ctx;
-    struct ibv_mr *mr = zccl__ib_reg(ib->pd, ib->gdr, addr, len);
+    ib_rail_t *r = ctx;
+    struct ibv_mr *mr = zccl__ib_reg(r->pd, r->gdr, addr, len);
     if (!mr) return -1;
     *handle = mr;
     *lkey = mr->lkey;
@@ -279,54 +315,99 @@ static void dereg_entry(void *ctx, void *handle) { ibv_dereg_mr(handle); }
 
 /* ---- setup -------------------------------------------------------------------------------------------------- */
 
+/* Index of `rank` among the ranks of its host (by rank order): rank i of a host starts its sends on rail i mod R,
+ * as the TCP rails do (transport/rail.c). */
+static int local_index(const zccl_tp_comm_t *comm, int rank) {
+    int li = 0;
+    for (int q = 0; q < rank; q++) li += comm->peers[q].host_hash == comm->peers[rank].host_hash;
+    return li;
+}
+
+/* Rail k's completion channel and queue, sized for npeers connections of ib->qps QPs on it. */
+static zccl_result_t rail_cq(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, int k, int npeers) {
+    ib_rail_t *r = &ib->rail[k];
+    if (!(r->cch = ibv_create_comp_channel(r->ctx)))
+        return zccl__syserror(errno, "rank %d: ibv_create_comp_channel on %s", comm->rank, r->dev);
+    int fl = fcntl(r->cch->fd, F_GETFL);
+    if (fl < 0 || fcntl(r->cch->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return zccl__syserror(errno, "completion channel non-blocking");
+    struct ibv_device_attr da;
+    if (ibv_query_device(r->ctx, &da) != 0) return zccl__syserror(errno, "ibv_query_device on %s", r->dev);
+    const long cqe = (long)npeers * ib->qps * (IB_RQ_DEPTH + IB_SQ_DEPTH) + 16;
+    if (cqe > da.max_cqe)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: %d IB peers x %d QPs need a completion queue of %ld entries; "
+                           "%s allows %d (lower ZCCL_IB_QPS_PER_CONN)", comm->rank, npeers, ib->qps, cqe, r->dev,
+                           da.max_cqe);
+    if (!(r->cq = ibv_create_cq(r->ctx, (int)cqe, NULL, r->cch, 0)))
+        return zccl__syserror(errno, "rank %d: ibv_create_cq of %ld entries on %s", comm->rank, cqe, r->dev);
+    if (ib->epfd >= 0) {
+        struct epoll_event ee = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+        if (epoll_ctl(ib->epfd, EPOLL_CTL_ADD, r->cch->fd, &ee) != 0)
+            return zccl__syserror(errno, "rank %d: epoll_ctl for %s's completion channel", comm->rank, r->dev);
+    }
+    return ZCCL_SUCCESS;
+}
+
 static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
     struct zccl_ib_comm *ib = IB_OF(comm);
-    if (!ib || !ib->pd) return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport chosen without a device");
+    if (!ib || ib->nrails == 0 || !ib->rail[0].pd)
+        return zccl__error(ZCCL_INTERNAL_ERROR, "IB transport chosen without a device");
     ib->chunk = comm->chunk_bytes;
-    ib->nqp = ib->k.qps_per_conn;
+    ib->qps = ib->k.qps_per_conn;
+    ib->nqp = ib->nrails * ib->qps;
     const uint64_t deadline = zccl__now_ns() + (uint64_t)comm->init_timeout_ms * 1000000ull;
     if (!(ib->peer = calloc((size_t)comm->nranks, sizeof *ib->peer)))
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     int npeers = 0;
-    for (int p = 0; p < comm->nranks; p++)
-        if (p != comm->rank && comm->tp[p] == &zccl_transport_ib) ib->peer[p].used = true, npeers++;
+    const int my_li = local_index(comm, comm->rank);
+    for (int p = 0; p < comm->nranks; p++) {
+        ib_peer_t *pe = &ib->peer[p];
+        if (p == comm->rank || comm->tp[p] != &zccl_transport_ib) continue;
+        pe->used = true;
+        npeers++;
+        const int theirs = comm->peers[p].ib.nrails;
+        const zccl_ib_rail_plan_t plan = zccl__ib_rail_plan(ib->nrails, theirs, ib->qps, my_li, local_index(comm, p));
+        pe->nrails = plan.nrails;
+        pe->nqp = plan.nqp;
+        pe->off_tx = plan.off_tx;
+        pe->off_rx = plan.off_rx;
+        if (theirs != ib->nrails)
+            ZCCL_INFO(ZCCL_LOG_IB, "rank %d has %d IB rail%s, this rank (%d) %d (%s): the connection uses the first "
+                      "%d (fallback: the smaller count)", p, theirs, theirs > 1 ? "s" : "", comm->rank, ib->nrails,
+                      ib->devs, pe->nrails);
+    }
     if ((ib->ready_fd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         return zccl__syserror(errno, "eventfd");
-    if (!(ib->cch = ibv_create_comp_channel(ib->ctx)))
-        return zccl__syserror(errno, "rank %d: ibv_create_comp_channel on %s", comm->rank, ib->dev);
-    int fl = fcntl(ib->cch->fd, F_GETFL);
-    if (fl < 0 || fcntl(ib->cch->fd, F_SETFL, fl | O_NONBLOCK) != 0)
-        return zccl__syserror(errno, "completion channel non-blocking");
-    struct ibv_device_attr da;
-    if (ibv_query_device(ib->ctx, &da) != 0) return zccl__syserror(errno, "ibv_query_device on %s", ib->dev);
-    const long cqe = (long)npeers * ib->nqp * (IB_RQ_DEPTH + IB_SQ_DEPTH) + 16;
-    if (cqe > da.max_cqe)
-        return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: %d IB peers x %d QPs need a completion queue of %ld entries; "
-                           "%s allows %d (lower ZCCL_IB_QPS_PER_CONN)", comm->rank, npeers, ib->nqp, cqe, ib->dev,
-                           da.max_cqe);
-    if (!(ib->cq = ibv_create_cq(ib->ctx, (int)cqe, NULL, ib->cch, 0)))
-        return zccl__syserror(errno, "rank %d: ibv_create_cq of %ld entries on %s", comm->rank, cqe, ib->dev);
+    if (ib->nrails > 1 && (ib->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        return zccl__syserror(errno, "epoll_create1");
+    for (int k = 0; k < ib->nrails; k++) ZCCL_CHECK(rail_cq(comm, ib, k, npeers));
     const size_t pb = zccl__ib_peer_buf_bytes(ib);
     for (int p = 0; p < comm->nranks; p++) {
         ib_peer_t *pe = &ib->peer[p];
         if (!pe->used) continue;
         if (!(pe->buf = aligned_alloc(4096, (pb + 4095) & ~(size_t)4095)))
             return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for %zu bytes of IB buffers", pb);
-        if (!(pe->mr = ibv_reg_mr(ib->pd, pe->buf, pb, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
-            return zccl__syserror(errno, "rank %d: ibv_reg_mr of %zu bytes for rank %d on %s (RLIMIT_MEMLOCK?)",
-                                  comm->rank, pb, p, ib->dev);
+        for (int k = 0; k < pe->nrails; k++)
+            if (!(pe->mr[k] = ibv_reg_mr(ib->rail[k].pd, pe->buf, pb,
+                                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)))
+                return zccl__syserror(errno, "rank %d: ibv_reg_mr of %zu bytes for rank %d on %s (RLIMIT_MEMLOCK?)",
+                                      comm->rank, pb, p, ib->rail[k].dev);
     }
     ib->cache_on = ib->k.zcopy_bytes > 0;
-    ZCCL_CHECK(zccl__ib_mr_cache_init(&ib->cache, 256, (size_t)4 << 30, reg_entry, dereg_entry, ib));
+    for (int k = 0; k < ib->nrails; k++)
+        ZCCL_CHECK(zccl__ib_mr_cache_init(&ib->rail[k].cache, 256, (size_t)4 << 30, reg_entry, dereg_entry,
+                                          &ib->rail[k]));
     ZCCL_CHECK(zccl__ib_connect_all(comm, deadline));
     return ZCCL_SUCCESS;
 }
 
 static bool ib_can_reach(const zccl_tp_comm_t *comm, int peer) {
     const zccl_ib_peer_info_t *a = &comm->peers[comm->rank].ib, *b = &comm->peers[peer].ib;
-    if (!a->addr.sa.ss_family || !b->addr.sa.ss_family || a->link != b->link) return false;
+    if (a->nrails <= 0 || b->nrails <= 0 || a->link != b->link) return false;
     if (a->link == 1 && a->subnet != b->subnet) return false; /* InfiniBand: another subnet needs a router */
-    return a->addr.sa.ss_family == b->addr.sa.ss_family;
+    for (int k = 0; k < ZCCL_MIN(a->nrails, b->nrails); k++) /* rail k connects to the peer's rail k */
+        if (a->rail[k].addr.sa.ss_family != b->rail[k].addr.sa.ss_family) return false;
+    return true;
 }
 
 /* ---- data path ---------------------------------------------------------------------------------------------- */
@@ -337,15 +418,19 @@ static zccl_result_t peer_error(zccl_tp_comm_t *comm, int p) {
     if (ib->dev_err != ZCCL_SUCCESS)
         return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
     ib_peer_t *pe = &ib->peer[p];
+    if (pe->err != ZCCL_SUCCESS && pe->nrails > 1)
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%d rails of %s, no failover between them) "
+                           "failed: %s", comm->rank, p, pe->nrails, ib->devs, pe->errmsg);
     if (pe->err != ZCCL_SUCCESS)
-        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s) failed: %s", comm->rank, p, ib->dev,
-                           comm->peers[p].ib.dev, pe->errmsg);
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s) failed: %s", comm->rank, p,
+                           ib->rail[0].dev, comm->peers[p].ib.rail[0].dev, pe->errmsg);
     return ZCCL_SUCCESS;
 }
 
-static zccl_ib_mr_entry_t *zcopy(struct zccl_ib_comm *ib, const void *addr, size_t bytes, size_t whole) {
+static zccl_ib_mr_entry_t *zcopy(struct zccl_ib_comm *ib, int rail, const void *addr, size_t bytes,
+                                 size_t whole) {
     if (!ib->cache_on || whole < ib->k.zcopy_bytes) return NULL;
-    return zccl__ib_mr_get(&ib->cache, addr, bytes);
+    return zccl__ib_mr_get(&ib->rail[rail].cache, addr, bytes); /* registered on that rail's PD */
 }
 
 /* Posts one signalled work request of one scatter-gather entry on QP q of the peer (RDMA write with immediate:
@@ -381,7 +466,7 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
     }
     for (int n = 0; n < IB_SLOTS && x->done < x->bytes; n++) {
         const uint32_t seq = tx->next, s = seq % IB_SLOTS;
-        const int q = (int)(seq % (uint32_t)ib->nqp);
+        const int q = (int)((seq + (uint32_t)pe->off_tx) % (uint32_t)pe->nqp), k = ib_qp_rail(ib, q);
         if (!tx->have[s] || tx->busy[s] || pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const ib_cts_t *g = &tx->grant[s];
         if (g->xfer_bytes != x->bytes || g->len > x->bytes - x->done)
@@ -389,19 +474,19 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
                                "(the ranks called different collectives or counts?)", p,
                                (unsigned long long)g->xfer_bytes, comm->rank, comm->rank, x->bytes);
         struct ibv_sge sge;
-        zccl_ib_mr_entry_t *e = zcopy(ib, x->src + x->done, g->len, x->bytes);
+        zccl_ib_mr_entry_t *e = zcopy(ib, k, x->src + x->done, g->len, x->bytes);
         if (e) {
             sge = (struct ibv_sge){(uint64_t)(uintptr_t)(x->src + x->done), g->len, e->lkey};
         } else {
             uint8_t *slot = zccl__ib_send_slot(ib, p, seq);
             memcpy(slot, x->src + x->done, g->len);
-            sge = (struct ibv_sge){(uint64_t)(uintptr_t)slot, g->len, pe->mr->lkey};
+            sge = (struct ibv_sge){(uint64_t)(uintptr_t)slot, g->len, pe->mr[k]->lkey};
         }
         if (post_one(pe, q, ib_wrid(p, IB_K_DATA, q, seq), &sge, IBV_WR_RDMA_WRITE_WITH_IMM, htonl(seq), g->addr,
                      g->rkey) != 0) {
-            if (e) zccl__ib_mr_unpin(&ib->cache, e);
+            if (e) zccl__ib_mr_unpin(&ib->rail[k].cache, e);
             return zccl__syserror(errno, "rank %d: ibv_post_send of %u bytes to rank %d on %s", comm->rank, g->len, p,
-                                  ib->dev);
+                                  ib->rail[k].dev);
         }
         pe->sq_out[q]++;
         tx->len[s] = g->len;
@@ -436,7 +521,11 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         const uint32_t s = rx->delivered % IB_SLOTS;
         if (rx->staged[s]) zccl__xfer_deliver(x, zccl__ib_recv_slot(ib, p, rx->delivered), rx->len[s]);
         else x->done += rx->len[s]; /* written straight into the destination */
-        if (rx->pin[s]) zccl__ib_mr_unpin(&ib->cache, rx->pin[s]), rx->pin[s] = NULL;
+        if (rx->pin[s]) {
+            const int q = (int)((rx->delivered + (uint32_t)pe->off_rx) % (uint32_t)pe->nqp);
+            zccl__ib_mr_unpin(&ib->rail[ib_qp_rail(ib, q)].cache, rx->pin[s]);
+            rx->pin[s] = NULL;
+        }
         rx->arrived[s] = false;
         rx->delivered++;
         *progressed = true;
@@ -444,11 +533,11 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
     /* Grant more: at most IB_SLOTS outstanding. */
     while (rx->granted < x->bytes && rx->next - rx->delivered < IB_SLOTS) {
         const uint32_t seq = rx->next, s = seq % IB_SLOTS;
-        const int q = (int)(seq % (uint32_t)ib->nqp);
+        const int q = (int)((seq + (uint32_t)pe->off_rx) % (uint32_t)pe->nqp), k = ib_qp_rail(ib, q);
         if (pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const uint32_t len = (uint32_t)ZCCL_MIN(ib->chunk, x->bytes - rx->granted);
         ib_cts_t *m = zccl__ib_cts_out(ib, p, seq);
-        zccl_ib_mr_entry_t *e = x->op2 ? NULL : zcopy(ib, x->dst + rx->granted, len, x->bytes);
+        zccl_ib_mr_entry_t *e = x->op2 ? NULL : zcopy(ib, k, x->dst + rx->granted, len, x->bytes);
         m->magic = IB_CTS_MAGIC;
         m->seq = seq;
         m->len = len;
@@ -458,13 +547,13 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
             m->rkey = e->rkey;
         } else {
             m->addr = (uint64_t)(uintptr_t)zccl__ib_recv_slot(ib, p, seq);
-            m->rkey = pe->mr->rkey;
+            m->rkey = pe->mr[k]->rkey;
         }
-        struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr->lkey};
+        struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr[k]->lkey};
         if (post_one(pe, q, ib_wrid(p, IB_K_CTS, q, seq), &sge, IBV_WR_SEND, 0, 0, 0) != 0) {
-            if (e) zccl__ib_mr_unpin(&ib->cache, e);
+            if (e) zccl__ib_mr_unpin(&ib->rail[k].cache, e);
             return zccl__syserror(errno, "rank %d: ibv_post_send of a clear-to-send to rank %d on %s", comm->rank, p,
-                                  ib->dev);
+                                  ib->rail[k].dev);
         }
         pe->sq_out[q]++;
         rx->len[s] = len;
@@ -519,17 +608,21 @@ static zccl_result_t ib_progress(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *pro
 
 static int ib_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events) {
     struct zccl_ib_comm *ib = IB_OF(comm);
-    struct ibv_cq *c;
-    void *cx;
-    while (ibv_get_cq_event(ib->cch, &c, &cx) == 0) {
-        ibv_ack_cq_events(c, 1);
-        ib->armed = false;
+    for (int k = 0; k < ib->nrails; k++) {
+        ib_rail_t *r = &ib->rail[k];
+        struct ibv_cq *c;
+        void *cx;
+        while (ibv_get_cq_event(r->cch, &c, &cx) == 0) {
+            ibv_ack_cq_events(c, 1);
+            r->armed = false;
+        }
+        if (!r->armed && ibv_req_notify_cq(r->cq, 0) == 0) r->armed = true;
     }
-    if (!ib->armed && ibv_req_notify_cq(ib->cq, 0) == 0) ib->armed = true;
     *events = POLLIN;
     /* A completion that arrived before the CQ was armed raises no event: look once more. */
     if (zccl__ib_poll_cq(comm, 64) > 0) return ib->ready_fd;
-    return ib->cch->fd;
+    /* Several rails: the epoll descriptor is readable when any rail's completion channel is. */
+    return ib->nrails > 1 ? ib->epfd : ib->rail[0].cch->fd;
 }
 
 static zccl_result_t ib_check_peer(zccl_tp_comm_t *comm, int peer) {
@@ -580,21 +673,35 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
                 if (pe->id[q]->qp) rdma_destroy_qp(pe->id[q]);
                 rdma_destroy_id(pe->id[q]);
             }
-            if (pe->mr) ibv_dereg_mr(pe->mr);
+            for (int k = 0; k < IB_MAX_RAILS; k++)
+                if (pe->mr[k]) ibv_dereg_mr(pe->mr[k]);
             free(pe->buf);
         }
-        zccl__ib_mr_cache_fini(&ib->cache);
+        for (int k = 0; k < ib->nrails; k++) zccl__ib_mr_cache_fini(&ib->rail[k].cache);
     }
-    if (ib->cq) ibv_destroy_cq(ib->cq);
-    if (ib->cch) ibv_destroy_comp_channel(ib->cch);
-    if (ib->probe_src_mr) ibv_dereg_mr(ib->probe_src_mr);
-    if (ib->probe_dst_mr) ibv_dereg_mr(ib->probe_dst_mr);
-    if (ib->pd) ibv_dealloc_pd(ib->pd);
-    if (ib->listen) rdma_destroy_id(ib->listen);
+    if (ib->peer && ib->nrails > 1) { /* what each rail carried: every rail of a striped connection should have */
+        char bl[400];
+        size_t o = 0;
+        for (int k = 0; k < ib->nrails && o < sizeof bl; k++)
+            o += (size_t)snprintf(bl + o, sizeof bl - o, "%s%s port %d %llu B out %llu B in", k ? ", " : "",
+                                  ib->rail[k].dev, ib->rail[k].port, (unsigned long long)ib->rail[k].tx_bytes,
+                                  (unsigned long long)ib->rail[k].rx_bytes);
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rail bytes: %s", comm->rank, bl);
+    }
+    for (int k = 0; k < IB_MAX_RAILS; k++) {
+        ib_rail_t *r = &ib->rail[k];
+        if (r->cq) ibv_destroy_cq(r->cq);
+        if (r->cch) ibv_destroy_comp_channel(r->cch);
+        if (r->probe_src_mr) ibv_dereg_mr(r->probe_src_mr);
+        if (r->probe_dst_mr) ibv_dereg_mr(r->probe_dst_mr);
+        if (r->pd) ibv_dealloc_pd(r->pd);
+        if (r->listen) rdma_destroy_id(r->listen);
+        free(r->probe_src);
+        free(r->probe_dst);
+    }
     if (ib->ech) rdma_destroy_event_channel(ib->ech);
     if (ib->ready_fd >= 0) close(ib->ready_fd);
-    free(ib->probe_src);
-    free(ib->probe_dst);
+    if (ib->epfd >= 0) close(ib->epfd);
     free(ib->peer);
     free(ib);
     zccl__tp_set_state(comm, &zccl_transport_ib, NULL);
@@ -602,9 +709,9 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
 #endif /* ZCCL_HAVE_IB */
 
 static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
-    if (!comm->peers[comm->rank].ib.addr.sa.ss_family)
+    if (comm->peers[comm->rank].ib.nrails <= 0)
         snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
-    else if (!comm->peers[peer].ib.addr.sa.ss_family)
+    else if (comm->peers[peer].ib.nrails <= 0)
         snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
     else
         snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");

@@ -80,6 +80,24 @@ typedef struct {
 /** Reads and validates every ZCCL_IB_* setting; errors name the variable, its value and the accepted range. */
 zccl_result_t zccl__ib_knobs(zccl_ib_knobs_t *k);
 
+/* ---- rails ------------------------------------------------------------------------------------------------- */
+
+/** The plan of one pair's connection over IB rails (HCA ports), as each side computes it from both records. */
+typedef struct {
+    int nrails;  /* rails the pair uses: min(both counts); rail k connects to the peer's rail k */
+    int nqp;     /* QPs of the connection: nrails x ZCCL_IB_QPS_PER_CONN; QP q is on rail q / qps */
+    int off_tx;  /* grant g of this rank's sends travels on QP (g + off_tx) % nqp */
+    int off_rx;  /* grant g of the peer's sends travels on QP (g + off_rx) % nqp */
+} zccl_ib_rail_plan_t;
+
+/**
+ * Plans the connection of a rank with my_rails rails and index my_li among its host's ranks, with a peer of
+ * their_rails rails and index their_li among its host's: rank i of a host starts its sends on rail i mod R (as the
+ * TCP rails do), so two ranks of one host do not both put their first QP on the same NIC. Both sides compute the
+ * same mapping for each direction (this rank's off_tx is the peer's off_rx). Rail counts must be >= 1.
+ */
+zccl_ib_rail_plan_t zccl__ib_rail_plan(int my_rails, int their_rails, int qps, int my_li, int their_li);
+
 /* ---- rdma_cm private data: proof of the job secret ----------------------------------------------------------
  * Connect (active side, 48 bytes, within rdma_cm's 56-byte limit for a connect request):
  *   comm_id u64 | from_rank i32 | qp u16 | nqp u16 | nonce_c[16] | MAC[16]

@@ -139,20 +139,21 @@ static bool gid_addr(const char *dev, const struct ibv_gid_entry *g, zccl_sockad
     return ipoib_addr(dev, out);
 }
 
-/* The first active port allowed by ZCCL_IB_HCA, its GID and the address rdma_cm binds. On failure *why says what
- * was seen. */
-static bool pick_port(struct zccl_ib_comm *ib, zccl_ib_peer_info_t *me, char *why, size_t wlen) {
+/* Every active port allowed by ZCCL_IB_HCA (at most IB_MAX_RAILS, all on the link layer of the first and, on
+ * InfiniBand, on its subnet), in device enumeration order: the rank's rails, with their GIDs and the addresses
+ * rdma_cm binds. On failure *why says what was seen. */
+static bool pick_rails(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, zccl_ib_peer_info_t *me, char *why,
+                       size_t wlen) {
     int ndev = 0;
     struct ibv_context **devs = rdma_get_devices(&ndev);
     size_t w = (size_t)snprintf(why, wlen, "no active port%s among:", ib->k.hca.n ? " allowed by ZCCL_IB_HCA" : "");
-    bool ok = false;
     if (!devs || ndev == 0) snprintf(why, wlen, "no RDMA device (rdma_get_devices found none)");
-    for (int d = 0; devs && d < ndev && !ok; d++) {
+    for (int d = 0; devs && d < ndev; d++) {
         struct ibv_context *ctx = devs[d];
         const char *name = ibv_get_device_name(ctx->device);
         struct ibv_device_attr da;
         if (ibv_query_device(ctx, &da) != 0) continue;
-        for (int port = 1; port <= da.phys_port_cnt && !ok; port++) {
+        for (int port = 1; port <= da.phys_port_cnt; port++) {
             struct ibv_port_attr pa;
             const bool allowed = zccl__ib_hca_match(&ib->k.hca, name, port);
             const bool active = ibv_query_port(ctx, (uint8_t)port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
@@ -160,6 +161,18 @@ static bool pick_port(struct zccl_ib_comm *ib, zccl_ib_peer_info_t *me, char *wh
                 w += (size_t)snprintf(why + w, wlen - w, " %s:%d(%s)", name, port,
                                       !allowed ? "excluded" : active ? "active" : "not active");
             if (!allowed || !active) continue;
+            const bool roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+            if (ib->nrails > 0 && (roce ? 2 : 1) != ib->link) {
+                ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s port %d left out of the IB rails: its link layer (%s) is not "
+                          "the first rail's (%s)", comm->rank, name, port, roce ? "Ethernet" : "InfiniBand",
+                          ib->rail[0].dev);
+                continue;
+            }
+            if (ib->nrails == IB_MAX_RAILS) {
+                ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s port %d left out of the IB rails: at most %d rails", comm->rank,
+                          name, port, IB_MAX_RAILS);
+                continue;
+            }
             struct ibv_gid_entry ge[128];
             ssize_t ng = ibv_query_gid_table(ctx, ge, 128, 0);
             zccl_ib_gid_t g[128];
@@ -175,34 +188,86 @@ static bool pick_port(struct zccl_ib_comm *ib, zccl_ib_peer_info_t *me, char *wh
             }
             size_t pick;
             char gwhy[256];
-            const bool roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
             if (zccl__ib_gid_pick(g, n, roce, ib->k.gid_index, &pick, gwhy, sizeof gwhy) != ZCCL_SUCCESS) {
                 if (w < wlen) w += (size_t)snprintf(why + w, wlen - w, " [%s:%d: %s]", name, port, gwhy);
                 continue;
             }
-            if (!gid_addr(name, pe[pick], &ib->addr)) {
+            uint64_t prefix;
+            memcpy(&prefix, g[pick].raw, 8);
+            if (ib->nrails > 0 && !roce && prefix != me->subnet) {
+                ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s port %d left out of the IB rails: another InfiniBand subnet than "
+                          "the first rail's (%s)", comm->rank, name, port, ib->rail[0].dev);
+                continue;
+            }
+            ib_rail_t *r = &ib->rail[ib->nrails];
+            if (!gid_addr(name, pe[pick], &r->addr)) {
                 if (w < wlen)
                     w += (size_t)snprintf(why + w, wlen - w, " [%s:%d: no IP address for GID index %d; rdma_cm needs "
                                           "IPoIB or the RoCE interface's address]", name, port, g[pick].index);
                 continue;
             }
-            ib->ctx = ctx;
-            snprintf(ib->dev, sizeof ib->dev, "%s", name);
-            ib->port = port;
-            ib->link = roce ? 2 : 1;
-            ib->gid_index = g[pick].index;
-            me->port = port;
-            me->link = ib->link;
-            me->gid_index = ib->gid_index;
-            uint64_t prefix;
-            memcpy(&prefix, g[pick].raw, 8);
-            me->subnet = roce ? 0 : prefix;
-            snprintf(me->dev, sizeof me->dev, "%s", name);
-            ok = true;
+            r->ctx = ctx;
+            snprintf(r->dev, sizeof r->dev, "%s", name);
+            r->port = port;
+            r->gid_index = g[pick].index;
+            zccl_ib_rail_info_t *ri = &me->rail[ib->nrails];
+            ri->port = port;
+            ri->gid_index = r->gid_index;
+            snprintf(ri->dev, sizeof ri->dev, "%s", name);
+            if (ib->nrails == 0) {
+                ib->link = roce ? 2 : 1;
+                me->link = ib->link;
+                me->subnet = roce ? 0 : prefix;
+            }
+            ib->nrails++;
         }
     }
     if (devs) rdma_free_devices(devs);
-    return ok;
+    size_t o = 0;
+    ib->devs[0] = '\0';
+    for (int k = 0; k < ib->nrails && o < sizeof ib->devs; k++)
+        o += (size_t)snprintf(ib->devs + o, sizeof ib->devs - o, "%s%s:%d", k ? "," : "", ib->rail[k].dev,
+                              ib->rail[k].port);
+    return ib->nrails > 0;
+}
+
+/* Opens rail k: its rdma_cm listener (whose context every connection on the rail gets), PD and probe buffers. */
+static zccl_result_t open_rail(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, int k, zccl_ib_peer_info_t *me) {
+    ib_rail_t *r = &ib->rail[k];
+    char as[80];
+    zccl__sockaddr_str(&r->addr, as, sizeof as);
+    if (rdma_create_id(ib->ech, &r->listen, NULL, RDMA_PS_TCP) != 0)
+        return zccl__syserror(errno, "rank %d: rdma_create_id for the listener on %s", comm->rank, r->dev);
+    if (rdma_bind_addr(r->listen, (struct sockaddr *)&r->addr.sa) != 0 || rdma_listen(r->listen, 128) != 0)
+        return zccl__syserror(errno, "rank %d: rdma_cm cannot listen on %s (%s port %d)", comm->rank, as, r->dev,
+                              r->port);
+    if (r->addr.sa.ss_family == AF_INET) ((struct sockaddr_in *)&r->addr.sa)->sin_port = rdma_get_src_port(r->listen);
+    else ((struct sockaddr_in6 *)&r->addr.sa)->sin6_port = rdma_get_src_port(r->listen);
+    if (r->listen->verbs) r->ctx = r->listen->verbs; /* the context rdma_cm will give every connection */
+    r->own_events = true;
+    for (int j = 0; j < k; j++) r->own_events &= ib->rail[j].ctx != r->ctx;
+    if (!(r->pd = ibv_alloc_pd(r->ctx)))
+        return zccl__syserror(errno, "rank %d: ibv_alloc_pd on %s", comm->rank, r->dev);
+    r->probe_src = aligned_alloc(4096, IB_PROBE_BYTES);
+    r->probe_dst = aligned_alloc(4096, IB_PROBE_BYTES);
+    if (!r->probe_src || !r->probe_dst) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
+    for (size_t i = 0; i < IB_PROBE_BYTES; i++) r->probe_src[i] = (uint8_t)(i * 131 + 7);
+    memset(r->probe_dst, 0, IB_PROBE_BYTES);
+    r->probe_src_mr = ibv_reg_mr(r->pd, r->probe_src, IB_PROBE_BYTES, IBV_ACCESS_LOCAL_WRITE);
+    r->probe_dst_mr = ibv_reg_mr(r->pd, r->probe_dst, IB_PROBE_BYTES, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!r->probe_src_mr || !r->probe_dst_mr)
+        return zccl__syserror(errno, "rank %d: ibv_reg_mr of the %d-byte probe buffers on %s (RLIMIT_MEMLOCK?)",
+                              comm->rank, IB_PROBE_BYTES, r->dev);
+    zccl_ib_rail_info_t *ri = &me->rail[k];
+    ri->addr = r->addr;
+    ri->probe_addr = (uint64_t)(uintptr_t)r->probe_dst;
+    ri->probe_rkey = r->probe_dst_mr->rkey;
+    r->gdr = zccl__ib_gdr_detect(r->pd);
+    zccl__sockaddr_str(&r->addr, as, sizeof as);
+    ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB device %s port %d (%s), GID index %d, rdma_cm on %s (rail %d); GPUDirect "
+              "RDMA: %s", comm->rank, r->dev, r->port, ib->link == 2 ? "RoCE" : "InfiniBand", r->gid_index, as, k,
+              zccl__ib_gdr_mode_name(r->gdr));
+    return ZCCL_SUCCESS;
 }
 
 zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me) {
@@ -222,16 +287,17 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
     zccl__tp_set_state(comm, &zccl_transport_ib, ib);
     ib->k = k;
     ib->ready_fd = -1;
+    ib->epfd = -1;
     char why[1024];
-    if (!pick_port(ib, me, why, sizeof why)) {
+    if (!pick_rails(comm, ib, me, why, sizeof why)) {
+        memset(me, 0, sizeof *me);
+        ib->nrails = 0;
         if (forced) return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_TRANSPORT=ib but rank %d has no usable RDMA port: %s",
                                        comm->rank, why);
         ZCCL_INFO(ZCCL_LOG_IB, "IB transport not used by rank %d: %s", comm->rank, why);
         return ZCCL_SUCCESS;
     }
     zccl_result_t res = ZCCL_SUCCESS;
-    char as[80];
-    zccl__sockaddr_str(&ib->addr, as, sizeof as);
     if (!(ib->ech = rdma_create_event_channel())) {
         res = zccl__syserror(errno, "rank %d: rdma_create_event_channel (is rdma_ucm loaded?)", comm->rank);
         goto fail;
@@ -241,46 +307,13 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
         res = zccl__syserror(errno, "rank %d: rdma_cm event channel non-blocking", comm->rank);
         goto fail;
     }
-    if (rdma_create_id(ib->ech, &ib->listen, NULL, RDMA_PS_TCP) != 0) {
-        res = zccl__syserror(errno, "rank %d: rdma_create_id for the listener", comm->rank);
-        goto fail;
-    }
-    if (rdma_bind_addr(ib->listen, (struct sockaddr *)&ib->addr.sa) != 0 || rdma_listen(ib->listen, 128) != 0) {
-        res = zccl__syserror(errno, "rank %d: rdma_cm cannot listen on %s (%s port %d)", comm->rank, as, ib->dev,
-                             ib->port);
-        goto fail;
-    }
-    if (ib->addr.sa.ss_family == AF_INET) ((struct sockaddr_in *)&ib->addr.sa)->sin_port = rdma_get_src_port(ib->listen);
-    else ((struct sockaddr_in6 *)&ib->addr.sa)->sin6_port = rdma_get_src_port(ib->listen);
-    if (ib->listen->verbs) ib->ctx = ib->listen->verbs; /* the context rdma_cm will give every connection */
-    zccl__sockaddr_str(&ib->addr, as, sizeof as);
-    if (!(ib->pd = ibv_alloc_pd(ib->ctx))) {
-        res = zccl__syserror(errno, "rank %d: ibv_alloc_pd on %s", comm->rank, ib->dev);
-        goto fail;
-    }
-    ib->probe_src = aligned_alloc(4096, IB_PROBE_BYTES);
-    ib->probe_dst = aligned_alloc(4096, IB_PROBE_BYTES);
-    if (!ib->probe_src || !ib->probe_dst) {
-        res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
-        goto fail;
-    }
-    for (size_t i = 0; i < IB_PROBE_BYTES; i++) ib->probe_src[i] = (uint8_t)(i * 131 + 7);
-    memset(ib->probe_dst, 0, IB_PROBE_BYTES);
-    ib->probe_src_mr = ibv_reg_mr(ib->pd, ib->probe_src, IB_PROBE_BYTES, IBV_ACCESS_LOCAL_WRITE);
-    ib->probe_dst_mr = ibv_reg_mr(ib->pd, ib->probe_dst, IB_PROBE_BYTES,
-                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!ib->probe_src_mr || !ib->probe_dst_mr) {
-        res = zccl__syserror(errno, "rank %d: ibv_reg_mr of the %d-byte probe buffers on %s (RLIMIT_MEMLOCK?)",
-                             comm->rank, IB_PROBE_BYTES, ib->dev);
-        goto fail;
-    }
-    me->addr = ib->addr;
-    me->probe_addr = (uint64_t)(uintptr_t)ib->probe_dst;
-    me->probe_rkey = ib->probe_dst_mr->rkey;
-    ib->gdr = zccl__ib_gdr_detect(ib->pd);
-    ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB device %s port %d (%s), GID index %d, rdma_cm on %s; GPUDirect RDMA: %s",
-              comm->rank, ib->dev, ib->port, ib->link == 2 ? "RoCE" : "InfiniBand", ib->gid_index, as,
-              zccl__ib_gdr_mode_name(ib->gdr));
+    for (int r = 0; r < ib->nrails; r++)
+        if ((res = open_rail(comm, ib, r, me)) != ZCCL_SUCCESS) goto fail;
+    me->nrails = ib->nrails;
+    if (ib->nrails > 1)
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rails: %d (%s); connections stripe their chunks over ZCCL_IB_QPS_PER_CONN="
+                  "%d QP%s per rail", comm->rank, ib->nrails, ib->devs, ib->k.qps_per_conn,
+                  ib->k.qps_per_conn > 1 ? "s" : "");
     return ZCCL_SUCCESS;
 fail:
     memset(me, 0, sizeof *me);
@@ -297,16 +330,17 @@ static void *id_ctx(int peer, int qp) { return (void *)(((uintptr_t)(peer + 1) <
 
 static zccl_result_t make_qp(zccl_tp_comm_t *comm, struct rdma_cm_id *id, int p, int q) {
     struct zccl_ib_comm *ib = IB_OF(comm);
+    ib_rail_t *r = &ib->rail[ib_qp_rail(ib, q)];
     struct ibv_qp_init_attr a;
     memset(&a, 0, sizeof a);
-    a.send_cq = a.recv_cq = ib->cq;
+    a.send_cq = a.recv_cq = r->cq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = IB_SQ_DEPTH;
     a.cap.max_recv_wr = IB_RQ_DEPTH;
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
     a.sq_sig_all = 1;
-    if (rdma_create_qp(id, ib->pd, &a) != 0)
-        return zccl__syserror(errno, "rank %d: rdma_create_qp for rank %d on %s", comm->rank, p, ib->dev);
+    if (rdma_create_qp(id, r->pd, &a) != 0)
+        return zccl__syserror(errno, "rank %d: rdma_create_qp for rank %d on %s", comm->rank, p, r->dev);
     uint8_t t = (uint8_t)ib->k.timeout;
     if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t) != 0)
         ZCCL_WARN(ZCCL_LOG_IB, "rank %d: cannot set ZCCL_IB_TIMEOUT=%d on the QP to rank %d (%s); the rdma_cm "
@@ -326,7 +360,7 @@ static void conn_param(struct zccl_ib_comm *ib, struct rdma_conn_param *cp, cons
     cp->rnr_retry_count = 7; /* infinite: receives are reposted as they are consumed */
 }
 
-static const char *peer_dev(const zccl_tp_comm_t *comm, int p) { return comm->peers[p].ib.dev; }
+static const char *peer_dev(const zccl_tp_comm_t *comm, int p, int rail) { return comm->peers[p].ib.rail[rail].dev; }
 
 static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
     struct zccl_ib_comm *ib = IB_OF(comm);
@@ -336,19 +370,27 @@ static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
         int from, q;
         uint8_t nonce_c[ZCCL_NONCE_BYTES];
         const char *why = "";
-        if (zccl__ib_req_decode(comm->secret, comm->comm_id, comm->rank, comm->nranks, ib->nqp,
+        /* The QP count of a pair depends on both ranks' rails: read the claimed sender first (the proof below
+         * covers it) to know which count to expect. */
+        int32_t claimed = -1;
+        if (ev->param.conn.private_data && ev->param.conn.private_data_len >= ZCCL_IB_REQ_BYTES)
+            memcpy(&claimed, (const uint8_t *)ev->param.conn.private_data + 8, 4);
+        const int expect = claimed >= 0 && claimed < comm->nranks && ib->peer[claimed].used ? ib->peer[claimed].nqp
+                                                                                            : ib->nqp;
+        if (zccl__ib_req_decode(comm->secret, comm->comm_id, comm->rank, comm->nranks, expect,
                                 ev->param.conn.private_data, ev->param.conn.private_data_len, &from, &q, nonce_c,
                                 &why) != ZCCL_SUCCESS || !ib->peer[from].used || ib->peer[from].id[q]) {
-            ZCCL_WARN(ZCCL_LOG_IB, "rank %d: refused an rdma_cm connection on %s: %s", comm->rank, ib->dev,
+            ZCCL_WARN(ZCCL_LOG_IB, "rank %d: refused an rdma_cm connection on %s: %s", comm->rank, ib->devs,
                       *why ? why : "unexpected or duplicate connection");
             rdma_reject(id, NULL, 0);
             rdma_destroy_id(id);
             return ZCCL_SUCCESS;
         }
         id->context = id_ctx(from, q);
-        if (id->verbs != ib->ctx)
-            return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: rank %d's connection arrived on another RDMA device than "
-                               "%s", comm->rank, from, ib->dev);
+        const ib_rail_t *rr = &ib->rail[ib_qp_rail(ib, q)];
+        if (id->verbs != rr->ctx)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: rank %d's connection for QP %d (rail %d) arrived on "
+                               "another RDMA device than %s", comm->rank, from, q, ib_qp_rail(ib, q), rr->dev);
         zccl_result_t r = make_qp(comm, id, from, q);
         if (r != ZCCL_SUCCESS) return r;
         uint8_t nonce_s[ZCCL_NONCE_BYTES], rep[ZCCL_IB_REP_BYTES];
@@ -357,10 +399,11 @@ static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
         zccl__chal_encode(comm->secret, nonce_c, nonce_s, rep);
         conn_param(ib, &cp, rep, sizeof rep);
         if (rdma_accept(id, &cp) != 0)
-            return zccl__syserror(errno, "rank %d: rdma_accept of rank %d on %s", comm->rank, from, ib->dev);
+            return zccl__syserror(errno, "rank %d: rdma_accept of rank %d on %s", comm->rank, from, rr->dev);
         return ZCCL_SUCCESS;
     }
-    const int p = id == ib->listen ? -1 : id_peer(id), q = id == ib->listen ? 0 : id_qp(id);
+    const bool listener = zccl__ib_is_listener(ib, id);
+    const int p = listener ? -1 : id_peer(id), q = listener ? 0 : id_qp(id);
     if (p < 0 || p >= comm->nranks) return ZCCL_SUCCESS;
     switch (ev->event) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -372,7 +415,8 @@ static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
         uint8_t req[ZCCL_IB_REQ_BYTES];
         if (getrandom(ib->peer[p].nonce_c[q], ZCCL_NONCE_BYTES, 0) != ZCCL_NONCE_BYTES)
             return zccl__syserror(errno, "getrandom");
-        zccl__ib_req_encode(comm->secret, comm->comm_id, comm->rank, p, q, ib->nqp, ib->peer[p].nonce_c[q], req);
+        zccl__ib_req_encode(comm->secret, comm->comm_id, comm->rank, p, q, ib->peer[p].nqp, ib->peer[p].nonce_c[q],
+                            req);
         conn_param(ib, &cp, req, sizeof req);
         if (rdma_connect(id, &cp) != 0)
             return zccl__syserror(errno, "rank %d: rdma_connect to rank %d", comm->rank, p);
@@ -394,12 +438,13 @@ static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: rank %d closed its IB connection during init", comm->rank, p);
     default: {
         char as[80];
-        zccl__sockaddr_str(&comm->peers[p].ib.addr, as, sizeof as);
+        const int k = ib_qp_rail(ib, q);
+        zccl__sockaddr_str(&comm->peers[p].ib.rail[k].addr, as, sizeof as);
         return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: IB connection %s rank %d (%s, its device %s; ours %s port "
                            "%d, GID index %d) failed at %s, status %d (%s): check that both ports are active, that "
                            "the address is routable over RDMA and that the GID types match (ZCCL_IB_GID_INDEX)",
-                           comm->rank, p > comm->rank ? "to" : "from", p, as, peer_dev(comm, p), ib->dev, ib->port,
-                           ib->gid_index, rdma_event_str(ev->event), ev->status,
+                           comm->rank, p > comm->rank ? "to" : "from", p, as, peer_dev(comm, p, k), ib->rail[k].dev,
+                           ib->rail[k].port, ib->rail[k].gid_index, rdma_event_str(ev->event), ev->status,
                            ev->status < 0 ? strerror(-ev->status) : "reject/timeout");
     }
     }
@@ -407,7 +452,9 @@ static zccl_result_t cm_event(zccl_tp_comm_t *comm, struct rdma_cm_event *ev) {
 
 static zccl_result_t post_probe(zccl_tp_comm_t *comm, int p, int q) {
     struct zccl_ib_comm *ib = IB_OF(comm);
-    struct ibv_sge sge = {(uint64_t)(uintptr_t)ib->probe_src, IB_PROBE_BYTES, ib->probe_src_mr->lkey};
+    const int k = ib_qp_rail(ib, q);
+    const ib_rail_t *r = &ib->rail[k];
+    struct ibv_sge sge = {(uint64_t)(uintptr_t)r->probe_src, IB_PROBE_BYTES, r->probe_src_mr->lkey};
     struct ibv_send_wr wr, *bad;
     memset(&wr, 0, sizeof wr);
     wr.wr_id = ib_wrid(p, IB_K_PROBE, q, 0);
@@ -416,8 +463,8 @@ static zccl_result_t post_probe(zccl_tp_comm_t *comm, int p, int q) {
     wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.imm_data = htonl(IB_PROBE_IMM);
-    wr.wr.rdma.remote_addr = comm->peers[p].ib.probe_addr;
-    wr.wr.rdma.rkey = comm->peers[p].ib.probe_rkey;
+    wr.wr.rdma.remote_addr = comm->peers[p].ib.rail[k].probe_addr;
+    wr.wr.rdma.rkey = comm->peers[p].ib.rail[k].probe_rkey;
     if (ibv_post_send(ib->peer[p].id[q]->qp, &wr, &bad) != 0)
         return zccl__syserror(errno, "rank %d: posting the probe write to rank %d", comm->rank, p);
     ib->peer[p].sq_out[q]++;
@@ -443,18 +490,19 @@ zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
     int want = 0, probes_want = 0;
     for (int p = 0; p < comm->nranks; p++) {
         if (!ib->peer[p].used) continue;
-        want += ib->nqp;
+        want += ib->peer[p].nqp;
         if (p <= comm->rank) continue;
-        for (int q = 0; q < ib->nqp; q++) {
+        for (int q = 0; q < ib->peer[p].nqp; q++) {
+            const int k = ib_qp_rail(ib, q);
             struct rdma_cm_id *id;
             if (rdma_create_id(ib->ech, &id, id_ctx(p, q), RDMA_PS_TCP) != 0)
                 return zccl__syserror(errno, "rank %d: rdma_create_id for rank %d", comm->rank, p);
             ib->peer[p].id[q] = id; /* the QP comes at ROUTE_RESOLVED; teardown destroys the id either way */
-            zccl_sockaddr_t src = ib->addr;
+            zccl_sockaddr_t src = ib->rail[k].addr;
             if (src.sa.ss_family == AF_INET) ((struct sockaddr_in *)&src.sa)->sin_port = 0;
             else ((struct sockaddr_in6 *)&src.sa)->sin6_port = 0;
-            if (rdma_resolve_addr(id, (struct sockaddr *)&src.sa, (struct sockaddr *)&comm->peers[p].ib.addr.sa,
-                                  5000) != 0)
+            if (rdma_resolve_addr(id, (struct sockaddr *)&src.sa,
+                                  (struct sockaddr *)&comm->peers[p].ib.rail[k].addr.sa, 5000) != 0)
                 return zccl__syserror(errno, "rank %d: rdma_resolve_addr toward rank %d", comm->rank, p);
         }
     }
@@ -464,11 +512,11 @@ zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
     while (up < want) {
         if (zccl__now_ns() > deadline_ns) {
             for (int p = 0; p < comm->nranks; p++)
-                for (int q = 0; ib->peer[p].used && q < ib->nqp; q++)
+                for (int q = 0; ib->peer[p].used && q < ib->peer[p].nqp; q++)
                     if (!ib->peer[p].up[q])
-                        return zccl__error(ZCCL_TIMEOUT, "rank %d: IB connection with rank %d (QP %d, its device "
-                                           "%s) not established within ZCCL_INIT_TIMEOUT_MS", comm->rank, p, q,
-                                           peer_dev(comm, p));
+                        return zccl__error(ZCCL_TIMEOUT, "rank %d: IB connection with rank %d (QP %d on rail %d, its "
+                                           "device %s) not established within ZCCL_INIT_TIMEOUT_MS", comm->rank, p, q,
+                                           ib_qp_rail(ib, q), peer_dev(comm, p, ib_qp_rail(ib, q)));
         }
         struct pollfd pfd = {ib->ech->fd, POLLIN, 0};
         poll(&pfd, 1, 100);
@@ -487,11 +535,11 @@ zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
         }
         up = 0;
         for (int p = 0; p < comm->nranks; p++)
-            for (int q = 0; ib->peer[p].used && q < ib->nqp; q++) up += ib->peer[p].up[q];
+            for (int q = 0; ib->peer[p].used && q < ib->peer[p].nqp; q++) up += ib->peer[p].up[q];
     }
     /* Probe: one IB_PROBE_BYTES write each way on every QP, acknowledged, before the connection counts as up. */
     for (int p = 0; p < comm->nranks; p++)
-        for (int q = 0; ib->peer[p].used && q < ib->nqp; q++) ZCCL_CHECK(post_probe(comm, p, q));
+        for (int q = 0; ib->peer[p].used && q < ib->peer[p].nqp; q++) ZCCL_CHECK(post_probe(comm, p, q));
     /* The probe gets the time the transport's own retries take (4 x the ACK timeout x tries) plus 5 s, within the
      * init deadline: a write whose packets are dropped may not even fail with "retry exceeded" (seen on rxe). */
     const double ack_s = 4.096e-6 * (double)(1ull << ib->k.timeout);
@@ -512,8 +560,8 @@ zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
                                    "failed: %s. Path MTU %d, our %s port %d GID index %d, its %s GID index %d: check "
                                    "that every hop's MTU is at least the path MTU and that both ends use the same "
                                    "GID type (RoCE v1/v2; ZCCL_IB_GID_INDEX)", comm->rank, IB_PROBE_BYTES, p,
-                                   pe->errmsg, mtu, ib->dev, ib->port, ib->gid_index, peer_dev(comm, p),
-                                   comm->peers[p].ib.gid_index);
+                                   pe->errmsg, mtu, ib->rail[0].dev, ib->rail[0].port, ib->rail[0].gid_index,
+                                   peer_dev(comm, p, 0), comm->peers[p].ib.rail[0].gid_index);
             }
             done += pe->probes_done;
         }
@@ -522,26 +570,48 @@ zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns) {
                                "did not complete within %.1f s (%d of %d writes acknowledged, %d of %d peer writes "
                                "seen) on %s port %d GID index %d, path MTU %d: a path MTU larger than some hop's or a "
                                "GID type mismatch (RoCE v1/v2, ZCCL_IB_GID_INDEX) drops packets silently",
-                               comm->rank, IB_PROBE_BYTES, probe_s, done, probes_want, ib->probes_in, probes_want, ib->dev,
-                               ib->port, ib->gid_index, mtu_any(ib, comm->nranks));
+                               comm->rank, IB_PROBE_BYTES, probe_s, done, probes_want, ib->probes_in, probes_want,
+                               ib->rail[0].dev, ib->rail[0].port, ib->rail[0].gid_index, mtu_any(ib, comm->nranks));
         if (done < probes_want || ib->probes_in < probes_want) {
-            struct pollfd pfd = {ib->cch->fd, POLLIN, 0};
-            ibv_req_notify_cq(ib->cq, 0);
-            if (zccl__ib_poll_cq(comm, 64) == 0) poll(&pfd, 1, 10);
-            struct ibv_cq *c;
-            void *cx;
-            while (ibv_get_cq_event(ib->cch, &c, &cx) == 0) ibv_ack_cq_events(c, 1);
+            struct pollfd pfd[IB_MAX_RAILS];
+            for (int k = 0; k < ib->nrails; k++) {
+                pfd[k] = (struct pollfd){ib->rail[k].cch->fd, POLLIN, 0};
+                ibv_req_notify_cq(ib->rail[k].cq, 0);
+            }
+            if (zccl__ib_poll_cq(comm, 64) == 0) poll(pfd, (nfds_t)ib->nrails, 10);
+            for (int k = 0; k < ib->nrails; k++) {
+                struct ibv_cq *c;
+                void *cx;
+                while (ibv_get_cq_event(ib->rail[k].cch, &c, &cx) == 0) ibv_ack_cq_events(c, 1);
+            }
         }
     }
-    for (size_t i = 0; i < IB_PROBE_BYTES; i++)
-        if (ib->probe_dst[i] != (uint8_t)(i * 131 + 7))
-            return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: the connect-time IB probe arrived corrupted at byte %zu "
-                               "on %s", comm->rank, i, ib->dev);
+    int used_rails = 0;
     for (int p = 0; p < comm->nranks; p++)
-        if (ib->peer[p].used)
+        if (ib->peer[p].used) used_rails = ZCCL_MAX(used_rails, ib->peer[p].nrails);
+    for (int k = 0; k < used_rails; k++)
+        for (size_t i = 0; i < IB_PROBE_BYTES; i++)
+            if (ib->rail[k].probe_dst[i] != (uint8_t)(i * 131 + 7))
+                return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: the connect-time IB probe arrived corrupted at byte "
+                                   "%zu on %s (rail %d)", comm->rank, i, ib->rail[k].dev, k);
+    for (int p = 0; p < comm->nranks; p++) {
+        const ib_peer_t *pe = &ib->peer[p];
+        if (!pe->used) continue;
+        if (pe->nrails == 1)
             ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB connection to rank %d up (%d QP%s, path MTU %d, %s -> %s)",
-                      comm->rank, p, ib->nqp, ib->nqp > 1 ? "s" : "", path_mtu(ib->peer[p].id[0]->qp), ib->dev,
-                      peer_dev(comm, p));
+                      comm->rank, p, pe->nqp, pe->nqp > 1 ? "s" : "", path_mtu(pe->id[0]->qp), ib->rail[0].dev,
+                      peer_dev(comm, p, 0));
+        else {
+            char rl[200];
+            size_t o = 0;
+            for (int k = 0; k < pe->nrails && o < sizeof rl; k++)
+                o += (size_t)snprintf(rl + o, sizeof rl - o, "%s%s -> %s", k ? ", " : "", ib->rail[k].dev,
+                                      peer_dev(comm, p, k));
+            ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB connection to rank %d up (%d QPs over %d rails (%s), path MTU %d); "
+                      "this rank's first on %s", comm->rank, p, pe->nqp, pe->nrails, rl, path_mtu(pe->id[0]->qp),
+                      ib->rail[ib_qp_rail(ib, pe->off_tx)].dev);
+        }
+    }
     return ZCCL_SUCCESS;
 }
 #endif /* ZCCL_HAVE_IB */

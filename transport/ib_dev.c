@@ -99,6 +99,18 @@ zccl_result_t zccl__ib_gid_pick(const zccl_ib_gid_t *g, size_t n, bool roce, int
     return ZCCL_SUCCESS;
 }
 
+/* ---- rails ------------------------------------------------------------------------------------------------- */
+
+zccl_ib_rail_plan_t zccl__ib_rail_plan(int my_rails, int their_rails, int qps, int my_li, int their_li) {
+    zccl_ib_rail_plan_t p;
+    p.nrails = ZCCL_MIN(my_rails, their_rails);
+    if (p.nrails < 1) p.nrails = 1;
+    p.nqp = p.nrails * qps;
+    p.off_tx = qps * (my_li % p.nrails);
+    p.off_rx = qps * (their_li % p.nrails);
+    return p;
+}
+
 /* ---- knobs -------------------------------------------------------------------------------------------------- */
 
 zccl_result_t zccl__ib_knobs(zccl_ib_knobs_t *k) {

@@ -8,8 +8,13 @@
  *   user's buffer (registration cache) or from a registered staging slot; it never writes ungranted memory.
  *   R's receive completion carries the grant number; R delivers grants in order (copy or reduce from a staging
  *   slot, or nothing for a grant that pointed into the user's buffer) and grants again.
- * Chunks and CTS messages of grant g travel on QP g % nqp; every QP keeps enough receives posted for every
- * message that can be in flight to it (2 * IB_SLOTS + 2), so receiver-not-ready never happens in normal operation.
+ * Rails: a rank may use several HCA ports (ZCCL_IB_HCA listing several, or every active port by default). A pair
+ * uses the first min(both ranks' counts) rails; its connection has ZCCL_IB_QPS_PER_CONN QPs per rail, QP q on rail
+ * q / qps at both ends (rail k to the peer's rail k), each rail with its own device context, PD, CQ and MRs.
+ * Chunks and CTS messages of grant g of the direction S -> R travel on QP (g + off) % nqp, where off = qps x (S's
+ * index among its host's ranks mod the pair's rails): rank i of a host starts on rail i mod R. Every QP keeps
+ * enough receives posted for every message that can be in flight to it (2 * IB_SLOTS + 2), so receiver-not-ready
+ * never happens in normal operation.
  */
 #ifndef ZCCL_IB_VERBS_H
 #define ZCCL_IB_VERBS_H
@@ -20,7 +25,8 @@
 #include "transport.h"
 
 #define IB_SLOTS 8                 /* grants in flight per channel */
-#define IB_MAX_QPS 16
+#define IB_MAX_QPS 64              /* per connection, all rails: ZCCL_IB_QPS_PER_CONN (<= 16) x rails (<= 4) */
+#define IB_MAX_RAILS ZCCL_IB_RAILS_MAX
 #define IB_RQ_DEPTH (2 * IB_SLOTS + 2)
 #define IB_SQ_DEPTH (2 * IB_SLOTS + 2)
 #define IB_PROBE_BYTES 8192        /* connect-time probe: larger than any MTU, so it is segmented */
@@ -73,8 +79,11 @@ typedef struct {
     int sq_out[IB_MAX_QPS];   /* send WRs in flight per QP */
     uint8_t nonce_c[IB_MAX_QPS][ZCCL_NONCE_BYTES];
     bool used;                /* this peer is reached over IB */
+    int nrails;               /* rails of this pair: min(ours, the peer's) */
+    int nqp;                  /* QPs of this pair: nrails x ZCCL_IB_QPS_PER_CONN */
+    int off_tx, off_rx;       /* QP offset of our grants' direction (our sends) and of the peer's sends */
     uint8_t *buf;             /* send staging | receive staging | CTS out | receive buffers */
-    struct ibv_mr *mr;
+    struct ibv_mr *mr[IB_MAX_RAILS]; /* buf registered on each rail's PD */
     ib_tx_t tx;
     ib_rx_t rx;
     int probes_done;          /* our probe writes completed */
@@ -85,28 +94,42 @@ typedef struct {
     char gone_msg[400];
 } ib_peer_t;
 
-struct zccl_ib_comm {
-    zccl_ib_knobs_t k;
-    struct rdma_event_channel *ech;
+/* One rail: an HCA port with its own context, PD, completion queue and channel, probe buffers and registration
+ * cache. Two rails on two ports of one device share the context (and its asynchronous events). */
+typedef struct {
     struct rdma_cm_id *listen;
     struct ibv_context *ctx;
     char dev[32];
-    int port, link, gid_index;
+    int port, gid_index;
     zccl_sockaddr_t addr;
     struct ibv_pd *pd;
     struct ibv_comp_channel *cch;
     struct ibv_cq *cq;
     bool armed;
-    int ready_fd;             /* an eventfd that is always readable: wait_fd's answer when work is pending */
+    bool own_events;          /* this rail reads its context's asynchronous events (the first rail of a device) */
     uint8_t *probe_src, *probe_dst;
     struct ibv_mr *probe_src_mr, *probe_dst_mr;
+    zccl_ib_mr_cache_t cache;
+    zccl_gdr_mode_t gdr;
+    uint64_t tx_bytes;        /* data bytes written over this rail (completed writes) */
+    uint64_t rx_bytes;        /* data bytes that arrived over this rail */
+} ib_rail_t;
+
+struct zccl_ib_comm {
+    zccl_ib_knobs_t k;
+    struct rdma_event_channel *ech;
+    ib_rail_t rail[IB_MAX_RAILS];
+    int nrails;
+    int link;
+    char devs[160];           /* "rxe0:1,rxe1:1", for messages */
+    int epfd;                 /* several rails: an epoll descriptor over every rail's completion channel */
+    int ready_fd;             /* an eventfd that is always readable: wait_fd's answer when work is pending */
     int probes_in;            /* probes peers wrote into us */
     ib_peer_t *peer;
     size_t chunk;
-    int nqp;
-    zccl_ib_mr_cache_t cache;
+    int qps;                  /* ZCCL_IB_QPS_PER_CONN: QPs per rail of a connection */
+    int nqp;                  /* most QPs of a connection: nrails x qps (buffers are sized for it) */
     bool cache_on;
-    zccl_gdr_mode_t gdr;
     unsigned progress_calls;  /* every 256th progress() also reads the async and rdma_cm events */
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
     char dev_errmsg[400];
@@ -130,6 +153,16 @@ uint8_t *zccl__ib_send_slot(struct zccl_ib_comm *ib, int p, uint32_t seq);
 uint8_t *zccl__ib_recv_slot(struct zccl_ib_comm *ib, int p, uint32_t seq);
 ib_cts_t *zccl__ib_cts_out(struct zccl_ib_comm *ib, int p, uint32_t seq);
 uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
+
+/** The rail of QP q of a connection. */
+static inline int ib_qp_rail(const struct zccl_ib_comm *ib, int q) { return q / ib->qps; }
+
+/** Whether id is one of the rails' rdma_cm listeners. */
+static inline bool zccl__ib_is_listener(const struct zccl_ib_comm *ib, const struct rdma_cm_id *id) {
+    for (int k = 0; k < ib->nrails; k++)
+        if (id == ib->rail[k].listen) return true;
+    return false;
+}
 
 /* ib_conn.c */
 zccl_result_t zccl__ib_connect_all(zccl_tp_comm_t *comm, uint64_t deadline_ns);

@@ -20,8 +20,9 @@ ZCCL_SETTING(zccl__set_ib_disable) = {.name = "ZCCL_IB_DISABLE", .deflt = "0", .
                              "hosts)",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .must_match = true, .nccl = "NCCL_IB_DISABLE"};
 ZCCL_SETTING(zccl__set_ib_hca) = {.name = "ZCCL_IB_HCA", .deflt = "",
-                         .help = "RDMA devices to use, NCCL grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; "
-                         "unset = first active port of any device", .nccl = "NCCL_IB_HCA"};
+                         .help = "RDMA devices/ports to use as rails (at most 4; chunks striped over them), NCCL "
+                         "grammar [^][=]hca[:port],...: prefixes, = exact, ^ excludes; unset = every active port",
+                         .nccl = "NCCL_IB_HCA"};
 ZCCL_SETTING(zccl__set_ib_gid_index) = {.name = "ZCCL_IB_GID_INDEX", .deflt = "-1",
                                .help = "GID table index (RoCE); -1 = the first RoCE v2 IPv4-mapped GID, else the first GID",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 65535, .nccl = "NCCL_IB_GID_INDEX"};
@@ -31,7 +32,7 @@ ZCCL_SETTING(zccl__set_ib_timeout) = {.name = "ZCCL_IB_TIMEOUT", .deflt = "18",
 ZCCL_SETTING(zccl__set_ib_retry_cnt) = {.name = "ZCCL_IB_RETRY_CNT", .deflt = "7", .help = "IB transport retries before a send fails, 0..7",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 7, .nccl = "NCCL_IB_RETRY_CNT"};
 ZCCL_SETTING(zccl__set_ib_qps_per_conn) = {.name = "ZCCL_IB_QPS_PER_CONN", .deflt = "1",
-                                  .help = "queue pairs per IB connection (chunks striped over them), 1..16",
+                                  .help = "queue pairs per IB connection and rail (chunks striped over them), 1..16",
         .kind = ZCCL_CFG_INT, .lo = 1, .hi = 16, .must_match = true, .nccl = "NCCL_IB_QPS_PER_CONNECTION"};
 ZCCL_SETTING(zccl__set_ib_zcopy_bytes) = {.name = "ZCCL_IB_ZCOPY_BYTES", .deflt = "0",
                                  .help = "IB transfers of at least this many bytes use the user's buffer directly through "

@@ -26,16 +26,25 @@
 /* Settings every rank must share (lib/core/comm.c: must_match): at most this many rows. */
 #define ZCCL_CFG_MATCH_MAX 32
 
-/** How a rank can be reached over the IB verbs transport (transport/ib*.c); addr family 0 = no usable device. */
+/** Most HCA ports (rails) one rank stripes its IB connections over (transport/ib*.c). */
+#define ZCCL_IB_RAILS_MAX 4
+
+/** One IB rail of a rank: an HCA port with its rdma_cm listener and its probe buffer. */
 typedef struct {
-    zccl_sockaddr_t addr;  /* rdma_cm listening address: the IP of the chosen port's interface (IPoIB or RoCE) */
-    uint64_t probe_addr;   /* registered buffer peers write the connect-time probe into */
+    zccl_sockaddr_t addr;  /* rdma_cm listening address: the IP of the port's interface (IPoIB or RoCE) */
+    uint64_t probe_addr;   /* registered buffer (on this rail's PD) peers write the connect-time probe into */
     uint32_t probe_rkey;
     int32_t port;          /* port number on the device */
-    int32_t link;          /* 1 = InfiniBand, 2 = Ethernet (RoCE) */
     int32_t gid_index;
-    uint64_t subnet;       /* InfiniBand: the GID's subnet prefix (ranks on different subnets do not use IB) */
     char dev[32];          /* device name, for messages */
+} zccl_ib_rail_info_t;
+
+/** How a rank can be reached over the IB verbs transport (transport/ib*.c); nrails 0 = no usable device. */
+typedef struct {
+    int32_t nrails;        /* rails in rail[], in device enumeration order; a pair uses the first min(both) */
+    int32_t link;          /* 1 = InfiniBand, 2 = Ethernet (RoCE); every rail of a rank has the same */
+    uint64_t subnet;       /* InfiniBand: the GID's subnet prefix (ranks on different subnets do not use IB) */
+    zccl_ib_rail_info_t rail[ZCCL_IB_RAILS_MAX];
 } zccl_ib_peer_info_t;
 
 /** Most TCP rails (interfaces) a rank publishes, and most TCP sockets per direction of a pair (rails x sockets). */

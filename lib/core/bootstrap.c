@@ -67,8 +67,11 @@ static zccl_result_t peer_info_check(const zccl_peer_info_t *p, int32_t rank, co
     else if (p->loc.package < -1 || p->loc.numa < -1 || p->loc.core < -1 || p->loc.first_pu < -1 ||
              p->loc.last_pu < -1 || p->loc.npus < 0)
         w = "locality field out of range";
-    else if (p->ib.addr.sa.ss_family != 0 && zccl__sockaddr_check(&p->ib.addr, &w) != ZCCL_SUCCESS) { /* w set */ }
-    else if (!nul_terminated(p->ib.dev, sizeof p->ib.dev)) w = "IB device name not NUL-terminated";
+    else if (p->ib.nrails < 0 || p->ib.nrails > ZCCL_IB_RAILS_MAX) w = "IB rail count out of range";
+    for (int k = 0; !w && k < p->ib.nrails; k++) {
+        if (zccl__sockaddr_check(&p->ib.rail[k].addr, &w) != ZCCL_SUCCESS) { /* w set */ }
+        else if (!nul_terminated(p->ib.rail[k].dev, sizeof p->ib.rail[k].dev)) w = "IB device name not NUL-terminated";
+    }
     if (!w) return ZCCL_SUCCESS;
     if (why) *why = w;
     return ZCCL_INVALID_ARGUMENT;
