@@ -318,6 +318,7 @@ static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
     }
     ib->cache_on = ib->k.zcopy_bytes > 0;
     ZCCL_CHECK(zccl__ib_mr_cache_init(&ib->cache, 256, (size_t)4 << 30, reg_entry, dereg_entry, ib));
+    if (ib->gdr != ZCCL_GDR_NONE) zccl__ib_flush_open(ib); /* GPUs before Hopper need it (ib_gdr.c) */
     ZCCL_CHECK(zccl__ib_connect_all(comm, deadline));
     return ZCCL_SUCCESS;
 }
@@ -389,7 +390,12 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
                                "(the ranks called different collectives or counts?)", p,
                                (unsigned long long)g->xfer_bytes, comm->rank, comm->rank, x->bytes);
         struct ibv_sge sge;
-        zccl_ib_mr_entry_t *e = zcopy(ib, x->src + x->done, g->len, x->bytes);
+        zccl_ib_mr_entry_t *e = x->gdr ? zccl__ib_mr_get(&ib->cache, x->src + x->done, g->len)
+                                       : zcopy(ib, x->src + x->done, g->len, x->bytes);
+        if (!e && x->gdr)
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d: device memory at %p (%u bytes) for rank %d is not "
+                               "registered with %s: a GDR send must not go through host memory", comm->rank,
+                               (const void *)(x->src + x->done), g->len, p, ib->dev);
         if (e) {
             sge = (struct ibv_sge){(uint64_t)(uintptr_t)(x->src + x->done), g->len, e->lkey};
         } else {
@@ -436,6 +442,10 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         const uint32_t s = rx->delivered % IB_SLOTS;
         if (rx->staged[s]) zccl__xfer_deliver(x, zccl__ib_recv_slot(ib, p, rx->delivered), rx->len[s]);
         else x->done += rx->len[s]; /* written straight into the destination */
+        if (x->gdr && rx->pin[s]) { /* the flush reads the last landed byte */
+            x->t[1] = (uint64_t)(uintptr_t)(x->dst + x->done - 1);
+            x->t[2] = rx->pin[s]->rkey;
+        }
         if (rx->pin[s]) zccl__ib_mr_unpin(&ib->cache, rx->pin[s]), rx->pin[s] = NULL;
         rx->arrived[s] = false;
         rx->delivered++;
@@ -448,7 +458,12 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         if (pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const uint32_t len = (uint32_t)ZCCL_MIN(ib->chunk, x->bytes - rx->granted);
         ib_cts_t *m = zccl__ib_cts_out(ib, p, seq);
-        zccl_ib_mr_entry_t *e = x->op2 ? NULL : zcopy(ib, x->dst + rx->granted, len, x->bytes);
+        zccl_ib_mr_entry_t *e = x->gdr ? zccl__ib_mr_get(&ib->cache, x->dst + rx->granted, len)
+                              : x->op2 ? NULL : zcopy(ib, x->dst + rx->granted, len, x->bytes);
+        if (!e && x->gdr)
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d: device memory at %p (%u bytes) for rank %d is not "
+                               "registered with %s: a GDR receive must not go through host memory", comm->rank,
+                               (void *)(x->dst + rx->granted), len, p, ib->dev);
         m->magic = IB_CTS_MAGIC;
         m->seq = seq;
         m->len = len;
@@ -476,6 +491,7 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         *progressed = true;
     }
     if (x->done == x->bytes) {
+        if (x->gdr && x->gdr_flush) ZCCL_CHECK(zccl__ib_flush(comm, ib, x->t[1], (uint32_t)x->t[2]));
         x->complete = true;
         rx->active = false;
     }
@@ -585,6 +601,7 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
         }
         zccl__ib_mr_cache_fini(&ib->cache);
     }
+    zccl__ib_flush_close(ib);
     if (ib->cq) ibv_destroy_cq(ib->cq);
     if (ib->cch) ibv_destroy_comp_channel(ib->cch);
     if (ib->probe_src_mr) ibv_dereg_mr(ib->probe_src_mr);
