@@ -7,8 +7,9 @@
 #     and 4 ranks on rxe0/rxe1 (rank_hca.sh), float32 / int32 / float64 with sum, prod, max, min, avg (the fake
 #     driver's reduction kernels), bfloat16 where nothing is reduced, ZCCL_GDR=1 and
 #     auto: every device call must be named "path gdr" with 0 host staging copies;
-#   - FAKE_CUDA_CC=80 (Ampere): every call that received flushes (some call counts > 0 GDR flushes); FAKE_CUDA_CC=90
-#     (Hopper): no call flushes;
+#   - FAKE_CUDA_CC=80 (Ampere): calls flush (every all-reduce call, and some call of every other run: a rank
+#     without receives in a call, such as a gather's non-root, has nothing to flush); FAKE_CUDA_CC=90 (Hopper): no
+#     call flushes;
 #   - ZCCL_GDR=auto applies the path rule: with ZCCL_TOPO_FILE=gpus-nics-only.xml and the fake GPU at PCI 0000:01:00.0
 #     (PIX from an RDMA NIC) every call takes GDR; at 0000:11:00.0 (PHB, farther than the default PXB) every rank
 #     stages and names the rule's verdict;
@@ -44,6 +45,9 @@ run() {
       [ -s /tmp/gdr.bad ] && why="$why; calls not on the GDR path or with staging copies: $(head -2 /tmp/gdr.bad)"
       if [ $expect = gdr-flush ]; then
         grep -q "path gdr, .* [1-9][0-9]* GDR flushes" /tmp/gdr.info || why="$why; no call flushed at compute capability $CC"
+        # all-reduce: every rank receives in every call, so every call flushes
+        [ "$op" = allreduce ] && grep "path gdr" /tmp/gdr.info | grep -q " 0 GDR flushes" &&
+          why="$why; an all-reduce call did not flush at compute capability $CC"
       else
         grep "path gdr" /tmp/gdr.info | grep -vq " 0 GDR flushes" && why="$why; a call flushed at compute capability $CC"
       fi ;;
