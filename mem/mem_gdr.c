@@ -11,6 +11,9 @@
 #include "cuda_drv.h"
 
 enum {
+    ZCU_ATTR_PCI_BUS_ID = 33,
+    ZCU_ATTR_PCI_DEVICE_ID = 34,
+    ZCU_ATTR_PCI_DOMAIN_ID = 50,
     ZCU_ATTR_CC_MAJOR = 75,
     ZCU_ATTR_CC_MINOR = 76,
     ZCU_ATTR_GPU_DIRECT_RDMA_SUPPORTED = 116,
@@ -52,6 +55,12 @@ void zccl__mem_gpu_gdr(int dev, zccl_gpu_gdr_t *out) {
     if (d->cuDeviceGetAttribute(&v, ZCU_ATTR_GPU_DIRECT_RDMA_SUPPORTED, cd) == ZCU_SUCCESS) out->gdr = v != 0;
     if (d->cuDeviceGetAttribute(&v, ZCU_ATTR_CC_MAJOR, cd) == ZCU_SUCCESS) out->cc_major = v;
     if (d->cuDeviceGetAttribute(&v, ZCU_ATTR_CC_MINOR, cd) == ZCU_SUCCESS) out->cc_minor = v;
+    int dom = 0, bus = 0, pdev = 0;
+    if (d->cuDeviceGetAttribute(&dom, ZCU_ATTR_PCI_DOMAIN_ID, cd) == ZCU_SUCCESS &&
+        d->cuDeviceGetAttribute(&bus, ZCU_ATTR_PCI_BUS_ID, cd) == ZCU_SUCCESS &&
+        d->cuDeviceGetAttribute(&pdev, ZCU_ATTR_PCI_DEVICE_ID, cd) == ZCU_SUCCESS)
+        snprintf(out->busid, sizeof out->busid, "%04x:%02x:%02x.0", (unsigned)dom & 0xffff, (unsigned)bus & 0xff,
+                 (unsigned)pdev & 0xff);
     out->export_entry = handle_fn() != NULL;
     snprintf(out->why, sizeof out->why, "CUDA device %d: compute capability %d.%d, dma-buf %s, GPUDirect RDMA %s%s", dev,
              out->cc_major, out->cc_minor, out->dmabuf < 0 ? "unknown" : out->dmabuf ? "yes" : "no",

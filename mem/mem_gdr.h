@@ -13,6 +13,7 @@ typedef struct {
     int gdr;           /* CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED: 1, 0, -1 unknown */
     int cc_major, cc_minor; /* compute capability (-1 unknown) */
     bool export_entry; /* the driver exports cuMemGetHandleForAddressRange (CUDA >= 11.7) */
+    char busid[32];    /* PCI bus id "dddd:bb:dd.0" from the PCI attributes; "" when the driver does not say */
     char why[160];
 } zccl_gpu_gdr_t;
 

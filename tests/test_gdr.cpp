@@ -224,3 +224,38 @@ TEST(Gdr, ConfigDescribeSaysIt) {
 }
 
 }  // namespace
+
+/* The GDR data path's test hooks (issue 24; tests/rdma/vm_gdr.sh uses them in the soft-RoCE VM): ZCCL_GDR_FAKE_PEERMEM
+ * makes the sysfs probe of the real root say "peer memory" (never a fake root), and the fake driver's PCI attributes
+ * give the bus id ZCCL_GDR=auto looks the GPU up by. */
+TEST(Gdr, FakePeerMemorySwitchAndPciBusId) {
+    const char *lib = ZCCL_FAKE_CUDA_PATH;
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_GDR_FAKE_PEERMEM", "2"}, {"ZCCL_CUDA_LIBRARY", lib},
+                                {"FAKE_CUDA_PCI_BUSID", "0000:3b:00.0"}}, [] {
+        zccl_nic_gdr_t n;
+        zccl__gdr_probe_peermem("/", &n);
+        ZT_CHECK(n.peermem && strstr(n.peermem_what, "ZCCL_GDR_FAKE_PEERMEM=2, test only, device registrations "
+                                                     "refused"), "%s", n.peermem_what);
+        zccl__gdr_probe_peermem("/nonexistent-root", &n);
+        ZT_CHECK(!n.peermem, "a fake sysfs root must not see the switch: %s", n.peermem_what);
+        zccl_gdr_cfg_t c;
+        ZT_CHECK(zccl__gdr_cfg(&c) == ZCCL_SUCCESS && c.fake_peermem == 2, "%s", zccl_get_last_error(nullptr));
+        zccl_gpu_gdr_t g;
+        zccl__mem_gpu_gdr(0, &g);
+        ZT_CHECK(!strcmp(g.busid, "0000:3b:00.0"), "bus id '%s'", g.busid);
+        return 0;
+    }), 0);
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}}, [] {
+        unsetenv("FAKE_CUDA_PCI_BUSID");
+        zccl_gpu_gdr_t g;
+        zccl__mem_gpu_gdr(0, &g);
+        ZT_CHECK(!g.busid[0], "no bus id expected without FAKE_CUDA_PCI_BUSID, got '%s'", g.busid);
+        return 0;
+    }), 0);
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_GDR_FAKE_PEERMEM", "3"}}, [] {
+        zccl_gdr_cfg_t c;
+        ZT_CHECK(zccl__gdr_cfg(&c) != ZCCL_SUCCESS && strstr(zccl_get_last_error(nullptr), "ZCCL_GDR_FAKE_PEERMEM"),
+                 "%s", zccl_get_last_error(nullptr));
+        return 0;
+    }), 0);
+}

@@ -19,12 +19,13 @@ typedef struct {
     int read_setting;      /* -1 auto (from compute capability 8.0 on), 0, 1 */
     bool dmabuf;           /* ZCCL_DMABUF_ENABLE */
     bool flush_disable;    /* ZCCL_GDR_FLUSH_DISABLE */
+    int fake_peermem;      /* ZCCL_GDR_FAKE_PEERMEM (test only): 1 peer memory assumed, 2 and registrations refused */
 } zccl_gdr_cfg_t;
 
 /** The settings in force; an invalid value is ZCCL_INVALID_ARGUMENT naming the variable and what it accepts. */
 zccl_result_t zccl__gdr_cfg(zccl_gdr_cfg_t *out);
 
-typedef struct {
+typedef struct zccl_nic_gdr {
     bool peermem;          /* the peer-memory module is loaded (sysfs) */
     char peermem_what[96]; /* which file said so, or why not */
     int nic_dmabuf;        /* the RDMA device registers dma-bufs: 1, 0, -1 not probed */
@@ -53,10 +54,12 @@ extern const zccl_cfg_desc_t zccl__set_net_gdr_level;
 extern const zccl_cfg_desc_t zccl__set_net_gdr_read;
 extern const zccl_cfg_desc_t zccl__set_dmabuf_enable;
 extern const zccl_cfg_desc_t zccl__set_gdr_flush_disable;
+extern const zccl_cfg_desc_t zccl__set_gdr_fake_peermem;
 #define ZCCL_CFG_GDR (&zccl__set_gdr)
 #define ZCCL_CFG_NET_GDR_LEVEL (&zccl__set_net_gdr_level)
 #define ZCCL_CFG_NET_GDR_READ (&zccl__set_net_gdr_read)
 #define ZCCL_CFG_DMABUF_ENABLE (&zccl__set_dmabuf_enable)
 #define ZCCL_CFG_GDR_FLUSH_DISABLE (&zccl__set_gdr_flush_disable)
+#define ZCCL_CFG_GDR_FAKE_PEERMEM (&zccl__set_gdr_fake_peermem)
 
 #endif

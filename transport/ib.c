@@ -397,6 +397,7 @@ static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
     for (int k = 0; k < ib->nrails; k++)
         ZCCL_CHECK(zccl__ib_mr_cache_init(&ib->rail[k].cache, 256, (size_t)4 << 30, reg_entry, dereg_entry,
                                           &ib->rail[k]));
+    if (zccl__ib_gdr_mode(ib) != ZCCL_GDR_NONE) zccl__ib_flush_open(ib); /* GPUs before Hopper need it (ib_gdr.c) */
     ZCCL_CHECK(zccl__ib_connect_all(comm, deadline));
     return ZCCL_SUCCESS;
 }
@@ -474,7 +475,12 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
                                "(the ranks called different collectives or counts?)", p,
                                (unsigned long long)g->xfer_bytes, comm->rank, comm->rank, x->bytes);
         struct ibv_sge sge;
-        zccl_ib_mr_entry_t *e = zcopy(ib, k, x->src + x->done, g->len, x->bytes);
+        zccl_ib_mr_entry_t *e = x->gdr ? zccl__ib_mr_get(&ib->rail[k].cache, x->src + x->done, g->len)
+                                       : zcopy(ib, k, x->src + x->done, g->len, x->bytes);
+        if (!e && x->gdr)
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d: device memory at %p (%u bytes) for rank %d is not "
+                               "registered with %s: a GDR send must not go through host memory", comm->rank,
+                               (const void *)(x->src + x->done), g->len, p, ib->rail[k].dev);
         if (e) {
             sge = (struct ibv_sge){(uint64_t)(uintptr_t)(x->src + x->done), g->len, e->lkey};
         } else {
@@ -523,6 +529,10 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         else x->done += rx->len[s]; /* written straight into the destination */
         if (rx->pin[s]) {
             const int q = (int)((rx->delivered + (uint32_t)pe->off_rx) % (uint32_t)pe->nqp);
+            if (x->gdr) { /* the flush reads the last landed byte (GDR with a flush runs on one rail: ib_gdr.c) */
+                x->t[1] = (uint64_t)(uintptr_t)(x->dst + x->done - 1);
+                x->t[2] = rx->pin[s]->rkey;
+            }
             zccl__ib_mr_unpin(&ib->rail[ib_qp_rail(ib, q)].cache, rx->pin[s]);
             rx->pin[s] = NULL;
         }
@@ -537,7 +547,12 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         if (pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const uint32_t len = (uint32_t)ZCCL_MIN(ib->chunk, x->bytes - rx->granted);
         ib_cts_t *m = zccl__ib_cts_out(ib, p, seq);
-        zccl_ib_mr_entry_t *e = x->op2 ? NULL : zcopy(ib, k, x->dst + rx->granted, len, x->bytes);
+        zccl_ib_mr_entry_t *e = x->gdr ? zccl__ib_mr_get(&ib->rail[k].cache, x->dst + rx->granted, len)
+                              : x->op2 ? NULL : zcopy(ib, k, x->dst + rx->granted, len, x->bytes);
+        if (!e && x->gdr)
+            return zccl__error(ZCCL_INTERNAL_ERROR, "rank %d: device memory at %p (%u bytes) for rank %d is not "
+                               "registered with %s: a GDR receive must not go through host memory", comm->rank,
+                               (void *)(x->dst + rx->granted), len, p, ib->rail[k].dev);
         m->magic = IB_CTS_MAGIC;
         m->seq = seq;
         m->len = len;
@@ -565,6 +580,7 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         *progressed = true;
     }
     if (x->done == x->bytes) {
+        if (x->gdr && x->gdr_flush) ZCCL_CHECK(zccl__ib_flush(comm, ib, x->t[1], (uint32_t)x->t[2]));
         x->complete = true;
         rx->active = false;
     }
@@ -699,6 +715,7 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
         free(r->probe_src);
         free(r->probe_dst);
     }
+    zccl__ib_flush_close(ib);
     if (ib->ech) rdma_destroy_event_channel(ib->ech);
     if (ib->ready_fd >= 0) close(ib->ready_fd);
     if (ib->epfd >= 0) close(ib->epfd);

@@ -169,6 +169,22 @@ void zccl__ib_mr_cache_fini(zccl_ib_mr_cache_t *c);
 typedef enum { ZCCL_GDR_NONE = 0, ZCCL_GDR_DMABUF = 1, ZCCL_GDR_PEERMEM = 2 } zccl_gdr_mode_t;
 const char *zccl__ib_gdr_mode_name(zccl_gdr_mode_t m);
 
+/* ---- the GDR data path (issue 24; ib_gdr.c; lib/core/engine_gdr.c drives it) ---- */
+struct zccl_tp_comm;
+struct zccl_nic_gdr;
+struct zccl_transport_ops;
+extern const struct zccl_transport_ops zccl_transport_ib; /* ib.c: a peer reached over verbs has this row */
+/** Whether this rank's IB device could carry device memory: false with the reason in why (no IB state, no
+ *  registration mode, or need_flush and no flush QP). nic: what the NIC offers, for zccl__gdr_decide. */
+bool zccl__ib_gdr_usable(struct zccl_tp_comm *comm, bool need_flush, struct zccl_nic_gdr *nic, char *why, size_t len);
+/** Registers the device allocation holding [p, p + bytes) with the NIC, cached per allocation in the communicator's
+ *  registration cache (the NIC's); false with the cause in why when it cannot (refused export, no peer memory). */
+bool zccl__ib_gdr_register(struct zccl_tp_comm *comm, const void *p, size_t bytes, char *why, size_t len);
+/** Drops cached registrations overlapping [p, p + bytes) (the memory is about to be freed). */
+void zccl__ib_gdr_forget(struct zccl_tp_comm *comm, const void *p, size_t bytes);
+/** Flushes done so far on this communicator's device. */
+uint64_t zccl__ib_gdr_flushes(struct zccl_tp_comm *comm);
+
 /** Whether the IB transport was compiled in (libibverbs and librdmacm found at build time). */
 bool zccl__ib_built(void);
 

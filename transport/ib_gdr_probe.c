@@ -37,6 +37,8 @@ zccl_result_t zccl__gdr_cfg(zccl_gdr_cfg_t *out) {
     out->dmabuf = v != 0;
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_GDR_FLUSH_DISABLE, &v));
     out->flush_disable = v != 0;
+    ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_GDR_FAKE_PEERMEM, &v));
+    out->fake_peermem = (int)v;
     return ZCCL_SUCCESS;
 }
 
@@ -44,6 +46,13 @@ void zccl__gdr_probe_peermem(const char *root, zccl_nic_gdr_t *out) {
     static const char *const files[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
                                         "/sys/module/nvidia_peermem/version", "/sys/module/nv_peer_mem/version"};
     out->peermem = false;
+    int64_t fake = 0;
+    if ((!root || !strcmp(root, "/")) && zccl__cfg_int(ZCCL_CFG_GDR_FAKE_PEERMEM, &fake) == ZCCL_SUCCESS && fake) {
+        out->peermem = true; /* test only: the fake CUDA driver's device memory is host memory ibv_reg_mr takes */
+        snprintf(out->peermem_what, sizeof out->peermem_what, "peer memory assumed (ZCCL_GDR_FAKE_PEERMEM=%d, test "
+                 "only%s)", (int)fake, fake == 2 ? ", device registrations refused" : "");
+        return;
+    }
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s%s", root && strcmp(root, "/") ? root : "", files[i]);
@@ -89,8 +98,9 @@ size_t zccl__gdr_describe(char *buf, size_t len) {
     zccl_nic_gdr_t nic = {.nic_dmabuf = -1};
     zccl__gdr_probe_peermem("/", &nic);
     int n = snprintf(buf, len, "GPUDirect RDMA: ZCCL_GDR=%s, path level %s, dma-buf %s, flush %s; NIC: %s, dma-buf "
-                     "probed when a communicator opens an RDMA device (ZCCL_DEBUG=INFO, subsystem IB); the GDR data "
-                     "path itself is not built yet: device buffers take pipelined staging\n",
+                     "probed when a communicator opens an RDMA device (ZCCL_DEBUG=INFO, subsystem IB); each device "
+                     "call over verbs takes the GDR path when every rank can, else pipelined staging (ZCCL_DEBUG=INFO, "
+                     "subsystem COLL, names it)\n",
                      c.mode < 0 ? "auto" : c.mode ? "1" : "0", zccl_topo_path_name(c.level),
                      c.dmabuf ? "enabled" : "disabled", c.flush_disable ? "disabled" : "before Hopper",
                      nic.peermem_what);

@@ -130,6 +130,15 @@ struct zccl_ib_comm {
     int qps;                  /* ZCCL_IB_QPS_PER_CONN: QPs per rail of a connection */
     int nqp;                  /* most QPs of a connection: nrails x qps (buffers are sized for it) */
     bool cache_on;
+    /* The GDR flush (ib_gdr.c): an RC QP connected to itself on the first rail, with a CQ of its own and a
+     * registered host byte it reads into; flush_why says why there is none (then calls needing a flush take the
+     * staged path). */
+    struct ibv_cq *flush_cq;
+    struct ibv_qp *flush_qp;
+    uint8_t *flush_buf;
+    struct ibv_mr *flush_mr;
+    char flush_why[200];
+    uint64_t flushes;         /* flushes completed */
     unsigned progress_calls;  /* every 256th progress() also reads the async and rdma_cm events */
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
     char dev_errmsg[400];
@@ -174,5 +183,12 @@ int zccl__ib_gdr_probe_dmabuf(struct ibv_pd *pd, char *why, size_t len);
 /** Registers [addr, addr+len) for local and remote write: GPU memory through dma-buf or peer memory when the
  *  build and machine allow it, host memory with ibv_reg_mr. NULL (errno set) when it cannot be registered. */
 struct ibv_mr *zccl__ib_reg(struct ibv_pd *pd, zccl_gdr_mode_t gdr, void *addr, size_t len);
+/** The GPUDirect mode all rails share (ZCCL_GDR_NONE when one of them cannot register device memory). */
+zccl_gdr_mode_t zccl__ib_gdr_mode(const struct zccl_ib_comm *ib);
+/** Opens the flush QP (a loopback RC QP on the first rail's port); on failure records why in ib->flush_why. */
+void zccl__ib_flush_open(struct zccl_ib_comm *ib);
+void zccl__ib_flush_close(struct zccl_ib_comm *ib);
+/** Reads one byte at addr (rkey) over the flush QP and waits for it: device writes before it are then visible. */
+zccl_result_t zccl__ib_flush(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, uint64_t addr, uint32_t rkey);
 
 #endif

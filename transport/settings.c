@@ -63,6 +63,11 @@ ZCCL_SETTING(zccl__set_dmabuf_enable) = {.name = "ZCCL_DMABUF_ENABLE", .deflt = 
 ZCCL_SETTING(zccl__set_gdr_flush_disable) = {.name = "ZCCL_GDR_FLUSH_DISABLE", .deflt = "0",
         .help = "1: no flush (1-byte RDMA read) after data lands in device memory, also before Hopper",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1, .nccl = "NCCL_GDR_FLUSH_DISABLE"};
+ZCCL_SETTING(zccl__set_gdr_fake_peermem) = {.name = "ZCCL_GDR_FAKE_PEERMEM", .deflt = "0",
+        .help = "test only (the fake CUDA driver over soft-RoCE, where device memory is host memory): 1 = act as if "
+        "the peer-memory module were loaded, so fake device buffers are registered with ibv_reg_mr and take the GDR "
+        "path; 2 = the same, but every registration of device memory is refused (one rank's refusal); never set it "
+        "with a real GPU", .kind = ZCCL_CFG_INT, .lo = 0, .hi = 2};
 ZCCL_SETTING(zccl__set_tcp_rails) = {.name = "ZCCL_TCP_RAILS", .deflt = "-1",
         .help = "TCP rails (interfaces) to stripe large transfers over between hosts: -1 = every usable interface whose "
                 "subnet the peer also has; 1 = one connection per direction (the bootstrap interface); N = at most N",

@@ -171,6 +171,10 @@ typedef struct zccl_xfer {
      * (reduced with dev_op2 when set) through the memory layer. NULL for host calls; transports ignore them. */
     uint8_t *dev_dst;
     const uint8_t *dev_op2;
+    /* GPUDirect RDMA (issue 24; ib only): src/dst are device memory the NIC reads and writes itself, registered
+     * beforehand (zccl__ib_gdr_register); the transport never touches them with the CPU. gdr_flush: once a receive
+     * has landed, read one byte of it back over the loopback QP (GPUs before Hopper) before it completes. */
+    bool gdr, gdr_flush;
 } zccl_xfer_t;
 
 typedef struct zccl_transport_ops {

@@ -162,6 +162,8 @@ void zccl__comm_free(struct zccl_comm *comm) {
     free(comm->ring);
     zccl__sched_cache_free(&comm->sched_cache);
     free(comm->scratch);
+    if (comm->gdr_bounce) zccl__mem_ops(ZCCL_MEM_CUDA)->free(comm->gdr_bounce);
+    comm->gdr_bounce = NULL;
     zccl__mem_stage_free(&comm->mem_stage);
     free(comm->desc_in);
     free(comm->desc_mark);

@@ -49,6 +49,9 @@ struct zccl_comm {
     size_t scratch_bytes;
     zccl_mem_type_t call_mem;   /* the running call's memory type (mem), set by the API layer */
     zccl_mem_stage_t mem_stage; /* staging of calls on device memory (mem/mem_stage.c) */
+    void *gdr_bounce;           /* GDR calls: device memory the receives of a reduction land in (engine_gdr.c) */
+    size_t gdr_bounce_bytes;
+    void *gdr_scratch;          /* the device scratch last registered for a GDR call (dropped when it moved) */
     uint64_t spin_ns;           /* how long a waiting rank polls before sleeping (ZCCL_SPIN_US) */
     uint64_t stream_spin_ns;    /* how long an idle stream or a synchronize polls (ZCCL_STREAM_SPIN_US) */
     size_t rs_round_bytes;      /* ZCCL_RS_ROUND_BYTES, read once at init */
@@ -112,6 +115,8 @@ void zccl__comm_free(struct zccl_comm *comm);
 zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm);
 /** Where this process runs (package, NUMA node, core, NIC distance); unknown when topology cannot be read. */
 zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host);
+/** The machine model this process loaded (ZCCL_TOPO_FILE or live discovery), or NULL when it could not. */
+const zccl_topo_t *zccl__comm_process_topo(void);
 /** The ring order (ZCCL_RING_ORDER). */
 zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm);
 /** How long a waiting rank spins before it sleeps (ZCCL_SPIN_US). */

@@ -91,6 +91,11 @@ static void load_process_topo(void) {
     if (process_topo_res != ZCCL_SUCCESS) snprintf(process_topo_err, sizeof process_topo_err, "%s", zccl__last_error());
 }
 
+const zccl_topo_t *zccl__comm_process_topo(void) {
+    pthread_once(&process_topo_once, load_process_topo);
+    return process_topo_res == ZCCL_SUCCESS ? process_topo : NULL;
+}
+
 zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host) {
     pthread_once(&process_topo_once, load_process_topo);
     zccl_result_t r = process_topo_res;

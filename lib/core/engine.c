@@ -14,7 +14,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "engine.h"
+#include "engine_gdr.h"
 #include "engine_stage.h"
+#include "ib.h"
 #include "kernels.h"
 #include "notice.h"
 
@@ -302,12 +304,20 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
     bool pipelined = false;
     if (mt != ZCCL_MEM_HOST) ZCCL_CHECK(zccl__stage_pipelined(comm, mt, &pipelined));
-    const uint64_t copies0 = comm->mem_stage.stage_copies;
+    const uint64_t copies0 = comm->mem_stage.stage_copies, flushes0 = zccl__ib_gdr_flushes(&comm->tc);
     if (mt == ZCCL_MEM_HOST) {
         ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
         scratch = comm->scratch;
     } else {
         ZCCL_CHECK(zccl__mem_stage_scratch(&comm->mem_stage, mt, s->tmp_elems * es, &scratch));
+    }
+    /* Over verbs, every rank says whether it can run the call on the device buffers themselves; all do, or none. */
+    zccl_gdr_call_t gdr = {.on = false};
+    if (mt != ZCCL_MEM_HOST && comm->nranks > 1) {
+        ZCCL_CHECK(zccl__gdr_agree(comm, s, sendbuf, recvbuf, scratch, es, &gdr));
+        if (gdr.voted && !gdr.on)
+            ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: no GPUDirect RDMA for this call: %s",
+                      comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq, gdr.why);
     }
     uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
@@ -378,6 +388,10 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             }
         }
         first = end;
+        if (nx && gdr.on) { /* engine_gdr.c: the NIC reads and writes the device buffers */
+            if ((res = zccl__gdr_run_phase(comm, mt, xs, nx, p, gdr.flush)) != ZCCL_SUCCESS) break;
+            continue;
+        }
         if (nx && pipelined) { /* engine_stage.c: chunks whose copies overlap the wire */
             if ((res = zccl__stage_run_phase(comm, mt, xs, nx, p)) != ZCCL_SUCCESS) break;
             continue;
@@ -392,11 +406,12 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
 out:
     if (xs != xs_local) free(xs);
     if (mt != ZCCL_MEM_HOST) /* which path a device call took, and what it cost in host staging copies */
-        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: path %s, %llu host staging copies (%llu in all)",
-                  comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq,
-                  pipelined ? "staged-pipelined" : "staged",
+        ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: path %s, %llu host staging copies (%llu in all), "
+                  "%llu GDR flushes", comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq,
+                  gdr.on ? "gdr" : pipelined ? "staged-pipelined" : "staged",
                   (unsigned long long)(comm->mem_stage.stage_copies - copies0),
-                  (unsigned long long)comm->mem_stage.stage_copies);
+                  (unsigned long long)comm->mem_stage.stage_copies,
+                  (unsigned long long)(zccl__ib_gdr_flushes(&comm->tc) - flushes0));
     return res;
 }
 

@@ -120,7 +120,9 @@ FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long
 FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
 FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     (void)dev;
-    if (gdr_attribute(attr, v)) return 0;
+    const int g = gdr_attribute(attr, v);
+    if (g < 0) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+    if (g) return 0;
     *v = 4;
     return 0;
 }
@@ -248,29 +250,36 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
     stats.last_count = n;
     stats.last_divisor = div;
     fake_ipc_note((const uintptr_t[]){(uintptr_t)dst, (uintptr_t)a, (uintptr_t)b}, 3, 0);
-    if (op != 0 || (dt != 7 && dt != 2)) return 801;
+    if (op < 0 || op > 3 || (dt != 7 && dt != 2 && dt != 8)) return 801;
+    const int dtop = dt | op << 8; /* the kernel's datatype and op, as the queue carries them */
     if (ce_is_stream(stream)) { /* runs later, in the stream's order */
-        ce_enqueue_kernel(stream, dt, dst, a, b, n, div);
+        ce_enqueue_kernel(stream, dtop, dst, a, b, n, div);
         return 0;
     }
-    return fk_run_reduce(dt, dst, a, b, n, div);
+    return fk_run_reduce(dtop, dst, a, b, n, div);
 }
 
-static CUresult fk_run_reduce(int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div) {
-    if (dt == 7) { /* float32 SUM (AVG: divisor) */
-        for (size_t i = 0; i < n; i++) {
-            float r = ((const float *)a)[i] + ((const float *)b)[i];
-            ((float *)dst)[i] = div > 1 ? r / (float)div : r;
-        }
-        return 0;
+/* float32, int32 and float64 (ZCCL_DATATYPE 7, 2, 8) with SUM, PROD, MAX, MIN (0..3; AVG arrives as SUM with a
+ * divisor); dtop = datatype | op << 8. */
+#define FK_REDUCE(T, CALC)                                                                                          \
+    for (size_t i = 0; i < n; i++) {                                                                               \
+        const T x = ((const T *)a)[i], y = ((const T *)b)[i];                                                      \
+        T r;                                                                                                        \
+        switch (op) {                                                                                               \
+        case 0: r = CALC(x, y); break;                                                                              \
+        case 1: r = (T)(x * y); break;                                                                              \
+        case 2: r = x > y ? x : y; break;                                                                           \
+        default: r = x < y ? x : y; break;                                                                          \
+        }                                                                                                           \
+        ((T *)dst)[i] = div > 1 ? (T)(r / (T)div) : r;                                                              \
     }
-    if (dt == 2) { /* int32 SUM */
-        for (size_t i = 0; i < n; i++) {
-            int32_t r = (int32_t)((uint32_t)((const int32_t *)a)[i] + (uint32_t)((const int32_t *)b)[i]);
-            ((int32_t *)dst)[i] = div > 1 ? r / (int32_t)div : r;
-        }
-        return 0;
-    }
+#define FK_ADD(x, y) ((x) + (y))
+#define FK_ADD_I32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y)))
+static CUresult fk_run_reduce(int dtop, void *dst, const void *a, const void *b, size_t n, uint32_t div) {
+    const int dt = dtop & 0xff, op = dtop >> 8;
+    if (dt == 7) { FK_REDUCE(float, FK_ADD) return 0; }
+    if (dt == 2) { FK_REDUCE(int32_t, FK_ADD_I32) return 0; }
+    if (dt == 8) { FK_REDUCE(double, FK_ADD) return 0; }
     return 801;
 }
 
@@ -945,6 +954,8 @@ FAKE_API CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) {
  * FAKE_CUDA_DMABUF  CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (default 1)
  * FAKE_CUDA_GDR     CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (default 1)
  * FAKE_CUDA_DMABUF_EXPORT=0  cuMemGetHandleForAddressRange refuses (CUDA_ERROR_NOT_SUPPORTED)
+ * FAKE_CUDA_PCI_BUSID=dddd:bb:dd.f  the PCI domain, bus and device attributes (ZCCL_GDR=auto's path rule looks the
+ *                   GPU up by them in the topology); unset, those attributes fail
  * cuMemGetHandleForAddressRange(DMA_BUF_FD) on a page-aligned range of a cuMemAlloc allocation returns a dup of the
  * allocation's memfd (a real fd the caller must close; an RDMA stack without dma-buf sees an ordinary file); memory
  * marked device by the test (not from cuMemAlloc), misaligned or out-of-range requests fail with
@@ -964,6 +975,13 @@ static int gdr_attribute(int attr, int *v) {
     case 76: *v = cc % 10; return 1;                        /* COMPUTE_CAPABILITY_MINOR */
     case 116: *v = env_int("FAKE_CUDA_GDR", 1) != 0; return 1;    /* GPU_DIRECT_RDMA_SUPPORTED */
     case 124: *v = env_int("FAKE_CUDA_DMABUF", 1) != 0; return 1; /* DMA_BUF_SUPPORTED */
+    case 33: case 34: case 50: {                            /* PCI_BUS_ID, PCI_DEVICE_ID, PCI_DOMAIN_ID */
+        const char *b = getenv("FAKE_CUDA_PCI_BUSID");
+        unsigned dom = 0, bus = 0, d = 0;
+        if (!b || sscanf(b, "%x:%x:%x", &dom, &bus, &d) != 3) return -1; /* no bus id: the attribute fails */
+        *v = (int)(attr == 33 ? bus : attr == 34 ? d : dom);
+        return 1;
+    }
     default: return 0;
     }
 }
