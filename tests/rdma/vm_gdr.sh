@@ -15,6 +15,8 @@
 #     stages and names the rule's verdict;
 #   - ZCCL_GDR_FAKE_PEERMEM=2 on one rank (its registrations of device memory refused): every rank takes
 #     staged-pipelined for every call, the refusing rank names its cause, the others name that rank; results exact.
+#   - two rails (ZCCL_VM_RAILS=2: every rank on =rxe0,rxe1): GDR at compute capability 9.0 (no flush); at 8.0
+#     every call staged, naming the flush that several rails would need (a flush per rail is not built);
 # Every run has zcclrun's deadline (--timeout). Prints "gdr: PASSED" or "gdr: FAILED".
 usage="usage: vm_gdr.sh path/to/zccl-bench path/to/zcclrun path/to/libzccl_fake_cuda.so path/to/gpus-nics-only.xml"
 BENCH=${1:?$usage} RUN=${2:?$usage} FAKE=${3:?$usage} TOPO=${4:?$usage}
@@ -51,6 +53,11 @@ run() {
       else
         grep "path gdr" /tmp/gdr.info | grep -vq " 0 GDR flushes" && why="$why; a call flushed at compute capability $CC"
       fi ;;
+    rails-flush)
+      grep "on device memory: path" /tmp/gdr.info | grep -v "path staged-pipelined" > /tmp/gdr.bad
+      [ -s /tmp/gdr.bad ] && why="$why; calls not staged: $(head -2 /tmp/gdr.bad)"
+      grep -q "no GPUDirect RDMA for this call: the flush is needed and this rank stripes over 2 rails" /tmp/gdr.info ||
+        why="$why; no rank named the flush over several rails" ;;
     refused|auto-far)
       grep "on device memory: path" /tmp/gdr.info | grep -v "path staged-pipelined" > /tmp/gdr.bad
       [ -s /tmp/gdr.bad ] && why="$why; calls not staged: $(head -2 /tmp/gdr.bad)"
@@ -89,6 +96,15 @@ run auto-cc90 3 gdr-noflush broadcast int32 -r 2
 # ZCCL_GDR=auto with the GPU behind another switch than the NIC (PHB): staged, the rule named
 BUSID=0000:11:00.0
 run auto-phb 2 auto-far allreduce float
+# two rails (every rank on =rxe0,rxe1), Hopper: GDR over both rails' NICs (the device buffers registered with each);
+# Ampere: the flush would be needed and is not built for several rails, so every call is staged, naming that
+CC=90 GDR=1 PM0=1 PM=1 BUSID=
+export ZCCL_VM_RAILS=2
+run rails2-cc90 2 gdr-noflush allreduce float
+run rails2-cc90 3 gdr-noflush allgather float
+CC=80
+run rails2-cc80 2 rails-flush allreduce float
+unset ZCCL_VM_RAILS
 # rank 0's registrations of device memory refused: every rank staged, exact
 CC=80 GDR=1 PM0=2 PM=1 BUSID=
 run refused 3 refused allreduce float
