@@ -71,6 +71,11 @@ run() {
               /tmp/gdr.info)" = "$calls" ] || why="$why; not every call named the path rule's verdict"
       fi ;;
   esac
+  if [ "${ZCCL_VM_RAILS:-1}" = 2 ]; then # both NICs carried data (the rail bytes each rank logs at the end)
+    grep -q "IB rails: 2 (rxe0:1,rxe1:1)" /tmp/gdr.info || why="$why; not on two rails"
+    grep "IB rail bytes:" /tmp/gdr.info | grep -q "rxe0 port 1 [1-9][0-9]* B out .*rxe1 port 1 [1-9][0-9]* B out" ||
+      why="$why; a rail carried nothing: $(grep "IB rail bytes:" /tmp/gdr.info | head -1)"
+  fi
   [ -n "$why" ] && rc=1
   last=$(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/gdr.out | tail -1 | awk '{ print $1 " B: #wrong " $9 " / " $13 }')
   if [ $rc -ne 0 ]; then echo "  ${why#; }"; tail -15 /tmp/gdr.out; grep -v "GPUDirect RDMA probe" /tmp/gdr.info | tail -8; fail=1; fi
