@@ -1016,21 +1016,22 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
         for (int r = 0; r < n; r++) srcv[r] = r == i ? (uint8_t *)in : STG_SEND(comm, r);
         /* Block i, a cache-sized piece at a time, reduced in rank order 0, 1, ..., n-1 — the order of the registered
          * path (reduce_blocks) and of the direct schedule (sched/sched_direct.c), so that the three give bitwise
-         * the same sums and a buffer's registration never changes a result — into a bounce buffer (the output may
-         * be the own input, which the chain still reads), then copied into the output and, for an all-reduce, into
-         * the receive area while it is hot. */
+         * the same sums and a buffer's registration never changes a result. The partial sums go to a bounce
+         * buffer, since the output may be the own input (in place, at the same offsets), which the chain may still
+         * have to read; the last addition writes the output itself: by then the own input was read, unless it is
+         * that last operand, which the kernel may overwrite element by element (dst may equal b). An all-reduce
+         * then copies the piece into the receive area while it is hot. */
         _Alignas(64) uint8_t tmp[32768];
         const size_t off = BLK_OFF(i), len = BLK_LEN(i), step = ZCCL_MAX((size_t)1, sizeof tmp / es);
         uint8_t *dst = out + (ar ? off * es : 0), *area = STG_RECV(comm, i) + off * es;
         const zccl_redop_t kop = o->op == ZCCL_AVG ? ZCCL_SUM : o->op;
         for (size_t c0 = 0; c0 < len; c0 += step) {
             const size_t c = ZCCL_MIN(step, len - c0), at = (off + c0) * es, to = c0 * es;
-            if (n == 1) memcpy(tmp, srcv[0] + at, c * es);
+            if (n == 1 && dst + to != srcv[0] + at) memcpy(dst + to, srcv[0] + at, c * es);
             for (int r = 1; r < n; r++)
-                zccl_kernel_reduce(tmp, r == 1 ? srcv[0] + at : tmp, srcv[r] + at, c, o->dt, kop,
-                                   (r == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
-            memcpy(dst + to, tmp, c * es);
-            if (ar) memcpy(area + to, tmp, c * es);
+                zccl_kernel_reduce(r == n - 1 ? dst + to : tmp, r == 1 ? srcv[0] + at : tmp, srcv[r] + at, c, o->dt,
+                                   kop, (r == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
+            if (ar) memcpy(area + to, dst + to, c * es);
         }
         if (srcv != src) free(srcv);
         if (ar) {
