@@ -77,6 +77,8 @@ const std::map<std::string, std::string> kNcclNames = {
     {"NCCL_DMABUF_ENABLE", "ZCCL_DMABUF_ENABLE"},
     {"NCCL_GDR_FLUSH_DISABLE", "ZCCL_GDR_FLUSH_DISABLE"},
     {"NCCL_NSOCKS_PERTHREAD", "ZCCL_NSOCKS_PERTHREAD"},
+    {"NCCL_MIN_NCHANNELS", "ZCCL_MIN_NCHANNELS"},
+    {"NCCL_MAX_NCHANNELS", "ZCCL_MAX_NCHANNELS"},
 };
 
 }  // namespace
