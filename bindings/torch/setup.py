@@ -49,6 +49,9 @@ setup(
             name="zccl_torch._C",
             sources=["csrc/module.cpp", "csrc/ProcessGroupZccl.cpp", "csrc/collectives.cpp", "csrc/p2p.cpp",
                      "csrc/quantized.cpp"],
+            # headers: a change to one rebuilds the extension (build_ext compares sources and these with the .so)
+            depends=[os.path.join("csrc", h) for h in ("ProcessGroupZccl.hpp", "tensors.hpp")] +
+                    [os.path.join(inc, h) for h in ("zccl.h", "zccl_hier.h") if os.path.exists(os.path.join(inc, h))],
             include_dirs=[os.path.join(HERE, "csrc"), inc],
             library_dirs=[lib],
             libraries=["zccl"],
