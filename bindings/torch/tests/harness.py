@@ -40,6 +40,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def ninja_shim():
+    """A folder holding a `ninja` Python module that names /usr/bin/ninja: DeepSpeed's op builder imports the module,
+    and Debian ships only the binary (ninja-build). Put the folder on PYTHONPATH."""
+    d = tempfile.mkdtemp(prefix="zccl_ninja_shim_")
+    os.makedirs(os.path.join(d, "ninja"))
+    with open(os.path.join(d, "ninja", "__init__.py"), "w") as f:
+        f.write("import os, sys\nBIN_DIR = '/usr/bin'\n__version__ = '1.11'\n"
+                "def ninja():\n    os.execv('/usr/bin/ninja', ['ninja'] + sys.argv[1:])\n")
+    return d
+
+
 def _exit_barrier(dist, rank, n, timeout_s=10.0):
     """Keeps rank 0, which hosts the TCP store, alive until every other rank has made its last store call.
 

@@ -4,7 +4,6 @@ newer torch) from ZCCL_DEEPSPEED_SRC, else /opt/deepspeed (where tools/torch2-ro
 /var/cache/zccl/deepspeed), and skips with the reason without one."""
 import os
 import sys
-import tempfile
 
 import pytest
 
@@ -25,20 +24,9 @@ pytestmark = [
 ]
 
 
-def ninja_shim():
-    """DeepSpeed's op builder imports the `ninja` Python module; Debian ships only the ninja binary
-    (ninja-build). A module that names the binary is all it needs."""
-    d = tempfile.mkdtemp(prefix="zccl_ninja_shim_")
-    os.makedirs(os.path.join(d, "ninja"))
-    with open(os.path.join(d, "ninja", "__init__.py"), "w") as f:
-        f.write("import os, sys\nBIN_DIR = '/usr/bin'\n__version__ = '1.11'\n"
-                "def ninja():\n    os.execv('/usr/bin/ninja', ['ninja'] + sys.argv[1:])\n")
-    return d
-
-
 @pytest.fixture(scope="module")
 def env():
-    shim = ninja_shim()
+    shim = harness.ninja_shim()
     paths = [SRC, shim] + [p for p in sys.path if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
     sys.path[:0] = [SRC, shim]
