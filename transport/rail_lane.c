@@ -79,6 +79,23 @@ void zccl__lanes_poison(zccl_rails_t *r) {
 }
 
 void zccl__lanes_free(zccl_rails_t *r) {
+    /* What each lane index carried to all peers (the bytes written into its stream): which channels the transfers
+     * were split over (ZCCL_TCP_STRIPE_MIN_BYTES, ZCCL_MIN/MAX_NCHANNELS); tests read this line. */
+    uint64_t sent[ZCCL_TCP_SOCKS_MAX] = {0};
+    int used = 0;
+    for (int p = 0; r->lanes && p < r->nranks; p++)
+        for (int k = 0; k < r->nsock[p]; k++) {
+            sent[k] += lanes_of(r, p)[k].head;
+            used = ZCCL_MAX(used, k + 1);
+        }
+    if (used > 1) {
+        char line[ZCCL_TCP_SOCKS_MAX * 32];
+        size_t o = 0;
+        for (int k = 0; k < used && o < sizeof line; k++)
+            o += (size_t)snprintf(line + o, sizeof line - o, "%slane %d %llu B", k ? ", " : "", k,
+                                  (unsigned long long)sent[k]);
+        ZCCL_INFO(ZCCL_LOG_TCP, "rank %d: TCP bytes sent per lane: %s", r->tc->rank, line);
+    }
     for (size_t i = 0; r->lanes && i < (size_t)r->nranks * ZCCL_TCP_SOCKS_MAX; i++) {
         zccl_lane_t *l = &r->lanes[i];
         if (l->sfd >= 0) close(l->sfd);

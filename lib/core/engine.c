@@ -304,7 +304,8 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
     if (mops->call_begin) ZCCL_CHECK(mops->call_begin());
     bool pipelined = false;
     if (mt != ZCCL_MEM_HOST) ZCCL_CHECK(zccl__stage_pipelined(comm, mt, &pipelined));
-    const uint64_t copies0 = comm->mem_stage.stage_copies, flushes0 = zccl__ib_gdr_flushes(&comm->tc);
+    const uint64_t copies0 = comm->mem_stage.stage_copies,
+                   flushes0 = mt != ZCCL_MEM_HOST ? zccl__ib_gdr_flushes(&comm->tc) : 0; /* device calls report it */
     if (mt == ZCCL_MEM_HOST) {
         ZCCL_CHECK(ensure_scratch(comm, s->tmp_elems * es));
         scratch = comm->scratch;
