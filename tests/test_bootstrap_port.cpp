@@ -9,7 +9,7 @@
  *  - SelfConnectIsDroppedAndTheListenerGetsThePort: in a network namespace of its own (needs root; SKIP otherwise)
  *    whose ip_local_port_range is just {P, P+1}, a client thread runs zccl__connect_auth to 127.0.0.1:P while
  *    nothing listens there, so about every other attempt connects to itself. After 300 ms the test binds and
- *    listens on P (retrying for up to a second, as rank 0 does). It must get the port and then accept the client's
+ *    listens on P with zccl__listen_busy (up to a second, as rank 0 does). It must get the port and then accept the client's
  *    connection from source port P+1. Without the self-connect check the client keeps the port and the bind fails.
  *  - LauncherPortIsOutsideTheEphemeralRange: zl_free_port (zcclrun, zccl-bench -np) returns free ports outside
  *    ip_local_port_range, where no connect() can take them.
@@ -94,12 +94,7 @@ int child_body() {
     usleep(300000);
     zccl_sockaddr_t l = addr;
     int lfd = -1;
-    zccl_result_t res = zccl__listen(&l, &lfd);
-    for (int t = 0; res != ZCCL_SUCCESS && errno == EADDRINUSE && t < 20; t++) {
-        usleep(50000);
-        l = addr;
-        res = zccl__listen(&l, &lfd);
-    }
+    zccl_result_t res = zccl__listen_busy(&l, &lfd, 1000); /* as rank 0 binds MASTER_PORT (comm_init.c) */
     if (res != ZCCL_SUCCESS) {
         fprintf(stderr, "listen on 127.0.0.1:%d failed: %s\n", kPort, zccl__last_error());
         client.join();

@@ -169,6 +169,17 @@ zccl_result_t zccl__listen(zccl_sockaddr_t *addr, int *fd_out) {
     return ZCCL_SUCCESS;
 }
 
+zccl_result_t zccl__listen_busy(zccl_sockaddr_t *addr, int *fd_out, int busy_ms) {
+    const zccl_sockaddr_t want = *addr;
+    zccl_result_t res = zccl__listen(addr, fd_out);
+    for (int waited = 0; res != ZCCL_SUCCESS && errno == EADDRINUSE && waited < busy_ms; waited += 50) {
+        usleep(50000);
+        *addr = want;
+        res = zccl__listen(addr, fd_out);
+    }
+    return res;
+}
+
 /* ---- blocking I/O with deadlines ----------------------------------------------------------------------------- */
 
 static int ms_left(uint64_t deadline_ns) {

@@ -44,6 +44,9 @@ zccl_result_t zccl__resolve(const char *host, int port, zccl_sockaddr_t *out);
 
 /** Creates a listening socket bound to addr (port 0 = any port; addr updated with the bound port). */
 zccl_result_t zccl__listen(zccl_sockaddr_t *addr, int *fd_out);
+/** zccl__listen on a port that may be held for a moment by a connection about to go (a socket connected to itself on
+ *  loopback, which zccl__connect_auth drops at once): EADDRINUSE is tried again every 50 ms for up to busy_ms. */
+zccl_result_t zccl__listen_busy(zccl_sockaddr_t *addr, int *fd_out, int busy_ms);
 
 /**
  * Connects to addr, retrying refused connections until deadline_ns (the peer may not listen yet), runs the

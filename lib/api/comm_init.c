@@ -405,13 +405,8 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
             any.len = sizeof(struct sockaddr_in6);
         }
         int fd;
-        zccl_result_t res = zccl__listen(&any, &fd);
-        /* A port can be held for a moment by a connection that is about to go (a peer's socket that connected to
-         * itself on loopback drops it at once): try again for up to a second before naming the port as busy. */
-        for (int t = 0; res != ZCCL_SUCCESS && errno == EADDRINUSE && t < 20; t++) {
-            usleep(50000);
-            res = zccl__listen(&any, &fd);
-        }
+        /* up to a second for a port held by a connection about to go, before naming it as busy */
+        zccl_result_t res = zccl__listen_busy(&any, &fd, 1000);
         if (res != ZCCL_SUCCESS)
             return zccl__error(res, "rank 0 cannot host the bootstrap root on MASTER_PORT=%d: %s", port,
                                zccl__last_error());
