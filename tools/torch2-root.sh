@@ -3,8 +3,10 @@
 # debootstrap and Debian's packages (python3-torch 2.6 CPU, libtorch-dev, pybind11, gcc 14, Python 3.13), where
 # libzccl and zccl_torch are built from this checkout with cmake and `ctest -L torch` runs.
 #
-# Usage: tools/torch2-root.sh [--shell | -- COMMAND...]
+# Usage: tools/torch2-root.sh [--prepare | --shell | -- COMMAND...]
 #   (no argument)  create or reuse the root, build inside it, run ctest -L torch (its exit status is the script's)
+#   --prepare      create or reuse the root only (no mounts, no build): .ci/run starts this in the background at
+#                  nice 19 when CI begins, so the download and unpacking overlap the main suite
 #   --shell        the same root and mounts, an interactive shell instead of the build
 #   -- COMMAND...  the same, COMMAND run in the root (in /src, the checkout) after the build
 # Environment:
@@ -43,10 +45,11 @@ say() { echo "tools/torch2-root.sh: $*"; }
 mode=build
 case "${1:-}" in
   "") ;;
+  --prepare) mode=prepare ;;
   --shell) mode=shell ;;
-  --) shift; mode=command; [ $# -gt 0 ] || { echo "usage: $0 [--shell | -- COMMAND...]" >&2; exit 2; } ;;
-  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
-  *) echo "usage: $0 [--shell | -- COMMAND...]" >&2; exit 2 ;;
+  --) shift; mode=command; [ $# -gt 0 ] || { echo "usage: $0 [--prepare | --shell | -- COMMAND...]" >&2; exit 2; } ;;
+  -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+  *) echo "usage: $0 [--prepare | --shell | -- COMMAND...]" >&2; exit 2 ;;
 esac
 
 [ "$(id -u)" = 0 ] || skip "needs root (debootstrap, chroot and mounts); run it as root"
@@ -133,6 +136,8 @@ else
   rm -rf "$ROOT.old"
   say "created $ROOT in $(($(date +%s) - t0)) s ($(du -sh "$ROOT" | cut -f1))"
 fi
+
+if [ "$mode" = prepare ]; then say "the root is ready: $ROOT"; exit 0; fi
 
 bind() { # bind SRCDIR TARGET [mount options...]
   local src="$1" dst="$2"; shift 2
