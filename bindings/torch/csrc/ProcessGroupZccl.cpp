@@ -314,6 +314,7 @@ bool ProcessGroupZccl::runQueuedHere(int lane, const WorkZccl *w) {
         l.busy = true;
         l.runner = std::this_thread::get_id();
     }
+    ranInWait_++;
     /* the job needs no GIL, and other threads (and the futures' Python callbacks) may need it meanwhile */
     PyThreadState *saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();

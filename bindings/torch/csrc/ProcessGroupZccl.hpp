@@ -213,6 +213,8 @@ class ProcessGroupZccl : public BackendBase {
      * an empty tensor (one page reserved). Throws (ValueError in Python) for numel < 0, a dtype of no fixed size,
      * or a group already shut down; RuntimeError naming zccl's message when /dev/shm has no room. */
     at::Tensor emptyRegistered(int64_t numel, at::ScalarType dtype);
+    /* How many operations a wait() ran on its own thread ("Run in wait()" above): for tests and tuning. */
+    uint64_t ranInWait() const { return ranInWait_.load(); }
 
     /* What runs on a lane: see "Execution" above. */
     using Finish = std::function<void()>;
@@ -269,6 +271,7 @@ class ProcessGroupZccl : public BackendBase {
     int blockDepth_ = 0; /* touched by the caller's thread only */
     bool runInWait_ = true; /* ZCCL_TORCH_RUN_IN_WAIT ("Run in wait()" above) */
     std::shared_ptr<WaitGate> gate_ = std::make_shared<WaitGate>();
+    std::atomic<uint64_t> ranInWait_{0};
     Job block_;
     /* emptyRegistered's tensors outlive the group if Python keeps them: their deleters share this, and deregister
      * only while `comm` is set (cleared under `mutex` before the communicators are destroyed or aborted). */

@@ -45,6 +45,21 @@ def test_work_future_result_and_wait_timeout():
     assert res[0]["short_wait_error"] is not None, "wait(200 ms) returned before the late peer joined"
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_blocking_operations_run_in_wait(on):
+    """ZCCL_TORCH_RUN_IN_WAIT (docs/torch.md, "Speed"): with it on, most blocking calls run on the waiting thread
+    (the lane's thread takes a queued job when it wakes, ~tens of us later: a busy machine can win some of those races
+    for the lane); off, none does; results right either way, asynchronous operations in order."""
+    env = {} if on else {"ZCCL_TORCH_RUN_IN_WAIT": "0"}
+    res = harness.run_ranks(w.run_in_wait, 3, timeout=120, env=env)
+    for r, v in res.items():
+        assert not v["bad"], (r, v["bad"][:5])
+        if on:
+            assert v["ran_in_wait"] >= v["calls"] // 4, f"rank {r}: only {v['ran_in_wait']} of {v['calls']} blocking calls ran in wait()"
+        else:
+            assert v["ran_in_wait"] == 0, v
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_in_place_all_gather_and_reduce_scatter(n):
     k = 7
