@@ -252,6 +252,14 @@ bool zccl__ib_gdr_register(zccl_tp_comm_t *comm, const void *p, size_t bytes, ch
         base = (void *)p; /* the allocation is unknown: the range the call uses */
         size = bytes;
     }
+    /* A range running past the end of its allocation (into another one, or unallocated memory) cannot be one
+     * registration: named, and this rank says no, so every rank stages the call. */
+    if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base > size ||
+        bytes > size - ((uintptr_t)p - (uintptr_t)base)) {
+        snprintf(why, len, "device buffer %p + %zu bytes runs past the end of its allocation [%p, +%zu bytes) (a "
+                 "range over two allocations?): not registered with the NIC", p, bytes, base, size);
+        return false;
+    }
     /* The allocation's buffer id: an address freed and allocated again has a new one, and its cached registration
      * (of the old pages) must not be handed out (zccl__ib_mr_get_dev). */
     uint64_t id = 0;
