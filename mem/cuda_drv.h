@@ -24,6 +24,7 @@ enum {
     ZCU_SUCCESS = 0,
     ZCU_ERROR_INVALID_VALUE = 1,
     ZCU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    ZCU_POINTER_ATTRIBUTE_BUFFER_ID = 7, /* unsigned long long, unique per allocation for the process's life */
     ZCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
     ZCU_MEMORYTYPE_HOST = 1,
     ZCU_MEMORYTYPE_DEVICE = 2,

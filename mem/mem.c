@@ -35,6 +35,22 @@ zccl_result_t zccl__mem_query(const void *p, zccl_mem_type_t *type, int *device)
     return ZCCL_SUCCESS;
 }
 
+zccl_result_t zccl__mem_buffer_id(const void *p, const char *what, uint64_t *id) {
+    *id = 0;
+    const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
+    if (!d) return zccl__error(ZCCL_SYSTEM_ERROR, "%s %p: no CUDA driver is loaded to ask for its buffer id", what, p);
+    unsigned long long v = 0;
+    const CUresult r = d->cuPointerGetAttribute(&v, ZCU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)p);
+    if (r == ZCU_ERROR_INVALID_VALUE)
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s %p is not device memory that is allocated (freed while "
+                           "registered?): cuPointerGetAttribute(BUFFER_ID) does not know it", what, p);
+    if (r != ZCU_SUCCESS)
+        return zccl__error(ZCCL_SYSTEM_ERROR, "cuPointerGetAttribute(%p, BUFFER_ID) for %s failed: %s", p, what,
+                           zccl__cuda_errstr(r));
+    *id = (uint64_t)v;
+    return ZCCL_SUCCESS;
+}
+
 zccl_result_t zccl__mem_call_type(const char *fn, const void *sendbuf, const void *recvbuf, zccl_mem_type_t *type) {
     *type = ZCCL_MEM_HOST;
     if (!zccl__cuda_drv(NULL)) return ZCCL_SUCCESS; /* without a driver every buffer is host memory */

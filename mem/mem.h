@@ -80,6 +80,16 @@ const zccl_mem_ops_t *zccl__mem_ops(zccl_mem_type_t t);
 zccl_result_t zccl__mem_query(const void *p, zccl_mem_type_t *type, int *device);
 
 /**
+ * The id of the CUDA allocation holding p (cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_BUFFER_ID): unique per
+ * allocation for the life of the process, so an address freed and allocated again has a new one). What registration
+ * caches keep with a device registration to find out that the memory behind it changed (docs/gpu.md "The
+ * registration cache"). Fails with ZCCL_INVALID_ARGUMENT naming p and `what` when the driver does not know p (freed,
+ * or never allocated: "<what> <p> is not device memory that is allocated (freed while registered?)"), and with
+ * ZCCL_SYSTEM_ERROR for any other failure of the query or without a CUDA driver.
+ */
+zccl_result_t zccl__mem_buffer_id(const void *p, const char *what, uint64_t *id);
+
+/**
  * The memory type of one call from its two buffers (either may be NULL: not used on this rank). Errors name the
  * function and the buffer: device memory in a build without the CUDA kernels or where libcuda cannot be loaded
  * (ZCCL_INVALID_USAGE), a host buffer mixed with a device buffer or buffers on two devices (ZCCL_INVALID_ARGUMENT).

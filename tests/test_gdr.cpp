@@ -20,6 +20,7 @@
 
 extern "C" {
 #include "gdr.h"
+#include "mem.h"
 #include "mem_gdr.h"
 #include "topo.h"
 }
@@ -211,6 +212,39 @@ TEST(Gdr, DmaBufExportErrorsNameTheCause) {
     };
     EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}}, [&] { return body(false); }), 0);
     EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", lib}, {"FAKE_CUDA_DMABUF_EXPORT", "0"}}, [&] { return body(true); }), 0);
+}
+
+/* Issue 24, what the registration caches rely on: CU_POINTER_ATTRIBUTE_BUFFER_ID is new for every allocation (also
+ * one at an address freed before: FAKE_CUDA_REUSE_FREED=1 hands it back), and freed memory is unknown to the driver:
+ * zccl__mem_buffer_id fails with ZCCL_INVALID_ARGUMENT naming the pointer and the likely cause. */
+TEST(Gdr, BufferIdsAreNewPerAllocationAndFreedMemoryIsUnknown) {
+    EXPECT_EQ(zt::run_in_child({{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}, {"FAKE_CUDA_REUSE_FREED", "1"}}, [] {
+        void *a = nullptr, *b = nullptr, *c = nullptr;
+        ZT_CHECK(zccl_mem_alloc_cuda(&a, 1 << 16) == ZCCL_SUCCESS && zccl_mem_alloc_cuda(&b, 1 << 16) == ZCCL_SUCCESS,
+                 "alloc: %s", zccl_get_last_error(nullptr));
+        uint64_t ia = 0, ib = 0, ia2 = 0, ic = 0;
+        ZT_CHECK(zccl__mem_buffer_id(a, "device buffer", &ia) == ZCCL_SUCCESS && ia != 0, "%s",
+                 zccl_get_last_error(nullptr));
+        ZT_CHECK(zccl__mem_buffer_id((char *)a + 1000, "device buffer", &ia2) == ZCCL_SUCCESS && ia2 == ia,
+                 "an address inside the allocation has its id: %llu vs %llu", (unsigned long long)ia2,
+                 (unsigned long long)ia);
+        ZT_CHECK(zccl__mem_buffer_id(b, "device buffer", &ib) == ZCCL_SUCCESS && ib != ia, "two allocations, one id");
+        ZT_CHECK(zccl_mem_free_cuda(a) == ZCCL_SUCCESS, "free");
+        ZT_CHECK(zccl__mem_buffer_id(a, "device buffer", &ia2) == ZCCL_INVALID_ARGUMENT, "freed memory has an id");
+        char want[160];
+        snprintf(want, sizeof want, "device buffer %p is not device memory that is allocated (freed while "
+                 "registered?)", a);
+        ZT_CHECK(strstr(zccl_get_last_error(nullptr), want), "%s", zccl_get_last_error(nullptr));
+        zccl_mem_type_t t;
+        ZT_CHECK(zccl__mem_query(a, &t, nullptr) == ZCCL_SUCCESS && t == ZCCL_MEM_HOST, "freed memory is device");
+        ZT_CHECK(zccl_mem_alloc_cuda(&c, 1 << 16) == ZCCL_SUCCESS && c == a, "the freed address did not come back "
+                 "(%p, %p)", a, c);
+        ZT_CHECK(zccl__mem_buffer_id(c, "device buffer", &ic) == ZCCL_SUCCESS && ic != ia && ic != ib,
+                 "a reallocation at the same address kept an old id (%llu)", (unsigned long long)ic);
+        zccl_mem_free_cuda(b);
+        zccl_mem_free_cuda(c);
+        return 0;
+    }), 0);
 }
 
 TEST(Gdr, ConfigDescribeSaysIt) {

@@ -359,6 +359,59 @@ TEST(IbMrCache, ReRegistrationAndInvalidationDropStaleEntries) {
     EXPECT_TRUE(f.live.empty());
 }
 
+/* Device memory (issue 24): entries carry the CUDA allocation's buffer id. The same address with another id is an
+ * allocation freed and made again (other pages behind it): the old registration is deregistered and the range
+ * registered anew, counted and reported stale; the same id hits; a pinned stale entry is never handed out. */
+TEST(IbMrCache, DeviceEntriesOfAFreedAllocationAreRegisteredAgain) {
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    FakeReg f;
+    zccl_ib_mr_cache_t c;
+    ASSERT_EQ(zccl__ib_mr_cache_init(&c, 8, 64 * pg, fake_reg, fake_dereg, &f), ZCCL_SUCCESS);
+    const uintptr_t base = 0x30000000;
+    bool stale = true;
+    zccl_ib_mr_entry_t *a = zccl__ib_mr_get_dev(&c, (void *)base, 4 * pg, 7, &stale);
+    ASSERT_NE(a, nullptr);
+    EXPECT_FALSE(stale);
+    EXPECT_EQ(a->buf_id, 7u);
+    const uint32_t key7 = a->lkey;
+    zccl__ib_mr_unpin(&c, a);
+    EXPECT_EQ(zccl__ib_mr_find_dev(&c, (void *)(base + pg)), a);
+    EXPECT_EQ(zccl__ib_mr_find_dev(&c, (void *)(base + 4 * pg)), nullptr);
+    /* same allocation: a hit (also a part of it, as the transfers' per-chunk lookups) */
+    zccl_ib_mr_entry_t *h = zccl__ib_mr_get_dev(&c, (void *)(base + pg), pg, 7, &stale);
+    EXPECT_EQ(h, a);
+    EXPECT_FALSE(stale);
+    zccl__ib_mr_unpin(&c, h);
+    zccl__ib_mr_unpin(&c, zccl__ib_mr_get(&c, (void *)(base + 2 * pg), pg)); /* id-blind lookups hit too */
+    EXPECT_EQ(f.regs, 1);
+    /* freed and allocated again at the same address: buffer id 9 */
+    zccl_ib_mr_entry_t *b = zccl__ib_mr_get_dev(&c, (void *)base, 4 * pg, 9, &stale);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(stale);
+    EXPECT_EQ(b->buf_id, 9u);
+    EXPECT_NE(b->lkey, key7) << "the registration of the freed allocation was handed out";
+    EXPECT_EQ(c.stale, 1u);
+    EXPECT_EQ(f.regs, 2);
+    EXPECT_EQ(f.deregs, 1);
+    EXPECT_EQ(f.live.size(), 1u);
+    /* pinned (a transfer in flight) and stale again: not handed out, nothing deregistered under the transfer */
+    EXPECT_EQ(zccl__ib_mr_get_dev(&c, (void *)base, 4 * pg, 11, &stale), nullptr);
+    EXPECT_EQ(f.deregs, 1);
+    zccl__ib_mr_unpin(&c, b);
+    /* a larger allocation at the same address (overlapping, not covered): the old entry goes, stale too */
+    zccl_ib_mr_entry_t *big = zccl__ib_mr_get_dev(&c, (void *)base, 8 * pg, 12, &stale);
+    ASSERT_NE(big, nullptr);
+    EXPECT_TRUE(stale);
+    EXPECT_EQ(c.stale, 2u);
+    zccl__ib_mr_unpin(&c, big);
+    /* host entries (id 0) are not device entries */
+    zccl__ib_mr_unpin(&c, zccl__ib_mr_get(&c, (void *)(base + 100 * pg), pg));
+    EXPECT_EQ(zccl__ib_mr_find_dev(&c, (void *)(base + 100 * pg)), nullptr);
+    zccl__ib_mr_cache_fini(&c);
+    EXPECT_TRUE(f.live.empty());
+    EXPECT_EQ(f.regs, f.deregs);
+}
+
 /* ---- what a build and a machine without IB say -------------------------------------------------------------- */
 
 TEST(IbBuild, ConfigDescribeSaysWhetherIbIsBuilt) {

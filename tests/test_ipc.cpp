@@ -353,4 +353,102 @@ TEST(IpcThreads, RanksInOneProcessReadEachOtherDirectly) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "child status " << st;
 }
 
+/* Issue 24: a registered device buffer freed while registered. FAKE_CUDA_REUSE_FREED=1 makes the fake driver hand a
+ * freed allocation's address to the next cuMemAlloc of its size, with new pages behind it (its CUDA buffer id is new).
+ * Two ranks over shm, each with one registered allocation (send and receive halves):
+ *   1. all-reduce: the direct path, exact;
+ *   2. rank 0 frees its allocation and gets the same address back (still registered): the registration's IPC
+ *      handle would give rank 1 the OLD pages, so it must not be used: every rank takes the staged path, exact;
+ *   3. rank 0 registers the new allocation again (deregister, register): the direct path again, exact;
+ *   4. rank 0 frees it (still registered) and calls with the freed pointer: rank 0 fails with ZCCL_INVALID_ARGUMENT
+ *      naming the buffer ("freed while registered?"), rank 1 fails too, quoting it; nobody returns success. */
+TEST(IpcFreed, ReallocatedBufferIsNotUsedAndAFreedOneFailsOnEveryRank) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    zt::Options o;
+    o.env = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}, {"ZCCL_TRANSPORT", "shm"}, {"ZCCL_SHM_REG_MIN_BYTES", "1"},
+             {"FAKE_CUDA_REUSE_FREED", "1"}, {"ZCCL_TIMEOUT_MS", "20000"}};
+    o.deadline_s = 60;
+    zt::run_ranks(2, [](zccl_comm_t c, int rank, int n) -> int {
+        FakeIpc f;
+        ZT_CHECK(f.open(), "fake driver symbols");
+        const size_t count = 20000, bytes = 2 * count * 4;
+        float *buf = (float *)f.dev(bytes);
+        ZT_CHECK(buf, "cuMemAlloc");
+        void *h = nullptr;
+        ZT_CHECK(zccl_comm_register(c, buf, bytes, &h) == ZCCL_SUCCESS, "register: %s", zccl_get_last_error(NULL));
+        auto call = [&](int round, bool want_direct) -> int {
+            for (size_t j = 0; j < count; j++) buf[j] = fin(rank, j) + (float)round;
+            Path p(&f);
+            const char *why = "";
+            ZT_CHECK(zccl_allreduce(buf, buf + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL) == ZCCL_SUCCESS,
+                     "round %d: allreduce: %s", round, zccl_get_last_error(NULL));
+            if (want_direct) ZT_CHECK(p.direct(true, &why), "round %d: %s", round, why);
+            else ZT_CHECK(p.staged(), "round %d: the direct path used a registration of freed memory", round);
+            for (size_t j = 0; j < count; j++) {
+                float want = 0;
+                for (int r = 0; r < n; r++) want += fin(r, j) + (float)round;
+                ZT_CHECK(buf[count + j] == want, "round %d [%zu] = %g, want %g", round, j, buf[count + j], want);
+            }
+            return 0;
+        };
+        if (call(1, true)) return 1;
+        if (rank == 0) { /* freed and allocated again: the same address, other pages */
+            ZT_CHECK(f.free((unsigned long long)(uintptr_t)buf) == 0, "cuMemFree");
+            float *again = (float *)f.dev(bytes);
+            ZT_CHECK(again == buf, "the fake driver did not reuse the address (%p, then %p)", (void *)buf,
+                     (void *)again);
+        }
+        if (call(2, false)) return 1;
+        if (rank == 0) {
+            ZT_CHECK(zccl_comm_deregister(c, h) == ZCCL_SUCCESS, "deregister: %s", zccl_get_last_error(NULL));
+            ZT_CHECK(zccl_comm_register(c, buf, bytes, &h) == ZCCL_SUCCESS, "register again: %s",
+                     zccl_get_last_error(NULL));
+        }
+        if (call(3, true)) return 1;
+        if (rank == 0) ZT_CHECK(f.free((unsigned long long)(uintptr_t)buf) == 0, "cuMemFree");
+        const zccl_result_t r = zccl_allreduce(buf, buf + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL);
+        const std::string msg = zccl_get_last_error(NULL);
+        ZT_CHECK(r != ZCCL_SUCCESS, "rank %d: a call on a freed registered buffer succeeded", rank);
+        if (rank == 0) ZT_CHECK(r == ZCCL_INVALID_ARGUMENT, "rank 0: %d, want ZCCL_INVALID_ARGUMENT: %s", (int)r,
+                                msg.c_str());
+        ZT_CHECK(msg.find("is not device memory that is allocated (freed while registered?)") != std::string::npos,
+                 "rank %d: the error does not name the cause: %s", rank, msg.c_str());
+        char addr[32];
+        snprintf(addr, sizeof addr, "%p", (void *)buf);
+        if (rank == 0) ZT_CHECK(msg.find(addr) != std::string::npos, "rank 0: the buffer %s is not named: %s", addr,
+                                msg.c_str());
+        return 0;
+    }, o);
+}
+
+/* One rank (of 3, over shm and TCP) passes a host send buffer with a device receive buffer: that rank's call is
+ * refused with the cause, and every other rank fails the same call too, quoting it, instead of waiting for it. */
+TEST(IpcFreed, MixedHostAndDeviceBuffersOnOneRankFailOnEveryRank) {
+    if (!zccl__mem_cuda_built()) GTEST_SKIP() << "built without the CUDA kernels (no nvcc)";
+    zt::Options o;
+    o.env = {{"ZCCL_CUDA_LIBRARY", ZCCL_FAKE_CUDA_PATH}, {"ZCCL_TIMEOUT_MS", "20000"}};
+    o.deadline_s = 60;
+    for (const char *tp : {"shm", "tcp"}) {
+        o.env.push_back({"ZCCL_TRANSPORT", tp});
+        zt::run_ranks(3, [](zccl_comm_t c, int rank, int n) -> int {
+            FakeIpc f;
+            ZT_CHECK(f.open(), "fake driver symbols");
+            const size_t count = 4096;
+            float *dev = (float *)f.dev(2 * count * 4);
+            ZT_CHECK(dev, "cuMemAlloc");
+            std::vector<float> host(count, 1.f);
+            const float *send = rank == 1 ? host.data() : dev;
+            const zccl_result_t r = zccl_allreduce(send, dev + count, count, ZCCL_FLOAT32, ZCCL_SUM, c, NULL);
+            const std::string msg = zccl_get_last_error(NULL);
+            ZT_CHECK(r != ZCCL_SUCCESS, "rank %d: a call mixing host and device buffers on rank 1 succeeded", rank);
+            if (rank == 1) ZT_CHECK(r == ZCCL_INVALID_ARGUMENT, "rank 1: %d: %s", (int)r, msg.c_str());
+            ZT_CHECK(msg.find("'sendbuf' is host memory but 'recvbuf' is CUDA device memory") != std::string::npos,
+                     "rank %d: the error does not name the cause: %s", rank, msg.c_str());
+            (void)n;
+            return 0;
+        }, o);
+        o.env.pop_back();
+    }
+}
+
 } // namespace

@@ -133,6 +133,7 @@ typedef struct {
     uint64_t last_use;
     int pins;
     bool live;            /* slot in use */
+    uint64_t buf_id;      /* device memory: the CUDA allocation's buffer id when registered (0: host memory) */
 } zccl_ib_mr_entry_t;
 
 typedef int (*zccl_ib_reg_fn)(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkey, uint32_t *rkey);
@@ -146,6 +147,7 @@ typedef struct {
     zccl_ib_dereg_fn dereg;
     void *ctx;
     uint64_t hits, misses, evictions, invalidations; /* statistics, for logs and tests */
+    uint64_t stale;       /* device entries dropped because their allocation was freed and the address reused */
 } zccl_ib_mr_cache_t;
 
 /** Sets up an empty cache; ZCCL_SYSTEM_ERROR when the entry array cannot be allocated. */
@@ -157,6 +159,17 @@ zccl_result_t zccl__ib_mr_cache_init(zccl_ib_mr_cache_t *c, size_t max_entries, 
  * pinned and no room can be made, or when reg_fn fails (the caller then stages the data instead).
  */
 zccl_ib_mr_entry_t *zccl__ib_mr_get(zccl_ib_mr_cache_t *c, const void *addr, size_t len);
+/**
+ * For device memory (the GDR path's registration, once per call): as zccl__ib_mr_get, but every entry is of the
+ * allocation whose CUDA buffer id (zccl__mem_buffer_id) it was made for. An entry covering or overlapping the range
+ * made for another allocation maps pages that were freed since (the address came back from the allocator with other
+ * memory behind it): it is deregistered and the range registered anew with buf_id; *stale says so (the caller names
+ * it). NULL as zccl__ib_mr_get, and when such a stale entry is pinned by a transfer in flight.
+ */
+zccl_ib_mr_entry_t *zccl__ib_mr_get_dev(zccl_ib_mr_cache_t *c, const void *addr, size_t len, uint64_t buf_id,
+                                        bool *stale);
+/** The live device entry (buf_id != 0) holding address p, or NULL (the use-after-free check of host calls). */
+const zccl_ib_mr_entry_t *zccl__ib_mr_find_dev(const zccl_ib_mr_cache_t *c, const void *p);
 void zccl__ib_mr_unpin(zccl_ib_mr_cache_t *c, zccl_ib_mr_entry_t *e);
 /** Drops every unpinned entry that overlaps [addr, addr+len) (memory freed or about to be re-registered). */
 void zccl__ib_mr_invalidate(zccl_ib_mr_cache_t *c, const void *addr, size_t len);
@@ -180,6 +193,11 @@ bool zccl__ib_gdr_usable(struct zccl_tp_comm *comm, bool need_flush, struct zccl
 /** Registers the device allocation holding [p, p + bytes) with the NIC, cached per allocation in the communicator's
  *  registration cache (the NIC's); false with the cause in why when it cannot (refused export, no peer memory). */
 bool zccl__ib_gdr_register(struct zccl_tp_comm *comm, const void *p, size_t bytes, char *why, size_t len);
+/** Whether a rail's registration cache holds a registration of device memory covering p; what says which (the
+ *  use-after-free check of calls whose buffer the CUDA driver no longer knows, lib/core/engine_gdr.c). */
+bool zccl__ib_gdr_held(struct zccl_tp_comm *comm, const void *p, char *what, size_t len);
+/** Device registrations found stale (their allocation freed and the address reused) and registered again. */
+uint64_t zccl__ib_gdr_stale(struct zccl_tp_comm *comm);
 /** Drops cached registrations overlapping [p, p + bytes) (the memory is about to be freed). */
 void zccl__ib_gdr_forget(struct zccl_tp_comm *comm, const void *p, size_t bytes);
 /** Flushes done so far on this communicator's device. */

@@ -252,10 +252,30 @@ bool zccl__ib_gdr_register(zccl_tp_comm_t *comm, const void *p, size_t bytes, ch
         base = (void *)p; /* the allocation is unknown: the range the call uses */
         size = bytes;
     }
+    /* A range running past the end of its allocation (into another one, or unallocated memory) cannot be one
+     * registration: named, and this rank says no, so every rank stages the call. */
+    if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base > size ||
+        bytes > size - ((uintptr_t)p - (uintptr_t)base)) {
+        snprintf(why, len, "device buffer %p + %zu bytes runs past the end of its allocation [%p, +%zu bytes) (a "
+                 "range over two allocations?): not registered with the NIC", p, bytes, base, size);
+        return false;
+    }
+    /* The allocation's buffer id: an address freed and allocated again has a new one, and its cached registration
+     * (of the old pages) must not be handed out (zccl__ib_mr_get_dev). */
+    uint64_t id = 0;
+    if (zccl__mem_buffer_id(p, "device buffer", &id) != ZCCL_SUCCESS) {
+        snprintf(why, len, "%s", zccl__last_error());
+        return false;
+    }
     for (int k = 0; k < ib->nrails; k++) { /* every rail's NIC may carry part of it */
         ib_rail_t *r = &ib->rail[k];
         errno = 0;
-        zccl_ib_mr_entry_t *e = zccl__ib_mr_get(&r->cache, base, size);
+        bool stale = false;
+        zccl_ib_mr_entry_t *e = zccl__ib_mr_get_dev(&r->cache, base, size, id, &stale);
+        if (stale)
+            ZCCL_INFO(ZCCL_LOG_IB, "rank %d: device buffer %p was freed and reallocated since it was registered with "
+                      "%s (CUDA buffer id now %llu): registered again%s", comm->rank, base, r->dev,
+                      (unsigned long long)id, e ? "" : " failed");
         if (!e) {
             snprintf(why, len, "registering device memory [%p, +%zu bytes) with %s (%s) failed: %s", base, size,
                      r->dev, zccl__ib_gdr_mode_name(r->gdr),
@@ -265,6 +285,27 @@ bool zccl__ib_gdr_register(zccl_tp_comm_t *comm, const void *p, size_t bytes, ch
         zccl__ib_mr_unpin(&r->cache, e);
     }
     return true;
+}
+
+bool zccl__ib_gdr_held(zccl_tp_comm_t *comm, const void *p, char *what, size_t len) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    for (int k = 0; ib && ib->peer && k < ib->nrails; k++) {
+        const zccl_ib_mr_entry_t *e = zccl__ib_mr_find_dev(&ib->rail[k].cache, p);
+        if (e) {
+            snprintf(what, len, "registered with %s for GPUDirect RDMA as CUDA device memory [0x%llx, +%llu bytes) "
+                     "of buffer id %llu", ib->rail[k].dev, (unsigned long long)e->start,
+                     (unsigned long long)(e->end - e->start), (unsigned long long)e->buf_id);
+            return true;
+        }
+    }
+    return false;
+}
+
+uint64_t zccl__ib_gdr_stale(zccl_tp_comm_t *comm) {
+    const struct zccl_ib_comm *ib = IB_OF(comm);
+    uint64_t n = 0;
+    for (int k = 0; ib && ib->peer && k < ib->nrails; k++) n += ib->rail[k].cache.stale;
+    return n;
 }
 
 void zccl__ib_gdr_forget(zccl_tp_comm_t *comm, const void *p, size_t bytes) {
@@ -289,5 +330,10 @@ bool zccl__ib_gdr_register(zccl_tp_comm_t *comm, const void *p, size_t bytes, ch
     return false;
 }
 void zccl__ib_gdr_forget(zccl_tp_comm_t *comm, const void *p, size_t bytes) { (void)comm, (void)p, (void)bytes; }
+bool zccl__ib_gdr_held(zccl_tp_comm_t *comm, const void *p, char *what, size_t len) {
+    (void)comm, (void)p, (void)what, (void)len;
+    return false;
+}
+uint64_t zccl__ib_gdr_stale(zccl_tp_comm_t *comm) { (void)comm; return 0; }
 uint64_t zccl__ib_gdr_flushes(zccl_tp_comm_t *comm) { (void)comm; return 0; }
 #endif /* ZCCL_HAVE_IB */

@@ -6,6 +6,10 @@
  * Ranges are rounded out to whole pages (registration pins pages). A request that overlaps an entry without being
  * covered by it re-registers: the overlapped entries are invalidated first, so no two entries overlap and a stale
  * registration of a reused address range is never handed out once the range has been re-registered.
+ *
+ * Device memory (the GDR path, ib_gdr.c) is looked up by address AND by the CUDA allocation's buffer id: an address
+ * freed and allocated again has a new id, so the entry registered for the old allocation (which maps the old pages,
+ * still pinned by the NIC) is deregistered and the range registered again instead of being handed out.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +51,16 @@ static bool evict_one(zccl_ib_mr_cache_t *c) {
     return true;
 }
 
-zccl_ib_mr_entry_t *zccl__ib_mr_get(zccl_ib_mr_cache_t *c, const void *addr, size_t len) {
+/* dev: buf_id is the allocation's and an entry of another allocation never matches (zccl__ib_mr_get_dev). */
+static zccl_ib_mr_entry_t *get(zccl_ib_mr_cache_t *c, const void *addr, size_t len, bool dev, uint64_t buf_id,
+                               bool *stale) {
     if (!c->e || len == 0) return NULL;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = (uintptr_t)addr;
     if (a + len < a) return NULL;
     const uintptr_t start = a & ~(page - 1), end = (a + len + page - 1) & ~(page - 1);
     for (size_t i = 0; i < c->max_entries; i++)
-        if (c->e[i].live && c->e[i].start <= start && end <= c->e[i].end) {
+        if (c->e[i].live && c->e[i].start <= start && end <= c->e[i].end && (!dev || c->e[i].buf_id == buf_id)) {
             c->e[i].last_use = ++c->clock;
             c->e[i].pins++;
             c->hits++;
@@ -67,6 +73,10 @@ zccl_ib_mr_entry_t *zccl__ib_mr_get(zccl_ib_mr_cache_t *c, const void *addr, siz
         if (c->e[i].live && c->e[i].start < end && start < c->e[i].end && c->e[i].pins) return NULL;
     for (size_t i = 0; i < c->max_entries; i++)
         if (c->e[i].live && c->e[i].start < end && start < c->e[i].end) {
+            if (dev && c->e[i].buf_id && c->e[i].buf_id != buf_id) { /* another allocation's pages: freed since */
+                c->stale++;
+                if (stale) *stale = true;
+            }
             drop(c, i);
             c->invalidations++;
         }
@@ -74,12 +84,29 @@ zccl_ib_mr_entry_t *zccl__ib_mr_get(zccl_ib_mr_cache_t *c, const void *addr, siz
         if (!evict_one(c)) return NULL;
     size_t slot = 0;
     while (c->e[slot].live) slot++; /* n < max_entries here */
-    zccl_ib_mr_entry_t e = {start, end, NULL, 0, 0, ++c->clock, 1, true};
+    zccl_ib_mr_entry_t e = {start, end, NULL, 0, 0, ++c->clock, 1, true, dev ? buf_id : 0};
     if (c->reg(c->ctx, (void *)start, end - start, &e.handle, &e.lkey, &e.rkey) != 0) return NULL;
     c->e[slot] = e;
     c->bytes += end - start;
     c->n++;
     return &c->e[slot];
+}
+
+zccl_ib_mr_entry_t *zccl__ib_mr_get(zccl_ib_mr_cache_t *c, const void *addr, size_t len) {
+    return get(c, addr, len, false, 0, NULL);
+}
+
+zccl_ib_mr_entry_t *zccl__ib_mr_get_dev(zccl_ib_mr_cache_t *c, const void *addr, size_t len, uint64_t buf_id,
+                                        bool *stale) {
+    if (stale) *stale = false;
+    return get(c, addr, len, true, buf_id, stale);
+}
+
+const zccl_ib_mr_entry_t *zccl__ib_mr_find_dev(const zccl_ib_mr_cache_t *c, const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    for (size_t i = 0; c->e && i < c->max_entries; i++)
+        if (c->e[i].live && c->e[i].buf_id && c->e[i].start <= a && a < c->e[i].end) return &c->e[i];
+    return NULL;
 }
 
 void zccl__ib_mr_unpin(zccl_ib_mr_cache_t *c, zccl_ib_mr_entry_t *e) {

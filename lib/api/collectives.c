@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "kernels.h"
 #include "engine.h"
+#include "engine_gdr.h"
 #include "regmem.h"
 #include "notice.h"
 #include "zccl_ext.h"
@@ -217,6 +218,24 @@ static zccl_result_t op_run(const zccl_op_t *o) {
     zccl_result_t res = ZCCL_SUCCESS;
     bool in_engine = false; /* the ranks may have begun moving data */
     bool direct = false;    /* ran straight out of the peers' registered buffers (lib/core/regmem.c) */
+    /* A buffer this rank registered as device memory that the CUDA driver no longer knows (freed while registered):
+     * the call would read or write freed memory on the host path. Refused like an invalid argument, so that every
+     * rank fails it (engine_gdr.c). Costs a look at the registrations only where a CUDA driver is loaded. */
+    if (!b.refused && !b.noop && !b.barrier && !b.group && b.mem == ZCCL_MEM_HOST && zccl__mem_cuda_available(NULL)) {
+        zccl_result_t fr = b.sendbuf ? zccl__gdr_freed_check(comm, name, "sendbuf", b.sendbuf) : ZCCL_SUCCESS;
+        if (fr == ZCCL_SUCCESS && b.recvbuf && b.recvbuf != b.sendbuf)
+            fr = zccl__gdr_freed_check(comm, name, "recvbuf", b.recvbuf);
+        if (fr != ZCCL_SUCCESS) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", zccl__last_error());
+            b.refused = true;
+            b.reason = msg;
+            run_refused(comm, &b, seq, is_coll);
+            pthread_mutex_unlock(&comm->exec_mutex);
+            zccl__set_last_error(msg);
+            return fr;
+        }
+    }
     if (b.refused) {
         res = run_refused(comm, &b, seq, is_coll);
         pthread_mutex_unlock(&comm->exec_mutex);

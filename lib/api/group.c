@@ -54,8 +54,15 @@ zccl_result_t zccl__api_issue(const zccl_op_t *o, zccl_stream_t stream) {
     zccl_op_t b = *o;
     zccl_result_t mres = zccl__api_mem_type(&b, depth > 0); /* collectives.c: the call's memory type */
     if (mres != ZCCL_SUCCESS) {
+        /* Refused like any invalid argument (a host buffer with a device one, buffers on two devices): the call
+         * still takes its place on every rank, so the peers fail it too instead of waiting for it. */
+        zccl_op_t r = b;
+        r.vcounts = NULL;
+        r.a2av = NULL;
+        r.reason = NULL;
+        r.group = NULL;
         zccl__op_release(&b);
-        return mres;
+        return zccl__coll_refuse_op(r, stream, mres);
     }
     if (has_op(b.coll) && !b.barrier && (unsigned)b.op >= ZCCL_NUM_OPS) {
         /* checked by the entry point (zccl__redop_check); copy the scalar now, so that destroying the handle later

@@ -21,6 +21,7 @@
 #include "gdr.h"
 #include "ib.h"
 #include "mem_gdr.h"
+#include "regmem.h"
 
 #define GDR_ALIGN 256 /* receives in the bounce buffer start on kernel-friendly boundaries */
 
@@ -173,6 +174,25 @@ zccl_result_t zccl__gdr_agree(struct zccl_comm *comm, const zccl_schedule_t *s, 
         snprintf(out->why, sizeof out->why, "rank %d cannot take the GDR path for this call (its INFO log says why)",
                  refused);
     return ZCCL_SUCCESS;
+}
+
+zccl_result_t zccl__gdr_freed_check(struct zccl_comm *comm, const char *fn, const char *name, const void *p) {
+    char what[200];
+    const bool gdr = zccl__ib_gdr_held(&comm->tc, p, what, sizeof what);
+    if (!gdr && !zccl__reg_held_device(comm, p, what, sizeof what)) return ZCCL_SUCCESS;
+    uint64_t id = 0;
+    char prev[1024];
+    snprintf(prev, sizeof prev, "%s", zccl__last_error());
+    const zccl_result_t q = zccl__mem_buffer_id(p, "x", &id);
+    if (q != ZCCL_INVALID_ARGUMENT) { /* the driver knows it (device memory after all, or the query failed) */
+        zccl__set_last_error(prev);
+        return ZCCL_SUCCESS;
+    }
+    /* The NIC registration holds the freed pages: release them (this call is refused on every rank). */
+    if (gdr) zccl__ib_gdr_forget(&comm->tc, p, 1);
+    return zccl__error(ZCCL_INVALID_ARGUMENT, "%s: '%s' %p is not device memory that is allocated (freed while "
+                       "registered?): rank %d %s, and the CUDA driver no longer knows it", fn, name, p, comm->rank,
+                       what);
 }
 
 typedef struct {

@@ -26,6 +26,15 @@ zccl_result_t zccl__gdr_agree(struct zccl_comm *comm, const zccl_schedule_t *s, 
                               void *scratch, size_t es, zccl_gdr_call_t *out);
 
 /**
+ * The use-after-free check of a call on host memory (lib/api/collectives.c): p (the call's buffer `name` of fn) is
+ * not device memory to the CUDA driver, yet this rank registered it as device memory (for GPUDirect RDMA in a rail's
+ * registration cache, or with zccl_comm_register): the allocation was freed while registered. ZCCL_INVALID_ARGUMENT
+ * naming the buffer, the registration and the cause (the GDR registration is dropped: it pinned the freed pages);
+ * the caller refuses the call, so every rank fails it. ZCCL_SUCCESS otherwise.
+ */
+zccl_result_t zccl__gdr_freed_check(struct zccl_comm *comm, const char *fn, const char *name, const void *p);
+
+/**
  * One phase of a GDR call: sends read device memory, receives land in it (a reduction's receives in the bounce
  * buffer, then combined with their operand by the memory layer's device kernel as soon as each completed); each
  * landed receive is flushed first where `flush`. Call descriptors stay host bytes. Errors as zccl__engine_run.

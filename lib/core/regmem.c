@@ -77,6 +77,8 @@ typedef struct dalloc {
     size_t bytes;
     uint64_t id;
     bool shareable; /* the export worked */
+    bool stale;     /* the memory was freed (and its address reused) since the export: never published again */
+    uint64_t buf_id; /* the CUDA allocation's buffer id at the export (zccl__mem_buffer_id); 0 unknown */
     zccl_mem_ipc_handle_t handle;
     int refs;
 } dalloc_t;
@@ -217,10 +219,12 @@ static zccl_result_t dalloc_get(struct zccl_comm *comm, const void *buf, dalloc_
     snprintf(prev, sizeof prev, "%s", zccl__last_error());
     zccl_mem_ipc_handle_t h;
     memset(&h, 0, sizeof h);
+    uint64_t buf_id = 0;
+    if (t == ZCCL_MEM_CUDA && zccl__mem_buffer_id(buf, "device buffer", &buf_id) != ZCCL_SUCCESS) buf_id = 0;
     if (m->ipc_range && m->ipc_range(buf, &base, &bytes) == ZCCL_SUCCESS) {
         pthread_mutex_lock(&mu);
         for (dalloc_t *a = dallocs; a; a = a->next)
-            if (a->type == t && a->base == base && a->bytes == bytes) {
+            if (a->type == t && a->base == base && a->bytes == bytes && !a->stale && a->buf_id == buf_id) {
                 a->refs++;
                 *out = a;
                 break;
@@ -239,7 +243,9 @@ static zccl_result_t dalloc_get(struct zccl_comm *comm, const void *buf, dalloc_
     }
     dalloc_t *a = calloc(1, sizeof *a);
     if (!a) return zccl__error(ZCCL_SYSTEM_ERROR, "zccl_comm_register: out of memory for the allocation record");
-    *a = (dalloc_t){.type = t, .base = base, .bytes = bytes, .shareable = shareable, .handle = h, .refs = 1};
+    *a = (dalloc_t){.type = t, .base = base, .bytes = bytes, .shareable = shareable, .buf_id = buf_id, .handle = h,
+                    .refs = 1};
+    zccl__set_last_error(prev);
     pthread_mutex_lock(&mu);
     a->id = next_id++;
     a->next = dallocs;
@@ -380,9 +386,20 @@ static uint64_t locate(struct zccl_comm *comm, zccl_mem_type_t t, const void *p,
         if (g->comm == comm && b >= g->buf && bytes <= g->bytes && (size_t)(b - g->buf) <= g->bytes - bytes) reg = g;
     if (!reg) return 0;
     if (t != ZCCL_MEM_HOST) {
-        for (const dalloc_t *a = dallocs; a; a = a->next)
-            if (a->type == t && a->shareable && b >= a->base && bytes <= a->bytes &&
+        for (dalloc_t *a = dallocs; a; a = a->next)
+            if (a->type == t && a->shareable && !a->stale && b >= a->base && bytes <= a->bytes &&
                 (size_t)(b - a->base) <= a->bytes - bytes) {
+                /* The allocation exported may have been freed and its address handed out again: the handle would
+                 * give the peers the old memory. Its buffer id says (one driver query per buffer and call). */
+                uint64_t now = 0;
+                if (a->buf_id && (zccl__mem_buffer_id(p, "device buffer", &now) != ZCCL_SUCCESS || now != a->buf_id)) {
+                    a->stale = true;
+                    ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: device buffer %p was freed and reallocated since it was "
+                              "registered (CUDA buffer id %llu then, %llu now): its registration is not used; register "
+                              "the new allocation again (zccl_comm_deregister, zccl_comm_register)", comm->rank, p,
+                              (unsigned long long)a->buf_id, (unsigned long long)now);
+                    return 0;
+                }
                 *off = (uint64_t)(b - a->base);
                 *h = a->handle;
                 *used = reg;
@@ -397,6 +414,20 @@ static uint64_t locate(struct zccl_comm *comm, zccl_mem_type_t t, const void *p,
             return r->id;
         }
     return 0;
+}
+
+bool zccl__reg_held_device(struct zccl_comm *comm, const void *p, char *what, size_t len) {
+    const uint8_t *b = p;
+    bool held = false;
+    pthread_mutex_lock(&mu);
+    for (const reg_t *g = regs; g && !held; g = g->next)
+        if (g->comm == comm && g->da && g->da->type != ZCCL_MEM_HOST && b >= g->buf && b < g->buf + g->bytes) {
+            held = true;
+            snprintf(what, len, "registered with zccl_comm_register as %s device memory [%p, +%zu bytes) (handle %p)",
+                     zccl__mem_ops(g->da->type)->name, (const void *)g->buf, g->bytes, (const void *)g);
+        }
+    pthread_mutex_unlock(&mu);
+    return held;
 }
 
 /* A peer's shareable allocation `id` of memory type t (handle h), opened once per communicator: the peer's own

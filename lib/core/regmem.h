@@ -19,6 +19,10 @@ void zccl__reg_comm_gone(struct zccl_comm *comm);
  *  of it on comm, if any, before the notice is acknowledged. */
 void zccl__reg_peer_dropped(struct zccl_comm *comm, int peer, uint64_t id);
 
+/** Whether a live zccl_comm_register registration of comm holds p as device memory; what says which (the
+ *  use-after-free check, lib/core/engine_gdr.c). */
+bool zccl__reg_held_device(struct zccl_comm *comm, const void *p, char *what, size_t len);
+
 /**
  * Runs all-reduce, reduce-scatter, all-gather or broadcast o (sequence number comm->seq) straight out of the peers'
  * buffers when every rank's buffers are registered (host: inside zccl_mem_alloc memory; device: a cuMemAlloc

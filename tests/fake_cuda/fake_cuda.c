@@ -45,10 +45,11 @@ static int ce_dir(const void *dst, const void *src);
 static CUresult fk_run_reduce(int dt, void *dst, const void *a, const void *b, size_t n, uint32_t div);
 static int gdr_attribute(int attr, int *v);
 
-typedef struct { uintptr_t lo, hi; int dev; } range_t;
+typedef struct { uintptr_t lo, hi; int dev; unsigned long long id; } range_t;
 #define FAKE_MAX_RANGES 65536 /* marked "device" ranges alive at once; running out aborts (never silently host) */
 static range_t ranges[FAKE_MAX_RANGES];
 static int nranges;
+static unsigned long long next_buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: one per allocation, never reused */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* What the test reads back. */
@@ -77,7 +78,7 @@ FAKE_API void fake_cuda_mark(const void *p, size_t len, int dev) {
         fprintf(stderr, "fake_cuda: more than %d device ranges marked at once\n", FAKE_MAX_RANGES);
         abort();
     }
-    ranges[nranges++] = (range_t){(uintptr_t)p, (uintptr_t)p + len, dev};
+    ranges[nranges++] = (range_t){(uintptr_t)p, (uintptr_t)p + len, dev, ++next_buffer_id};
     pthread_mutex_unlock(&mu);
 }
 FAKE_API void fake_cuda_unmark(const void *p) {
@@ -114,8 +115,17 @@ FAKE_API CUresult cuPointerGetAttribute(void *data, int attr, unsigned long long
     if (!r) return 1; /* CUDA_ERROR_INVALID_VALUE: memory the driver never saw */
     if (attr == 2) *(unsigned *)data = 2; /* MEMORY_TYPE: DEVICE */
     else if (attr == 9) *(int *)data = r->dev;
+    else if (attr == 7) *(unsigned long long *)data = r->id; /* BUFFER_ID: this allocation's, never reused */
     else return 1;
     return 0;
+}
+/* The buffer id of the allocation holding p (0: none), as cuPointerGetAttribute(BUFFER_ID) would answer. */
+FAKE_API unsigned long long fake_cuda_buffer_id(const void *p) {
+    pthread_mutex_lock(&mu);
+    const range_t *r = find((uintptr_t)p);
+    const unsigned long long id = r ? r->id : 0;
+    pthread_mutex_unlock(&mu);
+    return id;
 }
 FAKE_API CUresult cuDeviceGet(int *d, int ord) { *d = ord; return 0; }
 FAKE_API CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
@@ -316,13 +326,33 @@ FAKE_API void fake_cuda_ipc_stats(fake_cuda_ipc_stats_t *out) {
     pthread_mutex_unlock(&mu);
 }
 
+/* FAKE_CUDA_REUSE_FREED=1: cuMemFree leaves the allocation's addresses reserved (PROT_NONE: a CPU access of freed
+ * "device" memory faults, as on a GPU) and the next cuMemAlloc of the same number of pages gets them back, mapped to
+ * new pages; so a test can free a buffer and get the same address with other memory behind it (a registration
+ * made before the free still holds the old pages, as a real NIC's would). Unset: freed memory is unmapped. */
+typedef struct { uintptr_t base; size_t map; } freed_t;
+static freed_t freed[64];
+static int nfreed;
+static int reuse_freed(void) {
+    const char *e = getenv("FAKE_CUDA_REUSE_FREED");
+    return e && *e == '1';
+}
+
 static void *fake_ipc_alloc(size_t n) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE), map = (n + page - 1) / page * page;
     int fd = memfd_create("fake-cuda-dev", 0);
     if (fd < 0) return NULL;
-    void *p = MAP_FAILED;
+    void *p = MAP_FAILED, *at = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nfreed && reuse_freed(); i++)
+        if (freed[i].map == (map ? map : page)) {
+            at = (void *)freed[i].base;
+            freed[i] = freed[--nfreed];
+            break;
+        }
+    pthread_mutex_unlock(&mu);
     if (ftruncate(fd, (off_t)(map ? map : page)) == 0)
-        p = mmap(NULL, map ? map : page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        p = mmap(at, map ? map : page, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
     pthread_mutex_lock(&mu);
     const int room = nipc < 512;
     if (p != MAP_FAILED && room) ipc_allocs[nipc++] = (ipc_alloc_t){(uintptr_t)p, n, map ? map : page, fd, 0};
@@ -341,8 +371,12 @@ static int fake_ipc_free(uintptr_t p) {
         if (ipc_allocs[i].base == p && !ipc_allocs[i].opened) {
             ipc_alloc_t a = ipc_allocs[i];
             ipc_allocs[i] = ipc_allocs[--nipc];
+            const int keep = reuse_freed() && nfreed < 64; /* reserved for the next allocation of this size */
+            if (keep) freed[nfreed++] = (freed_t){a.base, a.map};
             pthread_mutex_unlock(&mu);
-            munmap((void *)a.base, a.map);
+            if (!keep || mmap((void *)a.base, a.map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                              -1, 0) == MAP_FAILED)
+                munmap((void *)a.base, a.map);
             close(a.fd);
             return 1;
         }

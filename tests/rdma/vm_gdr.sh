@@ -17,9 +17,14 @@
 #     staged-pipelined for every call, the refusing rank names its cause, the others name that rank; results exact.
 #   - two rails (ZCCL_VM_RAILS=2: every rank on =rxe0,rxe1): GDR at compute capability 9.0 (no flush); at 8.0
 #     every call staged, naming the flush that several rails would need (a flush per rail is not built);
+#   - a device buffer freed while registered (STALE, tests/rdma/gdr_stale.c; FAKE_CUDA_REUSE_FREED=1 hands the freed
+#     address back with other pages): 3 ranks; after rank 0 reallocates its buffer at the same address every call is
+#     still "path gdr" and exact, and rank 0 names the re-registration ("was freed and reallocated since it was
+#     registered"); a call on the freed buffer fails on every rank, rank 0 naming "freed while registered?".
 # Every run has zcclrun's deadline (--timeout). Prints "gdr: PASSED" or "gdr: FAILED".
-usage="usage: vm_gdr.sh path/to/zccl-bench path/to/zcclrun path/to/libzccl_fake_cuda.so path/to/gpus-nics-only.xml"
-BENCH=${1:?$usage} RUN=${2:?$usage} FAKE=${3:?$usage} TOPO=${4:?$usage}
+usage="usage: vm_gdr.sh path/to/zccl-bench path/to/zcclrun path/to/libzccl_fake_cuda.so path/to/gpus-nics-only.xml \
+path/to/zccl_gdr_stale"
+BENCH=${1:?$usage} RUN=${2:?$usage} FAKE=${3:?$usage} TOPO=${4:?$usage} STALE=${5:?$usage}
 here=$(cd "$(dirname "$0")" && pwd)
 fail=0
 export ZCCL_TIMEOUT_MS=60000 ZCCL_TRANSPORT=ib ZCCL_CUDA_LIBRARY=$FAKE FAKE_CUDA_COPY_MBPS=500
@@ -114,5 +119,20 @@ unset ZCCL_VM_RAILS
 CC=80 GDR=1 PM0=2 PM=1 BUSID=
 run refused 3 refused allreduce float
 run refused 2 refused allgather int32
+# a device buffer freed while registered: reallocated at the same address (registered again), then used after free
+FAKE_CUDA_CC=90 ZCCL_GDR=1 ZCCL_GDR_FAKE_PEERMEM=1 FAKE_CUDA_REUSE_FREED=1 "$RUN" -n 3 --timeout 120 \
+  sh "$here/rank_hca.sh" "$STALE" > /tmp/gdr.out 2> /tmp/gdr.info
+rc=$? why=""
+[ "$(grep -c "^gdr_stale: rank [0-9] ok" /tmp/gdr.out)" = 3 ] || why="$why; not every rank ok"
+grep -q "device buffer 0x[0-9a-f]* was freed and reallocated since it was registered with rxe.*registered again" \
+  /tmp/gdr.info || why="$why; rank 0 did not name the re-registration"
+grep "on device memory: path" /tmp/gdr.info | grep -v "path gdr, 0 host staging copies" > /tmp/gdr.bad
+[ -s /tmp/gdr.bad ] && why="$why; calls not on the GDR path: $(head -2 /tmp/gdr.bad)"
+[ "$(grep -c "on device memory: path gdr" /tmp/gdr.info)" -ge 9 ] || why="$why; fewer than 3 GDR calls per rank"
+grep -q "^gdr_stale: rank 0 ok (.*is not device memory that is allocated (freed while registered?)" /tmp/gdr.out ||
+  why="$why; rank 0 did not name the freed buffer"
+[ -n "$why" ] && rc=1
+if [ $rc -ne 0 ]; then echo "  ${why#; }"; tail -8 /tmp/gdr.out; grep -v "GPUDirect RDMA probe" /tmp/gdr.info | tail -8; fail=1; fi
+echo "gdr: stale 3 ranks: $([ $rc -eq 0 ] && echo ok || echo FAILED)"
 [ $fail -eq 0 ] && echo "gdr: PASSED" || echo "gdr: FAILED"
 exit $fail
