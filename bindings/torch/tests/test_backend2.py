@@ -60,6 +60,11 @@ def test_blocking_operations_run_in_wait(on):
             assert v["ran_in_wait"] == 0, v
 
 
+def test_run_in_wait_setting_is_checked():
+    with pytest.raises(harness.RankFailure, match="ZCCL_TORCH_RUN_IN_WAIT='2' is neither 1"):
+        harness.run_ranks(w.work_api, 2, timeout=60, env={"ZCCL_TORCH_RUN_IN_WAIT": "2"})
+
+
 @pytest.mark.parametrize("n", [2, 3])
 def test_in_place_all_gather_and_reduce_scatter(n):
     k = 7
