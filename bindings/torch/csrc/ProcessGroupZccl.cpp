@@ -7,6 +7,7 @@
 
 #include "ProcessGroupZccl.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -84,13 +85,19 @@ zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int 
     return comm;
 }
 
-/* ZCCL_TORCH_RUN_IN_WAIT: 1 (default) or 0 ("Run in wait()" in ProcessGroupZccl.hpp). */
-bool run_in_wait_setting() {
-    const char *v = std::getenv("ZCCL_TORCH_RUN_IN_WAIT");
-    if (!v || !*v || !std::strcmp(v, "1")) return true;
-    if (!std::strcmp(v, "0")) return false;
-    throw std::invalid_argument(std::string("zccl_torch: ZCCL_TORCH_RUN_IN_WAIT='") + v +
-                                "' is neither 1 (wait() runs a queued operation itself, the default) nor 0");
+/* ZCCL_TORCH_RUN_IN_WAIT_US: microseconds, 0-100000; unset: 50 ("Run in wait()" in ProcessGroupZccl.hpp). */
+std::chrono::microseconds run_in_wait_setting() {
+    const char *name = "ZCCL_TORCH_RUN_IN_WAIT_US";
+    const char *v = std::getenv(name);
+    if (!v || !*v) return std::chrono::microseconds(50);
+    char *end = nullptr;
+    errno = 0;
+    long n = std::strtol(v, &end, 10);
+    if (end == v || *end || errno || n < 0 || n > 100000)
+        throw std::invalid_argument(std::string("zccl_torch: ") + name + "='" + v +
+                                    "' is not a number of microseconds from 0 (wait() never runs an operation) to "
+                                    "100000 (default 50)");
+    return std::chrono::microseconds(n);
 }
 
 } // namespace
@@ -290,9 +297,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
          * operation). */
         runJob(lanes_[lane], single);
     } else {
-        if (cuda_device < 0 && runInWait_) { /* wait() may run it ("Run in wait()" in ProcessGroupZccl.hpp) */
+        if (cuda_device < 0 && runInWait_.count() > 0) { /* wait() may run it ("Run in wait()", .hpp) */
             work->gate_ = gate_;
             work->lane_ = lane;
+            single.stealable = true;
+            single.queued = std::chrono::steady_clock::now();
         }
         push(lane, std::move(single));
         if (cuda_device >= 0) wait_unlocked(*work); /* device memory: complete on return (ProcessGroupZccl.hpp) */
@@ -452,6 +461,14 @@ void ProcessGroupZccl::runLane(int lane) {
             /* not while wait() runs a job (ProcessGroupZccl.hpp, "Run in wait()") */
             l.cv.wait(g, [&] { return !l.busy && (l.stop || !l.queue.empty()); });
             if (l.queue.empty()) return;
+            if (!l.stop && l.queue.front().stealable) {
+                /* a new operation is left to a caller that waits for it at once for runInWait_ ("Run in wait()") */
+                const auto until = l.queue.front().queued + runInWait_;
+                if (std::chrono::steady_clock::now() < until) {
+                    l.cv.wait_until(g, until);
+                    continue; /* taken by wait() meanwhile, or still there: look again */
+                }
+            }
             job = std::move(l.queue.front());
             l.queue.pop_front();
             aborted = aborted_; /* under the lane's mutex: see abort() */

@@ -31,12 +31,13 @@
  *
  * Run in wait(). Handing a job to the lane's thread, waking it and being woken by it costs ~35-45 us per call on
  * 2 cores (docs/torch.md, "Speed"), as much as the zccl call itself below ~1 MiB, and a blocking operation
- * (async_op=False: torch calls wait() at once) pays it for nothing. So wait() without a timeout on a Work whose job
- * is still queued — first in its lane's queue, the lane idle — takes the job and runs it on the caller's thread (the
- * GIL released), as the lane would have. The lane's order is kept: the lane's thread does not start another job
- * while it runs, and jobs queued behind it run after it. An asynchronous operation is unchanged: the lane's thread
- * takes it as soon as it wakes, so it overlaps the caller's work, and wait(timeout) only waits. Single CPU
- * operations only (not coalescing blocks, not CUDA tensors); ZCCL_TORCH_RUN_IN_WAIT=0 turns it off.
+ * (async_op=False: torch calls wait() at once) pays it for nothing. So the lane leaves a newly queued single CPU
+ * operation alone for ZCCL_TORCH_RUN_IN_WAIT_US (default 50 us; 0 turns all this off), and wait() without a timeout
+ * on a Work whose job is still queued — first in its lane's queue, the lane idle — takes the job and runs it on the
+ * caller's thread (the GIL released), as the lane would have. The lane's order is kept: the lane's thread does not
+ * start another job while it runs, and jobs queued behind it run after it. An asynchronous operation starts at most
+ * that long later on its lane and still overlaps the caller's work; wait(timeout) only waits. Not for coalescing
+ * blocks or CUDA tensors.
  */
 #pragma once
 
@@ -227,6 +228,8 @@ class ProcessGroupZccl : public BackendBase {
     struct Job {
         bool grouped = false;
         int cuda_device = -1; /* >= 0: the job's tensors are on this CUDA device ("Device memory" above) */
+        bool stealable = false; /* a wait() may run it; the lane leaves it alone until queued + runInWait_ */
+        std::chrono::steady_clock::time_point queued;
         std::vector<c10::intrusive_ptr<WorkZccl>> works;
         std::vector<std::string> names;
         std::vector<Post> posts;
@@ -269,7 +272,7 @@ class ProcessGroupZccl : public BackendBase {
     std::atomic<uint64_t> seq_{0};
     uint64_t monitoredSeq_ = 0;
     int blockDepth_ = 0; /* touched by the caller's thread only */
-    bool runInWait_ = true; /* ZCCL_TORCH_RUN_IN_WAIT ("Run in wait()" above) */
+    std::chrono::microseconds runInWait_; /* ZCCL_TORCH_RUN_IN_WAIT_US ("Run in wait()" above) */
     std::shared_ptr<WaitGate> gate_ = std::make_shared<WaitGate>();
     std::atomic<uint64_t> ranInWait_{0};
     Job block_;
