@@ -10,6 +10,9 @@
  * an rdma_cm disconnection is recorded with the peer, the device and ibv_wc_status_str, and returned as
  * ZCCL_REMOTE_ERROR (the peer or the path failed: retries exhausted, remote access error, disconnect) or
  * ZCCL_SYSTEM_ERROR (local device failure) from the next progress() or check_peer() that involves that peer.
+ * With several rails a pair fails over instead: a port error, a failed work completion or a fatal QP event on one
+ * rail drops that rail for the pair and its chunks move to the live rails (rail_lost, recover_peer; the protocol is
+ * in ib_verbs.h); only the loss of the last rail fails the pair.
  */
 #include <errno.h>
 #include <fcntl.h>
