@@ -699,6 +699,7 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         tx->busy[s] = true;
         tx->wrail[s] = (uint8_t)k;
         tx->resend[s] = false;
+        tx->again[s] = false; /* a fresh write on rail k: if k dies too, its sync settles it like any other */
         *progressed = true;
     }
     for (int n = 0; n < IB_SLOTS && x->done < x->bytes; n++) {
