@@ -197,10 +197,7 @@ static inline int ib_qp_rail(const struct zccl_ib_comm *ib, int q) { return q / 
 /** The QP of grant seq in a direction of offset off: (seq + off) % nqp, moved a rail on (same QP index within the
  *  rail) while that rail is dead for the pair; -1 when every rail is dead. One rail: (seq + off) % nqp. */
 static inline int ib_grant_qp(const struct zccl_ib_comm *ib, const ib_peer_t *pe, uint32_t seq, int off) {
-    int q = (int)((seq + (uint32_t)off) % (uint32_t)pe->nqp);
-    for (int n = 0; n < pe->nrails; n++, q = (q + ib->qps) % pe->nqp)
-        if (!pe->dead[ib_qp_rail(ib, q)]) return q;
-    return -1;
+    return zccl__ib_grant_qp(seq, off, pe->nqp, ib->qps, pe->dead);
 }
 
 /** Whether id is one of the rails' rdma_cm listeners. */
