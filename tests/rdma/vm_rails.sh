@@ -20,8 +20,8 @@
 #      must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail —
 #      an error, never a hang
 # ZCCL_RAILS_SKIP_MATRIX=1 leaves out step 1, ZCCL_RAILS_SKIP_STRIPING=1 steps 2 and 3 (quick checks);
-# ZCCL_RAILS_FO_TRIALS (5) and ZCCL_RAILS_FO_CHECKS (60) size step 4. Every zcclrun has a deadline (--timeout). Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit
-# status 0 only if all passed.
+# ZCCL_RAILS_FO_TRIALS (5) and ZCCL_RAILS_FO_CHECKS (60) size step 4. Every zcclrun has a deadline (--timeout).
+# Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit status 0 only if all passed.
 usage="usage: vm_rails.sh path/to/zccl_tests path/to/zccl-bench path/to/zcclrun"
 T=${1:?$usage} BENCH=${2:?$usage} RUN=${3:?$usage}
 fail=0
