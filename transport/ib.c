@@ -454,8 +454,7 @@ static void poll_rail_events(zccl_tp_comm_t *comm, int k) {
                                        ibv_event_type_str(t));
             }
         }
-        if (moved) {
-        } else if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) {
+        if (!moved && (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR)) {
             int port = r->port, rail = k; /* the port the event names, when it names one */
             for (int j = 0; t == IBV_EVENT_PORT_ERR && j < ib->nrails; j++)
                 if (ib->rail[j].ctx == r->ctx && ib->rail[j].port == (int)ev.element.port_num)
