@@ -284,6 +284,31 @@ TEST(IbRails, PlanAgreesOnBothSidesAndStartsOnLocalIndexModR) {
     EXPECT_NE(zccl__ib_rail_plan(2, 2, 1, 0, 5).off_tx, zccl__ib_rail_plan(2, 2, 1, 1, 5).off_tx);
 }
 
+/* Failover: grants skip dead rails, keeping their QP index within the rail; no dead rail is the plain mapping;
+ * every rail dead is -1. */
+TEST(IbRails, GrantQpSkipsDeadRails) {
+    for (int r = 1; r <= 4; r++)
+        for (int qps = 1; qps <= 3; qps++)
+            for (int off = 0; off < r * qps; off += qps)
+                for (uint32_t g = 0; g < 40; g++) {
+                    const int nqp = r * qps, plain = (int)((g + (uint32_t)off) % (uint32_t)nqp);
+                    bool none[4] = {false, false, false, false}, all[4] = {true, true, true, true};
+                    ASSERT_EQ(zccl__ib_grant_qp(g, off, nqp, qps, nullptr), plain);
+                    ASSERT_EQ(zccl__ib_grant_qp(g, off, nqp, qps, none), plain);
+                    ASSERT_EQ(zccl__ib_grant_qp(g, off, nqp, qps, all), -1);
+                    for (int d = 0; d < r && r > 1; d++) { /* rail d dead */
+                        bool dead[4] = {false, false, false, false};
+                        dead[d] = true;
+                        const int q = zccl__ib_grant_qp(g, off, nqp, qps, dead);
+                        ASSERT_GE(q, 0);
+                        EXPECT_NE(q / qps, d);
+                        EXPECT_EQ(q % qps, plain % qps) << "the QP index within the rail is kept";
+                        if (plain / qps != d) EXPECT_EQ(q, plain) << "grants of live rails do not move";
+                        else EXPECT_EQ(q / qps, (d + 1) % r) << "a dead rail's grants go to the next rail";
+                    }
+                }
+}
+
 TEST(IbMrCache, HitsMissesPagesAndLru) {
     const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     FakeReg f;

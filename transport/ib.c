@@ -10,6 +10,9 @@
  * an rdma_cm disconnection is recorded with the peer, the device and ibv_wc_status_str, and returned as
  * ZCCL_REMOTE_ERROR (the peer or the path failed: retries exhausted, remote access error, disconnect) or
  * ZCCL_SYSTEM_ERROR (local device failure) from the next progress() or check_peer() that involves that peer.
+ * With several rails a pair fails over instead: a port error, a failed work completion or a fatal QP event on one
+ * rail drops that rail for the pair and its chunks move to the live rails (rail_lost, recover_peer; the protocol is
+ * in ib_verbs.h); only the loss of the last rail fails the pair.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -57,8 +60,11 @@ bool zccl__ib_built(void) { return true; }
 
 /* ---- buffers of a peer -------------------------------------------------------------------------------------- */
 
+/* A peer's buffer: send staging | receive staging | clear-to-send messages (one per grant slot, then one
+ * IB_SYNC_MAGIC per rail) | receive buffers. */
+#define IB_CTS_BUFS (IB_SLOTS + IB_MAX_RAILS)
 size_t zccl__ib_peer_buf_bytes(const struct zccl_ib_comm *ib) {
-    return 2 * IB_SLOTS * ib->chunk + IB_SLOTS * sizeof(ib_cts_t) + (size_t)ib->nqp * IB_RQ_DEPTH * IB_MSG_BYTES;
+    return 2 * IB_SLOTS * ib->chunk + IB_CTS_BUFS * sizeof(ib_cts_t) + (size_t)ib->nqp * IB_RQ_DEPTH * IB_MSG_BYTES;
 }
 uint8_t *zccl__ib_send_slot(struct zccl_ib_comm *ib, int p, uint32_t seq) {
     return ib->peer[p].buf + (size_t)(seq % IB_SLOTS) * ib->chunk;
@@ -69,8 +75,11 @@ uint8_t *zccl__ib_recv_slot(struct zccl_ib_comm *ib, int p, uint32_t seq) {
 ib_cts_t *zccl__ib_cts_out(struct zccl_ib_comm *ib, int p, uint32_t seq) {
     return (ib_cts_t *)(ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk) + seq % IB_SLOTS;
 }
+static ib_cts_t *sync_out(struct zccl_ib_comm *ib, int p, int rail) {
+    return (ib_cts_t *)(ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk) + IB_SLOTS + rail;
+}
 uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx) {
-    return ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk + IB_SLOTS * sizeof(ib_cts_t) +
+    return ib->peer[p].buf + 2 * IB_SLOTS * ib->chunk + IB_CTS_BUFS * sizeof(ib_cts_t) +
            ((size_t)q * IB_RQ_DEPTH + idx) * IB_MSG_BYTES;
 }
 
@@ -128,6 +137,141 @@ static void ib_fail_gone(zccl_tp_comm_t *comm, int p) {
     zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "%s%s%s", ib->peer[p].gone_msg, o ? "; also:" : "", others);
 }
 
+/* ---- failover between rails (ib_verbs.h describes the protocol) ---------------------------------------------- */
+
+static int post_one(ib_peer_t *pe, int q, uint64_t wr_id, struct ibv_sge *sge, enum ibv_wr_opcode opcode,
+                    uint32_t imm_be, uint64_t remote_addr, uint32_t rkey);
+static int poll_rail(zccl_tp_comm_t *comm, int k, int max);
+
+/* "rxe0:1,rxe2:1": the rails of peer p still alive. */
+static void live_rails(const struct zccl_ib_comm *ib, const ib_peer_t *pe, char *buf, size_t len) {
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < pe->nrails && o < len; k++)
+        if (!pe->dead[k])
+            o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", o ? "," : "", ib->rail[k].dev, ib->rail[k].port);
+}
+
+/* Rail k of the connection with peer p died (why: the cause, for messages). Several rails and every connection up:
+ * its QPs go to the error state (nothing more lands through them; their work requests are flushed), new grants skip
+ * it, and zccl__ib_recover grants its outstanding grants again on a live QP. The last rail fails the peer. */
+static void rail_lost(zccl_tp_comm_t *comm, int p, int k, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void rail_lost(zccl_tp_comm_t *comm, int p, int k, const char *fmt, ...) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    ib_peer_t *pe = &ib->peer[p];
+    if (k < 0 || k >= pe->nrails || pe->dead[k] || pe->err != ZCCL_SUCCESS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pe->dead_why[k], sizeof pe->dead_why[k], fmt, ap);
+    va_end(ap);
+    pe->dead[k] = true;
+    for (int q = k * ib->qps; q < (k + 1) * ib->qps; q++) {
+        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+        if (pe->id[q] && pe->id[q]->qp) ibv_modify_qp(pe->id[q]->qp, &a, IBV_QP_STATE);
+    }
+    char live[160];
+    live_rails(ib, pe, live, sizeof live);
+    if (!live[0]) {
+        char lost[300];
+        size_t o = 0;
+        for (int j = 0; j < pe->nrails && o < sizeof lost; j++)
+            if (j != k)
+                o += (size_t)snprintf(lost + o, sizeof lost - o, "%s%s port %d (IB rail %d): %s", o ? "; " : "",
+                                      ib->rail[j].dev, ib->rail[j].port, j, pe->dead_why[j]);
+        zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d lost every IB rail to rank %d (%s; the last, %s port "
+                           "%d (IB rail %d): %s)", comm->rank, p, lost, ib->rail[k].dev, ib->rail[k].port, k,
+                           pe->dead_why[k]);
+        return;
+    }
+    ZCCL_WARN(ZCCL_LOG_IB, "rank %d: IB rail %s port %d (rail %d) to rank %d lost (%s); its chunks move on; live rails "
+              "to rank %d: %s", comm->rank, ib->rail[k].dev, ib->rail[k].port, k, p, pe->dead_why[k], p, live);
+    pe->recover = true;
+}
+
+/* Whether failover applies to peer p: several rails and every connection up (before that a failure fails init). */
+static bool failover_on(const struct zccl_ib_comm *ib, const ib_peer_t *pe) { return ib->up && pe->nrails > 1; }
+
+/* Grants again, on a live QP, the grants of peer p's dead rails that have not arrived, then sends IB_SYNC_MAGIC
+ * for each such rail on the same QP (after them, in order). Waits (recover stays set) while that QP's send queue
+ * lacks room. */
+static void recover_peer(zccl_tp_comm_t *comm, int p) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    ib_peer_t *pe = &ib->peer[p];
+    ib_rx_t *rx = &pe->rx;
+    for (int k = 0; k < pe->nrails && pe->err == ZCCL_SUCCESS; k++) {
+        if (!pe->dead[k] || pe->synced[k]) continue;
+        /* Completions of writes that arrived before the rail's QPs went to the error state are in its queue. */
+        while (poll_rail(comm, k, 64) > 0) {}
+        const int c = ib_grant_qp(ib, pe, 0, 0), kc = c < 0 ? 0 : ib_qp_rail(ib, c);
+        if (c < 0 || pe->err != ZCCL_SUCCESS) return;
+        int need = 1;
+        for (uint32_t g = rx->delivered; g != rx->next; g++)
+            need += !rx->arrived[g % IB_SLOTS] && ib_qp_rail(ib, rx->q[g % IB_SLOTS]) == k;
+        if (pe->sq_out[c] + need > IB_SQ_DEPTH) return; /* later: completions free room */
+        for (uint32_t g = rx->delivered; g != rx->next; g++) {
+            const uint32_t s = g % IB_SLOTS;
+            if (rx->arrived[s] || ib_qp_rail(ib, rx->q[s]) != k) continue;
+            if (!rx->staged[s]) {
+                if (rx->gdr) {
+                    zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "IB rail %s port %d (rail %d) to rank %d lost (%s) "
+                                       "while grant %u pointed into device memory: a device-memory receive cannot "
+                                       "move to another rail", ib->rail[k].dev, ib->rail[k].port, k, p,
+                                       pe->dead_why[k], g);
+                    return;
+                }
+                /* It pointed into the user's buffer, registered on the dead rail: it lands in staging now (a write
+                 * that reached the buffer before holds the same bytes). */
+                if (rx->pin[s]) zccl__ib_mr_unpin(&ib->rail[rx->pin_rail[s]].cache, rx->pin[s]), rx->pin[s] = NULL;
+                rx->staged[s] = true;
+            }
+            ib_cts_t *m = zccl__ib_cts_out(ib, p, g);
+            m->magic = IB_REGRANT_MAGIC;
+            m->addr = (uint64_t)(uintptr_t)zccl__ib_recv_slot(ib, p, g);
+            m->rkey = pe->mr[kc]->rkey;
+            struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr[kc]->lkey};
+            if (post_one(pe, c, ib_wrid(p, IB_K_CTS, c, g), &sge, IBV_WR_SEND, 0, 0, 0) != 0) {
+                zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_send of a grant moved off IB rail %d to rank "
+                                   "%d on %s: %s", k, p, ib->rail[kc].dev, strerror(errno));
+                return;
+            }
+            pe->sq_out[c]++;
+            pe->regrants++;
+            rx->q[s] = (uint8_t)c;
+        }
+        ib_cts_t *m = sync_out(ib, p, k);
+        *m = (ib_cts_t){.magic = IB_SYNC_MAGIC, .seq = rx->next, .len = (uint32_t)k};
+        struct ibv_sge sge = {(uint64_t)(uintptr_t)m, sizeof *m, pe->mr[kc]->lkey};
+        if (post_one(pe, c, ib_wrid(p, IB_K_CTS, c, 0), &sge, IBV_WR_SEND, 0, 0, 0) != 0) {
+            zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_send of the loss of IB rail %d to rank %d on %s: "
+                               "%s", k, p, ib->rail[kc].dev, strerror(errno));
+            return;
+        }
+        pe->sq_out[c]++;
+        pe->synced[k] = true;
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rail %d to rank %d: %d grant%s granted again on %s (QP %d)", comm->rank, k,
+                  p, need - 1, need == 2 ? "" : "s", ib->rail[kc].dev, c);
+    }
+    pe->recover = false;
+    for (int k = 0; k < pe->nrails; k++) pe->recover |= pe->dead[k] && !pe->synced[k];
+}
+
+/* Runs the recovery of every peer that lost a rail (after completions and events were read). */
+static void ib_recover(zccl_tp_comm_t *comm) {
+    struct zccl_ib_comm *ib = IB_OF(comm);
+    if (ib->in_recover || !ib->up) return;
+    ib->in_recover = true;
+    for (int p = 0; p < comm->nranks; p++)
+        if (ib->peer[p].used && ib->peer[p].recover && ib->peer[p].err == ZCCL_SUCCESS) recover_peer(comm, p);
+    ib->in_recover = false;
+}
+
+/* The bytes of the write from tx slot s count as acknowledged (once). */
+static void tx_ack(ib_tx_t *tx, uint32_t s) {
+    if (!tx->unacked[s]) return;
+    tx->unacked[s] = false;
+    tx->acked += tx->len[s];
+}
+
 static bool ib_remote_status(enum ibv_wc_status s) {
     return s == IBV_WC_RETRY_EXC_ERR || s == IBV_WC_RNR_RETRY_EXC_ERR || s == IBV_WC_REM_ACCESS_ERR ||
            s == IBV_WC_REM_INV_REQ_ERR || s == IBV_WC_REM_OP_ERR || s == IBV_WC_REM_ABORT_ERR ||
@@ -150,7 +294,10 @@ static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q,
         } else {
             ib_rx_t *rx = &pe->rx;
             const uint32_t s = imm % IB_SLOTS;
-            if (imm - rx->delivered >= rx->next - rx->delivered || rx->arrived[s] || wc->byte_len != rx->len[s])
+            if (imm - rx->delivered < rx->next - rx->delivered && rx->arrived[s] && wc->byte_len == rx->len[s] &&
+                failover_on(ib, pe)) {
+                /* written again after a rail died although it had arrived: the same bytes at the same place */
+            } else if (imm - rx->delivered >= rx->next - rx->delivered || rx->arrived[s] || wc->byte_len != rx->len[s])
                 zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d wrote grant %u (%u bytes) which rank %d did "
                                    "not expect (grants %u..%u outstanding): protocol violation", p, imm, wc->byte_len,
                                    comm->rank, rx->delivered, rx->next);
@@ -164,15 +311,41 @@ static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q,
         memcpy(&m, zccl__ib_msg_buf(ib, p, q, idx), sizeof m);
         ib_tx_t *tx = &pe->tx;
         const uint32_t s = m.seq % IB_SLOTS;
-        if (wc->byte_len != sizeof m || m.magic != IB_CTS_MAGIC || m.seq - tx->next >= IB_SLOTS || tx->have[s] ||
-            m.len == 0 || m.len > ib->chunk * 64)
+        const bool fo = failover_on(ib, pe) && wc->byte_len == sizeof m;
+        if (fo && m.magic == IB_SYNC_MAGIC && m.len < (uint32_t)pe->nrails) {
+            /* The peer dropped rail m.len: it granted again, before this on this QP, each grant of it that had not
+             * arrived; a write on that rail of any other grant below m.seq arrived. */
+            const int k = (int)m.len;
+            rail_lost(comm, p, k, "rank %d reported it lost", p);
+            for (uint32_t j = 0; j < IB_SLOTS; j++)
+                if (tx->unacked[j] && !tx->again[j] && tx->wrail[j] == k && m.seq - 1 - tx->wseq[j] < 0x80000000u)
+                    tx_ack(tx, j);
+        } else if (fo && m.magic == IB_REGRANT_MAGIC && m.seq - tx->next < IB_SLOTS && m.len != 0 &&
+                   m.len <= ib->chunk * 64) {
+            if (tx->unacked[s] && tx->wseq[s] == m.seq - IB_SLOTS) tx_ack(tx, s);
+            tx->grant[s] = m; /* not written yet (its first grant may have been lost): it goes on this QP */
+            tx->have[s] = true;
+            tx->q[s] = (uint8_t)q;
+        } else if (fo && m.magic == IB_REGRANT_MAGIC && tx->next - 1 - m.seq < IB_SLOTS && tx->wseq[s] == m.seq &&
+                   tx->unacked[s]) {
+            tx->grant[s] = m; /* written on the dead rail and not arrived: written again, on this QP */
+            tx->q[s] = (uint8_t)q;
+            tx->again[s] = true;
+            tx->resend[s] = true;
+        } else if (wc->byte_len != sizeof m || m.magic != IB_CTS_MAGIC || m.seq - tx->next >= IB_SLOTS ||
+                   tx->have[s] || m.len == 0 || m.len > ib->chunk * 64)
             zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d sent a malformed clear-to-send (%u bytes, grant "
-                               "%u, expected %u..%u)", p, wc->byte_len, m.seq, tx->next, tx->next + IB_SLOTS - 1);
+                               "%u, magic 0x%x, expected %u..%u)", p, wc->byte_len, m.seq, m.magic, tx->next,
+                               tx->next + IB_SLOTS - 1);
         else {
+            /* Grant g + IB_SLOTS comes only once grant g was delivered: its write arrived. */
+            if (tx->unacked[s] && tx->wseq[s] == m.seq - IB_SLOTS) tx_ack(tx, s);
             tx->grant[s] = m;
             tx->have[s] = true;
+            tx->q[s] = (uint8_t)q;
         }
     }
+    if (pe->dead[ib_qp_rail(ib, q)]) return; /* nothing more is received on a dead rail */
     if (pe->err == ZCCL_SUCCESS && zccl__ib_post_recv(ib, p, q, idx) != 0)
         zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "ibv_post_recv on %s: %s", ib->rail[ib_qp_rail(ib, q)].dev,
                            strerror(errno));
@@ -202,8 +375,28 @@ static int poll_rail(zccl_tp_comm_t *comm, int k, int max) {
             if (p < 0 || p >= comm->nranks || !ib->peer[p].used) continue;
             ib_peer_t *pe = &ib->peer[p];
             if (kind != IB_K_RECV) pe->sq_out[q]--;
+            if (kind == IB_K_DATA) { /* the write's slot and registration are free once no write of it is posted */
+                ib_tx_t *tx = &pe->tx;
+                const uint32_t s = idx % IB_SLOTS;
+                if (tx->pending[s] > 0) tx->pending[s]--;
+                tx->busy[s] = tx->pending[s] > 0;
+                if (w->status == IBV_WC_SUCCESS && (tx->wseq[s] & 0xfffffffu) == idx) {
+                    tx_ack(tx, s);
+                    r->tx_bytes += tx->len[s];
+                }
+                if (!tx->busy[s] && tx->pin[s])
+                    zccl__ib_mr_unpin(&ib->rail[tx->pin_rail[s]].cache, tx->pin[s]), tx->pin[s] = NULL;
+                if (w->status == IBV_WC_SUCCESS) continue;
+            }
+            if (w->status != IBV_WC_SUCCESS && failover_on(ib, pe)) {
+                /* Flushed or failed work requests of a rail already dropped are not new failures. */
+                if (!pe->dead[k])
+                    rail_lost(comm, p, k, "%s to its %s completed with \"%s\" (status %d, vendor error 0x%x)",
+                              kind_name(kind), comm->peers[p].ib.rail[k].dev, ibv_wc_status_str(w->status),
+                              (int)w->status, w->vendor_err);
+                continue;
+            }
             if (w->status != IBV_WC_SUCCESS) {
-                if (kind == IB_K_DATA) pe->tx.busy[idx % IB_SLOTS] = false;
                 char rl[24] = "";
                 if (ib->nrails > 1) snprintf(rl, sizeof rl, " (IB rail %d)", k);
                 zccl__ib_fail_peer(comm, p, ib_remote_status(w->status) ? ZCCL_REMOTE_ERROR : ZCCL_SYSTEM_ERROR,
@@ -219,14 +412,6 @@ static int poll_rail(zccl_tp_comm_t *comm, int k, int max) {
             }
             switch (kind) {
             case IB_K_RECV: on_recv(comm, w, p, q, idx); break;
-            case IB_K_DATA: {
-                const uint32_t s = idx % IB_SLOTS;
-                pe->tx.acked += pe->tx.len[s];
-                pe->tx.busy[s] = false;
-                r->tx_bytes += pe->tx.len[s];
-                if (pe->tx.pin[s]) zccl__ib_mr_unpin(&r->cache, pe->tx.pin[s]), pe->tx.pin[s] = NULL;
-                break;
-            }
             case IB_K_PROBE: pe->probes_done++; break;
             default: break;
             }
@@ -239,6 +424,7 @@ int zccl__ib_poll_cq(zccl_tp_comm_t *comm, int max) {
     struct zccl_ib_comm *ib = IB_OF(comm);
     int total = 0;
     for (int k = 0; k < ib->nrails; k++) total += poll_rail(comm, k, max);
+    ib_recover(comm);
     return total;
 }
 
@@ -252,7 +438,23 @@ static void poll_rail_events(zccl_tp_comm_t *comm, int k) {
         if (ibv_get_async_event(r->ctx, &ev) != 0) break;
         const enum ibv_event_type t = ev.event_type;
         ZCCL_INFO(ZCCL_LOG_IB, "rank %d: %s: asynchronous event \"%s\"", comm->rank, r->dev, ibv_event_type_str(t));
-        if (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR) {
+        bool moved = false; /* a port error on one of several rails: the pairs on it fail over */
+        for (int j = 0; t == IBV_EVENT_PORT_ERR && ib->up && ib->nrails > 1 && j < ib->nrails; j++) {
+            if (ib->rail[j].ctx != r->ctx || ib->rail[j].port != (int)ev.element.port_num) continue;
+            moved = true;
+            for (int p = 0; p < comm->nranks; p++) {
+                ib_peer_t *pe = &ib->peer[p];
+                if (!pe->used || j >= pe->nrails) continue;
+                if (pe->nrails > 1)
+                    rail_lost(comm, p, j, "asynchronous event \"%s\" on %s port %d: the link went down",
+                              ibv_event_type_str(t), ib->rail[j].dev, ib->rail[j].port);
+                else
+                    zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "%s port %d (IB rail %d): asynchronous event \"%s\" "
+                                       "(the link went down)", ib->rail[j].dev, ib->rail[j].port, j,
+                                       ibv_event_type_str(t));
+            }
+        }
+        if (!moved && (t == IBV_EVENT_PORT_ERR || t == IBV_EVENT_DEVICE_FATAL || t == IBV_EVENT_CQ_ERR)) {
             int port = r->port, rail = k; /* the port the event names, when it names one */
             for (int j = 0; t == IBV_EVENT_PORT_ERR && j < ib->nrails; j++)
                 if (ib->rail[j].ctx == r->ctx && ib->rail[j].port == (int)ev.element.port_num)
@@ -267,7 +469,10 @@ static void poll_rail_events(zccl_tp_comm_t *comm, int k) {
         } else if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR) {
             for (int p = 0; p < comm->nranks; p++)
                 for (int q = 0; ib->peer[p].used && q < ib->peer[p].nqp; q++)
-                    if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp == ev.element.qp)
+                    if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp == ev.element.qp && failover_on(ib, &ib->peer[p]))
+                        rail_lost(comm, p, ib_qp_rail(ib, q), "QP %d: asynchronous event \"%s\"", q,
+                                  ibv_event_type_str(t));
+                    else if (ib->peer[p].id[q] && ib->peer[p].id[q]->qp == ev.element.qp)
                         zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "QP %d to rank %d on %s (rail %d): asynchronous "
                                            "event \"%s\"", q, p, ib->rail[ib_qp_rail(ib, q)].dev, ib_qp_rail(ib, q),
                                            ibv_event_type_str(t));
@@ -293,13 +498,17 @@ void zccl__ib_poll_events(zccl_tp_comm_t *comm) {
         rdma_ack_cm_event(ev);
         if (req) { rdma_destroy_id(rid); continue; }
         if (p < 0 || p >= comm->nranks || !ib->peer[p].used) continue;
-        if (t == RDMA_CM_EVENT_DEVICE_REMOVAL)
+        if (ib->peer[p].dead[k]) continue; /* a dropped rail's connection: its end is no news */
+        if (t == RDMA_CM_EVENT_DEVICE_REMOVAL && failover_on(ib, &ib->peer[p]))
+            rail_lost(comm, p, k, "rdma_cm reports \"%s\" (status %d)", rdma_event_str(t), st);
+        else if (t == RDMA_CM_EVENT_DEVICE_REMOVAL)
             zccl__ib_fail_peer(comm, p, ZCCL_SYSTEM_ERROR, "rdma_cm reports \"%s\" (status %d) for the connection "
                                "to rank %d on %s", rdma_event_str(t), st, p, ib->rail[k].dev);
         else if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_TIMEWAIT_EXIT)
             ib_peer_gone(comm, p, "rdma_cm reports \"%s\" (status %d) for the connection to rank %d on %s: the peer "
                          "exited, aborted or lost its link", rdma_event_str(t), st, p, ib->rail[k].dev);
     }
+    ib_recover(comm);
 }
 
 static int reg_entry(void *ctx, void *addr, size_t len, void **handle, uint32_t *lkey, uint32_t *rkey) {
@@ -399,6 +608,7 @@ static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
                                           &ib->rail[k]));
     if (zccl__ib_gdr_mode(ib) != ZCCL_GDR_NONE) zccl__ib_flush_open(ib); /* GPUs before Hopper need it (ib_gdr.c) */
     ZCCL_CHECK(zccl__ib_connect_all(comm, deadline));
+    ib->up = true;
     return ZCCL_SUCCESS;
 }
 
@@ -420,8 +630,8 @@ static zccl_result_t peer_error(zccl_tp_comm_t *comm, int p) {
         return zccl__error(ib->dev_err, "rank %d: cannot reach rank %d over IB: %s", comm->rank, p, ib->dev_errmsg);
     ib_peer_t *pe = &ib->peer[p];
     if (pe->err != ZCCL_SUCCESS && pe->nrails > 1)
-        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%d rails of %s, no failover between them) "
-                           "failed: %s", comm->rank, p, pe->nrails, ib->devs, pe->errmsg);
+        return zccl__error(pe->err, "rank %d: IB connection to rank %d (%d rails of %s) failed: %s", comm->rank, p,
+                           pe->nrails, ib->devs, pe->errmsg);
     if (pe->err != ZCCL_SUCCESS)
         return zccl__error(pe->err, "rank %d: IB connection to rank %d (%s -> %s) failed: %s", comm->rank, p,
                            ib->rail[0].dev, comm->peers[p].ib.rail[0].dev, pe->errmsg);
@@ -465,10 +675,37 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         tx->end = tx->posted + x->bytes;
         tx->active = true;
     }
+    /* Grants written on a rail that died and granted again on a live QP: written once more, through staging. */
+    for (uint32_t s = 0; s < IB_SLOTS; s++) {
+        if (!tx->resend[s]) continue;
+        const int q = tx->q[s], k = ib_qp_rail(ib, q);
+        if (pe->dead[k] || pe->sq_out[q] >= IB_SQ_DEPTH) continue;
+        const ib_cts_t *g = &tx->grant[s];
+        if (x->gdr)
+            return zccl__error(ZCCL_SYSTEM_ERROR, "rank %d: IB rail %d to rank %d lost (%s) during a device-memory "
+                               "send: its chunks cannot move to another rail", comm->rank, tx->wrail[s], p,
+                               pe->dead_why[tx->wrail[s]]);
+        uint8_t *slot = zccl__ib_send_slot(ib, p, tx->wseq[s]);
+        memcpy(slot, x->src + tx->soff[s], g->len);
+        struct ibv_sge sge = {(uint64_t)(uintptr_t)slot, g->len, pe->mr[k]->lkey};
+        if (post_one(pe, q, ib_wrid(p, IB_K_DATA, q, tx->wseq[s]), &sge, IBV_WR_RDMA_WRITE_WITH_IMM,
+                     htonl(tx->wseq[s]), g->addr, g->rkey) != 0)
+            return zccl__syserror(errno, "rank %d: ibv_post_send of %u bytes to rank %d on %s (a chunk moved off a "
+                                  "lost rail)", comm->rank, g->len, p, ib->rail[k].dev);
+        pe->sq_out[q]++;
+        pe->rewrites++;
+        tx->pending[s]++;
+        tx->busy[s] = true;
+        tx->wrail[s] = (uint8_t)k;
+        tx->resend[s] = false;
+        tx->again[s] = false; /* a fresh write on rail k: if k dies too, its sync settles it like any other */
+        *progressed = true;
+    }
     for (int n = 0; n < IB_SLOTS && x->done < x->bytes; n++) {
         const uint32_t seq = tx->next, s = seq % IB_SLOTS;
-        const int q = (int)((seq + (uint32_t)pe->off_tx) % (uint32_t)pe->nqp), k = ib_qp_rail(ib, q);
-        if (!tx->have[s] || tx->busy[s] || pe->sq_out[q] >= IB_SQ_DEPTH) break;
+        const int q = tx->q[s], k = ib_qp_rail(ib, q);
+        /* A grant on a dead rail waits for the receiver to grant it again on a live one. */
+        if (!tx->have[s] || tx->busy[s] || tx->resend[s] || pe->dead[k] || pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const ib_cts_t *g = &tx->grant[s];
         if (g->xfer_bytes != x->bytes || g->len > x->bytes - x->done)
             return zccl__error(ZCCL_INVALID_USAGE, "rank %d expects %llu bytes from rank %d but rank %d sends %zu "
@@ -495,9 +732,17 @@ static zccl_result_t ib_send(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
                                   ib->rail[k].dev);
         }
         pe->sq_out[q]++;
+        if (tx->unacked[s]) tx_ack(tx, s); /* cannot happen: grant seq comes only once seq - IB_SLOTS arrived */
         tx->len[s] = g->len;
         tx->busy[s] = true;
+        tx->pending[s] = 1;
+        tx->wseq[s] = seq;
+        tx->wrail[s] = (uint8_t)k;
+        tx->soff[s] = x->done;
+        tx->unacked[s] = true;
+        tx->again[s] = false;
         tx->pin[s] = e;
+        tx->pin_rail[s] = (uint8_t)k;
         tx->have[s] = false;
         tx->next++;
         tx->posted += g->len;
@@ -520,6 +765,7 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         x->started = true;
         rx->granted = 0;
         rx->bytes = x->bytes;
+        rx->gdr = x->gdr;
         rx->active = true;
     }
     /* Deliver what arrived, in grant order. */
@@ -528,12 +774,11 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         if (rx->staged[s]) zccl__xfer_deliver(x, zccl__ib_recv_slot(ib, p, rx->delivered), rx->len[s]);
         else x->done += rx->len[s]; /* written straight into the destination */
         if (rx->pin[s]) {
-            const int q = (int)((rx->delivered + (uint32_t)pe->off_rx) % (uint32_t)pe->nqp);
             if (x->gdr) { /* the flush reads the last landed byte (GDR with a flush runs on one rail: ib_gdr.c) */
                 x->t[1] = (uint64_t)(uintptr_t)(x->dst + x->done - 1);
                 x->t[2] = rx->pin[s]->rkey;
             }
-            zccl__ib_mr_unpin(&ib->rail[ib_qp_rail(ib, q)].cache, rx->pin[s]);
+            zccl__ib_mr_unpin(&ib->rail[rx->pin_rail[s]].cache, rx->pin[s]);
             rx->pin[s] = NULL;
         }
         rx->arrived[s] = false;
@@ -543,8 +788,8 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
     /* Grant more: at most IB_SLOTS outstanding. */
     while (rx->granted < x->bytes && rx->next - rx->delivered < IB_SLOTS) {
         const uint32_t seq = rx->next, s = seq % IB_SLOTS;
-        const int q = (int)((seq + (uint32_t)pe->off_rx) % (uint32_t)pe->nqp), k = ib_qp_rail(ib, q);
-        if (pe->sq_out[q] >= IB_SQ_DEPTH) break;
+        const int q = ib_grant_qp(ib, pe, seq, pe->off_rx), k = q < 0 ? 0 : ib_qp_rail(ib, q);
+        if (q < 0 || pe->sq_out[q] >= IB_SQ_DEPTH) break;
         const uint32_t len = (uint32_t)ZCCL_MIN(ib->chunk, x->bytes - rx->granted);
         ib_cts_t *m = zccl__ib_cts_out(ib, p, seq);
         zccl_ib_mr_entry_t *e = x->gdr ? zccl__ib_mr_get(&ib->rail[k].cache, x->dst + rx->granted, len)
@@ -574,6 +819,8 @@ static zccl_result_t ib_recv(zccl_tp_comm_t *comm, struct zccl_ib_comm *ib, ib_p
         rx->len[s] = len;
         rx->staged[s] = (e == NULL);
         rx->pin[s] = e;
+        rx->pin_rail[s] = (uint8_t)k;
+        rx->q[s] = (uint8_t)q;
         rx->arrived[s] = false;
         rx->next++;
         rx->granted += len;
@@ -681,6 +928,24 @@ static void ib_poison(zccl_tp_comm_t *comm) {
 static void ib_teardown(zccl_tp_comm_t *comm) {
     struct zccl_ib_comm *ib = IB_OF(comm);
     if (!ib) return;
+    for (int p = 0; ib->peer && p < comm->nranks; p++) { /* pairs that lost a rail: what they ended on */
+        const ib_peer_t *pe = &ib->peer[p];
+        bool lost = false;
+        for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
+        if (!lost) continue;
+        char live[160], gone[160];
+        size_t o = 0;
+        live_rails(ib, pe, live, sizeof live);
+        gone[0] = '\0';
+        for (int k = 0; k < pe->nrails && o < sizeof gone; k++)
+            if (pe->dead[k])
+                o += (size_t)snprintf(gone + o, sizeof gone - o, "%s%s:%d", o ? "," : "", ib->rail[k].dev,
+                                      ib->rail[k].port);
+        ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rails to rank %d at the end: live %s (lost %s); %llu grant%s of ours "
+                  "granted again, %llu chunk%s written again", comm->rank, p, live[0] ? live : "none", gone,
+                  (unsigned long long)pe->regrants, pe->regrants == 1 ? "" : "s", (unsigned long long)pe->rewrites,
+                  pe->rewrites == 1 ? "" : "s");
+    }
     if (ib->peer) {
         for (int p = 0; p < comm->nranks; p++) {
             ib_peer_t *pe = &ib->peer[p];

@@ -97,6 +97,12 @@ typedef struct {
  * same mapping for each direction (this rank's off_tx is the peer's off_rx). Rail counts must be >= 1.
  */
 zccl_ib_rail_plan_t zccl__ib_rail_plan(int my_rails, int their_rails, int qps, int my_li, int their_li);
+/**
+ * The QP of grant seq in a direction of QP offset off, over nqp QPs of qps per rail, when dead[k] says which rails
+ * the pair lost (NULL: none): (seq + off) % nqp, moved a rail on (same QP index within the rail) while that rail is
+ * dead; -1 when every rail is dead. Both sides of a pair compute the same QP once they agree on the dead rails.
+ */
+int zccl__ib_grant_qp(uint32_t seq, int off, int nqp, int qps, const bool *dead);
 
 /* ---- rdma_cm private data: proof of the job secret ----------------------------------------------------------
  * Connect (active side, 48 bytes, within rdma_cm's 56-byte limit for a connect request):

@@ -111,6 +111,13 @@ zccl_ib_rail_plan_t zccl__ib_rail_plan(int my_rails, int their_rails, int qps, i
     return p;
 }
 
+int zccl__ib_grant_qp(uint32_t seq, int off, int nqp, int qps, const bool *dead) {
+    int q = (int)((seq + (uint32_t)off) % (uint32_t)nqp);
+    for (int n = 0; n < nqp / qps; n++, q = (q + qps) % nqp)
+        if (!dead || !dead[q / qps]) return q;
+    return -1;
+}
+
 /* ---- knobs -------------------------------------------------------------------------------------------------- */
 
 zccl_result_t zccl__ib_knobs(zccl_ib_knobs_t *k) {

@@ -14,7 +14,13 @@
  * Chunks and CTS messages of grant g of the direction S -> R travel on QP (g + off) % nqp, where off = qps x (S's
  * index among its host's ranks mod the pair's rails): rank i of a host starts on rail i mod R. Every QP keeps
  * enough receives posted for every message that can be in flight to it (2 * IB_SLOTS + 2), so receiver-not-ready
- * never happens in normal operation.
+ * never happens in normal operation. The sender writes grant g on the QP its clear-to-send came on.
+ * Failover (several rails): a rail that dies for a pair (port error, a failed work completion, a fatal QP event, or
+ * the peer's notice) is dropped by both sides: its QPs go to the error state, new grants skip its QPs, the receiver
+ * grants again (IB_REGRANT_MAGIC, same number, on a live QP) every grant of it that has not arrived, then sends
+ * IB_SYNC_MAGIC (the rail, its grant count) on that same QP, which is also the notice to a peer that had not seen the
+ * loss; the sender writes the granted-again chunks once more and counts as acknowledged every write on the dead rail
+ * that the receiver did not grant again (it arrived). Each grant is delivered (copied or reduced) once.
  */
 #ifndef ZCCL_IB_VERBS_H
 #define ZCCL_IB_VERBS_H
@@ -32,6 +38,8 @@
 #define IB_PROBE_BYTES 8192        /* connect-time probe: larger than any MTU, so it is segmented */
 #define IB_PROBE_IMM 0xfffffff0u
 #define IB_CTS_MAGIC 0x7a435453u   /* "zCTS" */
+#define IB_REGRANT_MAGIC 0x7a524754u /* "zRGT": grant `seq` again (its rail died), on this QP */
+#define IB_SYNC_MAGIC 0x7a53594eu  /* "zSYN": rail `len` died; grants below `seq` not granted again have arrived */
 #define IB_MSG_BYTES 32            /* receive buffer per posted receive (a CTS message) */
 
 /* wr_id: peer (24 bits) | kind (4) | qp (8) | index (28) */
@@ -56,8 +64,17 @@ typedef struct {
     uint32_t next;            /* next grant to fill */
     uint64_t posted, acked;   /* bytes posted / completed in this channel since the connection started */
     uint32_t len[IB_SLOTS];
-    bool busy[IB_SLOTS];      /* write of that grant in flight (its staging slot in use) */
+    bool busy[IB_SLOTS];      /* a write of that grant in flight (its staging slot in use): pending > 0 */
+    uint8_t pending[IB_SLOTS]; /* writes of that grant posted and not completed (2 while it is written again) */
+    uint8_t q[IB_SLOTS];      /* QP the grant's clear-to-send came on: its data goes there */
+    uint8_t wrail[IB_SLOTS];  /* rail of the grant's last write */
+    bool unacked[IB_SLOTS];   /* written, bytes not yet counted in `acked` */
+    bool again[IB_SLOTS];     /* granted again after its rail died (its write must be done once more) */
+    bool resend[IB_SLOTS];    /* granted again, not yet written again */
+    uint32_t wseq[IB_SLOTS];  /* grant number written from that slot */
+    size_t soff[IB_SLOTS];    /* offset of the grant's bytes in the send's source */
     zccl_ib_mr_entry_t *pin[IB_SLOTS];
+    uint8_t pin_rail[IB_SLOTS];
     bool active;              /* a send to this peer is in progress */
     uint64_t end;             /* value of `posted` once the current send is fully written */
 } ib_tx_t;
@@ -68,6 +85,9 @@ typedef struct {
     bool arrived[IB_SLOTS];
     bool staged[IB_SLOTS];    /* false: the grant pointed into the user's buffer */
     zccl_ib_mr_entry_t *pin[IB_SLOTS];
+    uint8_t pin_rail[IB_SLOTS];
+    uint8_t q[IB_SLOTS];      /* QP the grant's clear-to-send went on */
+    bool gdr;                 /* the current receive lands in device memory (it cannot fail over to staging) */
     uint64_t granted;         /* bytes of the current receive granted so far */
     uint64_t bytes;           /* bytes of the current receive */
     bool active;
@@ -92,6 +112,12 @@ typedef struct {
     bool gone;                /* the peer disconnected or exited: what it sent before may still sit in the CQ, so
                                  a transfer with it fails only once what arrived is consumed (gone_msg says why) */
     char gone_msg[400];
+    /* failover between rails (nrails > 1) */
+    bool dead[IB_MAX_RAILS];  /* rail lost for this pair: its QPs are in the error state and carry nothing more */
+    bool synced[IB_MAX_RAILS]; /* our grants of that rail granted again and IB_SYNC_MAGIC sent */
+    bool recover;             /* a dead rail's grants still to grant again (when a send queue has room) */
+    char dead_why[IB_MAX_RAILS][160];
+    uint64_t regrants, rewrites; /* grants granted again / chunks written again after a rail died */
 } ib_peer_t;
 
 /* One rail: an HCA port with its own context, PD, completion queue and channel, probe buffers and registration
@@ -141,6 +167,8 @@ struct zccl_ib_comm {
     uint64_t flushes;         /* flushes completed */
     unsigned progress_calls;  /* every 256th progress() also reads the async and rdma_cm events */
     zccl_result_t dev_err;    /* device-wide failure (port down, device fatal) */
+    bool up;                  /* every connection is up: from now on a rail that dies fails over (several rails) */
+    bool in_recover;          /* zccl__ib_recover runs (it polls completion queues itself) */
     char dev_errmsg[400];
 };
 extern const zccl_transport_ops_t zccl_transport_ib; /* transport/ib.c */
@@ -165,6 +193,12 @@ uint8_t *zccl__ib_msg_buf(struct zccl_ib_comm *ib, int p, int q, uint32_t idx);
 
 /** The rail of QP q of a connection. */
 static inline int ib_qp_rail(const struct zccl_ib_comm *ib, int q) { return q / ib->qps; }
+
+/** The QP of grant seq in a direction of offset off: (seq + off) % nqp, moved a rail on (same QP index within the
+ *  rail) while that rail is dead for the pair; -1 when every rail is dead. One rail: (seq + off) % nqp. */
+static inline int ib_grant_qp(const struct zccl_ib_comm *ib, const ib_peer_t *pe, uint32_t seq, int off) {
+    return zccl__ib_grant_qp(seq, off, pe->nqp, ib->qps, pe->dead);
+}
 
 /** Whether id is one of the rails' rdma_cm listeners. */
 static inline bool zccl__ib_is_listener(const struct zccl_ib_comm *ib, const struct rdma_cm_id *id) {

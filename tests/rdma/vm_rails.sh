@@ -11,14 +11,17 @@
 #      rank's first on rxeN"), and at teardown show both rails carrying data out and in ("IB rail bytes: ...")
 #   3. zccl-bench allreduce -c 1, 2 ranks, rank 0 on both rails and rank 1 on rxe1 only: the pair uses one rail and
 #      both ranks say so ("fallback: the smaller count"), no hang
-#   4. (last: a link that was down leaves rdma_cm unreliable in the VM) 2 ranks on both rails all-reducing 1 MiB in a
-#      loop, then "ip link set v1 down" (rail 1, rxe1, goes down): there is no failover between IB rails, so both
-#      ranks must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a
-#      rail ("rxe1 port 1 (IB rail 1)"; v0 loses its carrier with its veth peer, so rxe0's port may be named) — an
-#      error, never a hang
-# ZCCL_RAILS_SKIP_MATRIX=1 leaves out step 1 (a quick check of the striping alone). Every zcclrun has a deadline
-# (--timeout). Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit
-# status 0 only if all passed.
+#   4. failover (rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3: rail 0 over the veth pair v0/v1, rail 1 over v2/v3):
+#      "ip link set v3 down" at a random moment while the ranks run checked all-reduces: every result correct, both
+#      exit 0, each warns once naming the rail, the peer and the live rail, and lists its live rails at the end;
+#      zccl_comm_get_async_error stays SUCCESS (zccl-bench's "# Rails at the end" line);
+#      ZCCL_RAILS_FO_TRIALS (5) trials, v2/v3 rebuilt after each
+#   5. (last: a link that was down leaves rdma_cm unreliable in the VM) both rails down under traffic: both ranks
+#      must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail —
+#      an error, never a hang
+# ZCCL_RAILS_SKIP_MATRIX=1 leaves out step 1, ZCCL_RAILS_SKIP_STRIPING=1 steps 2 and 3 (quick checks);
+# ZCCL_RAILS_FO_TRIALS (5) and ZCCL_RAILS_FO_CHECKS (60) size step 4. Every zcclrun has a deadline (--timeout).
+# Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit status 0 only if all passed.
 usage="usage: vm_rails.sh path/to/zccl_tests path/to/zccl-bench path/to/zcclrun"
 T=${1:?$usage} BENCH=${2:?$usage} RUN=${3:?$usage}
 fail=0
@@ -59,6 +62,7 @@ check_rails() {
   [ -z "$why" ]
 }
 
+if [ "${ZCCL_RAILS_SKIP_STRIPING:-0}" != 1 ]; then
 for n in 2 3; do
   for op in allreduce reduce_scatter allgather broadcast reduce; do
     t=$(now)
@@ -90,42 +94,121 @@ grep -q "rank 0 has 2 IB rails, this rank (1) 1 (rxe1:1): the connection uses th
 [ -n "$why" ] && [ $rc -eq 0 ] && rc=1
 grep -h "fallback" /tmp/rails_mixed.out | sed 's/^/  /'
 step "zccl-bench allreduce -n 2, rank 0 on 2 rails and rank 1 on 1: one rail" $rc "$t" "$why"
+fi
 
-t=$(now)
-for r in 0 1; do
-  env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29700 ZCCL_SECRET=00112233445566778899aabbccddeeff \
-      ZCCL_TRANSPORT=ib ZCCL_IB_HCA==rxe0,rxe1 ZCCL_TIMEOUT_MS=5000 ZCCL_INIT_TIMEOUT_MS=60000 \
-      "$BENCH" allreduce -b 1M -e 1M -n 1000000 -w 1 -c 0 > /tmp/rails_down.r$r.out 2> /tmp/rails_down.r$r.err &
-  eval p$r=$!
-done
-i=0
-while [ $i -lt 600 ] && ! grep -q "out-of-place" /tmp/rails_down.r0.out 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-why=
-if ! grep -q "out-of-place" /tmp/rails_down.r0.out; then
-  why="the ranks did not get past init in 60 s"
-else
-  sleep 2
-  netip link set v1 down
+# Failover: rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3, so rail 0 is the veth pair v0/v1 and rail 1 the pair
+# v2/v3, which fail separately. pair_job TAG EXTRA_ENV... starts both ranks of a checked all-reduce loop in the
+# background (pids in p0 p1, output in /tmp/fo.TAG.r{0,1}.{out,err}) and waits until they are past init.
+FO_CHECKS=${ZCCL_RAILS_FO_CHECKS:-60}
+port=29700
+pair_job() {
+  tag=$1; shift
+  port=$((port + 1))
+  for r in 0 1; do
+    if [ $r = 0 ]; then hca==rxe0,rxe2; else hca==rxe1,rxe3; fi
+    env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ZCCL_SECRET=00112233445566778899aabbccddeeff \
+        ZCCL_TRANSPORT=ib ZCCL_IB_HCA=$hca ZCCL_TIMEOUT_MS=5000 ZCCL_INIT_TIMEOUT_MS=60000 ZCCL_CHUNK_BYTES=16384 \
+        ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=IB "$@" \
+        "$BENCH" allreduce -b 256K -e 256K -c $FO_CHECKS -n 1 -w 0 > /tmp/fo.$tag.r$r.out 2> /tmp/fo.$tag.r$r.err &
+    eval p$r=$!
+  done
+  i=0
+  while [ $i -lt 600 ] && ! grep -q "IB connection to rank 1 up" /tmp/fo.$tag.r0.err 2>/dev/null; do
+    sleep 0.1; i=$((i + 1))
+  done
+  grep -q "IB connection to rank 1 up" /tmp/fo.$tag.r0.err
+}
+# wait_pair LIMIT_S: waits until both ranks exited or LIMIT_S passed; kills a rank still running (a hang) and sets
+# s0 s1 to the exit statuses (137 for a killed rank).
+wait_pair() {
   t1=$(now)
-  end=$(awk -v a="$t1" 'BEGIN { printf "%.1f", a + 35 }')
+  end=$(awk -v a="$t1" -v l="$1" 'BEGIN { printf "%.1f", a + l }')
   while { kill -0 $p0 || kill -0 $p1; } 2>/dev/null && awk -v t="$(now)" -v e="$end" 'BEGIN { exit !(t < e) }'; do
     sleep 0.2
   done
-  echo "  ranks gone $(awk -v a="$t1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after the link went down"
-fi
-for r in 0 1; do
-  eval pid=\$p$r
-  if kill -0 $pid 2>/dev/null; then why="$why; rank $r still runs 35 s after the link went down (hang)"; kill -9 $pid; fi
-  wait $pid; rc=$?
-  msg=$(grep -h "zccl" /tmp/rails_down.r$r.err | grep -iv " INFO " | tail -1)
-  echo "  rank $r: status $rc: $msg"
-  [ $rc -ne 0 ] || why="$why; rank $r exited 0"
-  echo "$msg" | grep -q "rank $((1 - r))" || why="$why; rank $r's error does not name rank $((1 - r))"
-  echo "$msg" | grep -qE "rxe[01] port 1 \(IB rail [01]\)" || why="$why; rank $r's error does not name a rail"
+  for r in 0 1; do
+    eval pid=\$p$r
+    kill -0 $pid 2>/dev/null && { echo "  rank $r still runs $1 s later: killed (hang)"; kill -9 $pid; }
+    wait $pid; eval s$r=$?
+  done
+}
+
+# 4. rail 1 (v3) set down at a random moment while 2 ranks all-reduce and check every result: every result correct,
+# both ranks exit 0, each says at WARN which rail it lost and to whom, and at the end which rails remain; repeated
+# with the veth pair v2/v3 built afresh each time (sh /init pair2), trials 4 and 5 with registered user buffers
+trials=${ZCCL_RAILS_FO_TRIALS:-5}
+n=1
+while [ $n -le "$trials" ]; do
+  t=$(now)
+  why=
+  extra=ZCCL_IB_ZCOPY_BYTES=0
+  [ $n -ge 4 ] && extra=ZCCL_IB_ZCOPY_BYTES=1
+  if ! pair_job t$n $extra; then
+    why="the ranks did not get past init in 60 s"
+    kill -9 $p0 $p1 2>/dev/null
+    wait_pair 1
+  else
+    delay=$(awk -v s="$n$(cut -d. -f2 /proc/uptime)" 'BEGIN { srand(s); printf "%.1f", 0.3 + rand() * 2.5 }')
+    sleep "$delay"
+    kill -0 $p0 2>/dev/null || why="$why; rank 0 finished before the link went down ($delay s): raise ZCCL_RAILS_FO_CHECKS"
+    netip link set v3 down
+    td=$(now)
+    wait_pair 150
+    echo "  trial $n: v3 down $delay s after init; ranks done $(awk -v a="$td" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s later, status $s0 $s1 ($extra)"
+    for r in 0 1; do
+      eval st=\$s$r
+      [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.t$n.r$r.err | grep -v ' INFO ' | tail -1)"
+      w=$(grep "rank $r: IB rail rxe$((2 + r)) port 1 (rail 1) to rank $((1 - r)) lost (" /tmp/fo.t$n.r$r.err)
+      [ -n "$w" ] || why="$why; rank $r did not warn that rail 1 (rxe$((2 + r))) to rank $((1 - r)) was lost"
+      echo "$w" | grep -q "live rails to rank $((1 - r)): rxe$r:1\$" || why="$why; rank $r's warning lacks its live rail"
+      [ "$(echo "$w" | grep -c .)" -le 1 ] || why="$why; rank $r warned more than once"
+      echo "  rank $r: ${w#*WARN }" | cut -c1-300
+      e=$(grep "rank $r: IB rails to rank $((1 - r)) at the end: live rxe$r:1 (lost rxe$((2 + r)):1)" /tmp/fo.t$n.r$r.err)
+      [ -n "$e" ] || why="$why; rank $r did not list its live rails at the end"
+      echo "  rank $r: ${e#*rank $r: }"
+    done
+    grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out || why="$why; rank 0 printed no result line"
+    grep -q "async error: SUCCESS" /tmp/fo.t$n.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
+    grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
+      why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | tail -1)"
+  fi
+  [ -n "$why" ] && { tail -15 /tmp/fo.t$n.r0.err /tmp/fo.t$n.r1.err /tmp/fo.t$n.r0.out; }
+  rc=0; [ -n "$why" ] && rc=1
+  sh /init pair2 || { rc=1; why="$why; rebuilding v2/v3 failed"; }
+  step "failover trial $n: rail 1 (v3) down under checked all-reduces: correct results, exit 0, warned" $rc "$t" "$why"
+  n=$((n + 1))
 done
+
+# 5. (last: a link that was down leaves rdma_cm unreliable in the VM) both rails down (v1 and v3) under traffic: both
+# ranks must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail
+# ("rxeN port 1 (IB rail K)") — an error, never a hang
+t=$(now)
+why=
+if ! pair_job down; then
+  why="the ranks did not get past init in 60 s"
+  kill -9 $p0 $p1 2>/dev/null
+  wait_pair 1
+else
+  sleep 1
+  netip link set v1 down
+  netip link set v3 down
+  td=$(now)
+  wait_pair 35
+  echo "  ranks gone $(awk -v a="$td" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after both links went down"
+  for r in 0 1; do
+    eval st=\$s$r
+    msg=$(grep -h "zccl" /tmp/fo.down.r$r.err | grep -v " INFO " | grep -v "to rank $((1 - r)) lost (" | tail -1)
+    echo "  rank $r: status $st: $msg" | cut -c1-400
+    [ "$st" != 0 ] || why="$why; rank $r exited 0"
+    [ "$st" != 137 ] || why="$why; rank $r hung"
+    echo "$msg" | grep -q "rank $((1 - r))" || why="$why; rank $r's error does not name rank $((1 - r))"
+    echo "$msg" | grep -qE "rxe[0-3] port 1 \(IB rail [01]\)" || why="$why; rank $r's error does not name a rail"
+  done
+fi
 netip link set v1 up
+netip link set v3 up
 rc=0; [ -n "$why" ] && rc=1
-step "rail 1 (v1) down under traffic: both ranks fail naming the rail (no failover), no hang" $rc "$t" "$why"
+step "both rails (v1, v3) down under traffic: both ranks fail naming the peer and a rail, no hang" $rc "$t" "$why"
 
 [ $fail -eq 0 ] && echo "rails: PASSED" || echo "rails: FAILED"
 exit $fail
