@@ -32,15 +32,13 @@ static void put(out_t *o, const char *fmt, ...) {
 }
 
 /* ZCCL_* variables that are not settings of the library but are known, so not reported as misspellings: what zcclrun
- * hands its ranks besides the settings, the torch backend's own setting (bindings/torch), and the test scripts'
- * own switches (tests/rdma, tests/faults, tests/fuzz). */
+ * hands its ranks besides the settings, and the test scripts' own switches (tests/rdma, tests/faults, tests/fuzz). */
 static const char *const tool_vars =
     "ZCCL_LOCAL_BIND,ZCCL_LAUNCH_STATUS_FD,ZCCL_VM,ZCCL_VM_ADDR0,ZCCL_VM_ADDR1,ZCCL_VM_ADDR2,ZCCL_VM_ADDR3,"
     "ZCCL_VM_DEV0,ZCCL_VM_DEV1,ZCCL_VM_DEV2,ZCCL_VM_DEV3,ZCCL_VM_EXIT,ZCCL_VM_CACHE,ZCCL_RAILS_SKIP_MATRIX,"
     "ZCCL_RAILS_SKIP_STRIPING,ZCCL_RAILS_FO_TRIALS,ZCCL_RAILS_FO_CHECKS,"
     "ZCCL_IB_SUITES,ZCCL_IB_BENCH_OPS,ZCCL_FAULT_MARGIN_S,ZCCL_FAULT_TRIAL,ZCCL_FUZZ_MAKE_SEEDS,ZCCL_FUZZ_SKIP_RC,"
-    "ZCCL_TEST_FULL,ZCCL_TEST_SHARD,ZCCL_TEST_VERBOSE,ZCCL_TEST_TIMEOUT_MS,ZCCL_SHARED_DIR,ZCCL_BUILD_DIR,"
-    "ZCCL_TORCH_RUN_IN_WAIT_US";
+    "ZCCL_TEST_FULL,ZCCL_TEST_SHARD,ZCCL_TEST_VERBOSE,ZCCL_TEST_TIMEOUT_MS,ZCCL_SHARED_DIR,ZCCL_BUILD_DIR";
 
 /* Whether v (non-empty) is one of the comma-separated names in list (case-insensitive). */
 static bool one_of(const char *v, const char *list) {

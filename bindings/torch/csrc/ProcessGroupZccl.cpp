@@ -3,11 +3,10 @@
  * threads, abort and shutdown. The operations are in collectives.cpp and p2p.cpp; argument checks run in the
  * caller's thread, the zccl calls and the local work around them on the lanes (see ProcessGroupZccl.hpp).
  */
-#include <Python.h> /* first, as Python asks; only for releasing the GIL (destructor, waits) */
+#include <Python.h> /* first, as Python asks; only for releasing the GIL in the destructor */
 
 #include "ProcessGroupZccl.hpp"
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -31,23 +30,6 @@ WorkZccl::WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
 std::vector<at::Tensor> WorkZccl::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkZccl::getFuture() { return future_; }
-
-bool WorkZccl::wait(std::chrono::milliseconds timeout) {
-    if (timeout == ::kNoTimeout && gate_ && !isCompleted()) {
-        ProcessGroupZccl *pg;
-        {
-            std::lock_guard<std::mutex> g(gate_->mutex);
-            pg = gate_->pg;
-            if (pg) gate_->users++;
-        }
-        if (pg) {
-            pg->runQueuedHere(lane_, this); /* does not throw: the job's errors complete the Work */
-            std::lock_guard<std::mutex> g(gate_->mutex);
-            if (--gate_->users == 0) gate_->cv.notify_all();
-        }
-    }
-    return c10d::Work::wait(timeout);
-}
 
 void WorkZccl::complete(std::exception_ptr error) {
     finish(error);
@@ -85,26 +67,11 @@ zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int 
     return comm;
 }
 
-/* ZCCL_TORCH_RUN_IN_WAIT_US: microseconds, 0-100000; unset: 50 ("Run in wait()" in ProcessGroupZccl.hpp). */
-std::chrono::microseconds run_in_wait_setting() {
-    const char *name = "ZCCL_TORCH_RUN_IN_WAIT_US";
-    const char *v = std::getenv(name);
-    if (!v || !*v) return std::chrono::microseconds(50);
-    char *end = nullptr;
-    errno = 0;
-    long n = std::strtol(v, &end, 10);
-    if (end == v || *end || errno || n < 0 || n > 100000)
-        throw std::invalid_argument(std::string("zccl_torch: ") + name + "='" + v +
-                                    "' is not a number of microseconds from 0 (wait() never runs an operation) to "
-                                    "100000 (default 50)");
-    return std::chrono::microseconds(n);
-}
-
 } // namespace
 
 ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                                    std::chrono::milliseconds timeout)
-    : BackendBase(rank, size), store_(store), timeout_(timeout), runInWait_(run_in_wait_setting()) {
+    : BackendBase(rank, size), store_(store), timeout_(timeout) {
     /* The process group's timeout becomes zccl's collective deadline (read when a communicator is created),
      * unless the user set ZCCL_TIMEOUT_MS. */
     const bool set_timeout = std::getenv("ZCCL_TIMEOUT_MS") == nullptr && timeout.count() > 0;
@@ -120,7 +87,6 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
     if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
     regs_->comm = lanes_[0].comm;
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
-    gate_->pg = this; /* (no Work exists yet: no lock needed) */
 }
 
 void ProcessGroupZccl::dropRegistrations() {
@@ -175,12 +141,6 @@ ProcessGroupZccl::~ProcessGroupZccl() {
      * Python threads (multiprocessing's queue feeder) would stall meanwhile. */
     PyThreadState *saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    {
-        /* no wait() enters the group any more; one inside finishes first (it runs a job, as a lane would) */
-        std::unique_lock<std::mutex> g(gate_->mutex);
-        gate_->pg = nullptr;
-        gate_->cv.wait(g, [&] { return gate_->users == 0; });
-    }
     shutdown();
     if (saved) PyEval_RestoreThread(saved);
 }
@@ -195,10 +155,6 @@ void ProcessGroupZccl::stopLanes() {
     }
     for (auto &l : lanes_)
         if (l.thread.joinable()) l.thread.join();
-    for (auto &l : lanes_) { /* a job that a wait() runs finishes too */
-        std::unique_lock<std::mutex> g(l.mutex);
-        l.cv.wait(g, [&] { return !l.busy || l.runner == std::this_thread::get_id(); });
-    }
 }
 
 void ProcessGroupZccl::shutdown() {
@@ -283,62 +239,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     job.works.push_back(work);
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
-    if (inBlock()) return work;
-    bool runner;
-    {
-        std::lock_guard<std::mutex> g(lanes_[lane].mutex);
-        runner = lanes_[lane].busy && lanes_[lane].runner == std::this_thread::get_id();
-    }
-    if (runner) {
-        /* Called on the thread that runs the lane's current job: a future callback (the job completes futures,
-         * running their callbacks) that issues an operation and waits for it, as PowerSGD's hook does. Queued, it
-         * would wait for ever behind the job that runs the callback; it runs here and now instead, between two jobs
-         * of the lane, which is the same point in the lane's order on every rank (the callback of the same
-         * operation). */
+    if (!inBlock() && std::this_thread::get_id() == lanes_[lane].thread.get_id()) {
+        /* Called on the lane's own thread: a future callback (the lane completes futures, running their callbacks)
+         * that issues an operation and waits for it, as PowerSGD's hook does. Queued, it would wait for ever behind
+         * the job that runs the callback; it runs here and now instead, between two jobs of the lane, which is the
+         * same point in the lane's order on every rank (the callback of the same operation). */
         runJob(lanes_[lane], single);
-    } else {
-        if (cuda_device < 0 && runInWait_.count() > 0) { /* wait() may run it ("Run in wait()", .hpp) */
-            work->gate_ = gate_;
-            work->lane_ = lane;
-            single.stealable = true;
-            single.queued = std::chrono::steady_clock::now();
-        }
+    } else if (!inBlock()) {
         push(lane, std::move(single));
         if (cuda_device >= 0) wait_unlocked(*work); /* device memory: complete on return (ProcessGroupZccl.hpp) */
     }
     return work;
-}
-
-bool ProcessGroupZccl::runQueuedHere(int lane, const WorkZccl *w) {
-    Lane &l = lanes_[lane];
-    Job job;
-    {
-        std::lock_guard<std::mutex> g(l.mutex);
-        /* aborted_ under the lane's mutex, as the lane checks it: see abort() */
-        if (l.busy || l.queue.empty() || aborted_) return false;
-        Job &first = l.queue.front();
-        if (first.grouped || first.works.size() != 1 || first.works[0].get() != w) return false;
-        job = std::move(first);
-        l.queue.pop_front();
-        l.busy = true;
-        l.runner = std::this_thread::get_id();
-    }
-    ranInWait_++;
-    /* the job needs no GIL, and other threads (and the futures' Python callbacks) may need it meanwhile */
-    PyThreadState *saved = nullptr;
-    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    {
-        at::NoGradGuard no_grad; /* as on the lane's thread */
-        runJob(l, job);
-    }
-    {
-        std::lock_guard<std::mutex> g(l.mutex);
-        l.busy = false;
-        l.runner = std::thread::id();
-    }
-    l.cv.notify_all(); /* the lane's thread (jobs queued meanwhile) and stopLanes */
-    if (saved) PyEval_RestoreThread(saved);
-    return true;
 }
 
 c10::intrusive_ptr<WorkZccl> ProcessGroupZccl::endBlock(c10d::OpType type, const char *name,
@@ -458,33 +369,17 @@ void ProcessGroupZccl::runLane(int lane) {
         bool aborted = false;
         {
             std::unique_lock<std::mutex> g(l.mutex);
-            /* not while wait() runs a job (ProcessGroupZccl.hpp, "Run in wait()") */
-            l.cv.wait(g, [&] { return !l.busy && (l.stop || !l.queue.empty()); });
+            l.cv.wait(g, [&] { return l.stop || !l.queue.empty(); });
             if (l.queue.empty()) return;
-            if (!l.stop && l.queue.front().stealable) {
-                /* a new operation is left to a caller that waits for it at once for runInWait_ ("Run in wait()") */
-                const auto until = l.queue.front().queued + runInWait_;
-                if (std::chrono::steady_clock::now() < until) {
-                    l.cv.wait_until(g, until);
-                    continue; /* taken by wait() meanwhile, or still there: look again */
-                }
-            }
             job = std::move(l.queue.front());
             l.queue.pop_front();
             aborted = aborted_; /* under the lane's mutex: see abort() */
-            l.busy = true;
-            l.runner = std::this_thread::get_id();
         }
         if (aborted) {
             auto error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
             for (auto &w : job.works) w->complete(error);
         } else {
             runJob(l, job);
-        }
-        {
-            std::lock_guard<std::mutex> g(l.mutex);
-            l.busy = false;
-            l.runner = std::thread::id();
         }
     }
 }

@@ -28,16 +28,10 @@
  * A future's callbacks run on the lane that completed it; an operation such a callback issues on that same lane
  * runs at once on it (inside the callback), so that a callback may wait for it (PowerSGD's hook does).
  *
- *
- * Run in wait(). Handing a job to the lane's thread, waking it and being woken by it costs ~35-45 us per call on
- * 2 cores (docs/torch.md, "Speed"), as much as the zccl call itself below ~1 MiB, and a blocking operation
- * (async_op=False: torch calls wait() at once) pays it for nothing. So the lane leaves a newly queued single CPU
- * operation alone for ZCCL_TORCH_RUN_IN_WAIT_US (default 50 us; 0 turns all this off), and wait() without a timeout
- * on a Work whose job is still queued — first in its lane's queue, the lane idle — takes the job and runs it on the
- * caller's thread (the GIL released), as the lane would have. The lane's order is kept: the lane's thread does not
- * start another job while it runs, and jobs queued behind it run after it. An asynchronous operation starts at most
- * that long later on its lane and still overlaps the caller's work; wait(timeout) only waits. Not for coalescing
- * blocks or CUDA tensors.
+ * Lane 0 (communicator comms_[0]) runs the collectives, the coalescing blocks and single point-to-point messages
+ * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
+ * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not
+ * deadlock on zccl's blocking send. Messages sent in a block are received in a block (they travel on comms_[0]).
  */
 #pragma once
 
@@ -76,33 +70,16 @@ using BackendBase = c10d::ProcessGroup;
 
 /* A Work completed by the lane thread: finish() wakes wait(), then the future is marked (DDP's comm hooks chain
  * on it) with the output tensors or with the error. */
-class ProcessGroupZccl;
 class WorkZccl : public c10d::Work {
   public:
     WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
-    /* Without a timeout, first runs the operation on this thread if it is still queued ("Run in wait()" above). */
-    bool wait(std::chrono::milliseconds timeout = ::kNoTimeout) override;
     void complete(std::exception_ptr error);
 
   private:
-    friend class ProcessGroupZccl;
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
-    /* set when the Work's job is a single operation queued on lane `lane_` of the group behind `gate_` */
-    std::shared_ptr<struct WaitGate> gate_;
-    int lane_ = -1;
-};
-
-/* How a Work's wait() reaches its process group without keeping it alive (a strong reference taken there could
- * make a waiting thread, even a lane, the one that destroys the group): `pg` is cleared by the group's destructor,
- * which then waits until no wait() is inside the group (`users` 0). */
-struct WaitGate {
-    std::mutex mutex;
-    std::condition_variable cv;
-    ProcessGroupZccl *pg = nullptr;
-    int users = 0;
 };
 
 class ProcessGroupZccl : public BackendBase {
@@ -214,22 +191,17 @@ class ProcessGroupZccl : public BackendBase {
      * an empty tensor (one page reserved). Throws (ValueError in Python) for numel < 0, a dtype of no fixed size,
      * or a group already shut down; RuntimeError naming zccl's message when /dev/shm has no room. */
     at::Tensor emptyRegistered(int64_t numel, at::ScalarType dtype);
-    /* How many operations a wait() ran on its own thread ("Run in wait()" above): for tests and tuning. */
-    uint64_t ranInWait() const { return ranInWait_.load(); }
 
     /* What runs on a lane: see "Execution" above. */
     using Finish = std::function<void()>;
     using Post = std::function<Finish(zccl_comm_t)>;
 
   private:
-    friend class WorkZccl; /* its wait() calls runQueuedHere */
     /* One lane job: a single operation (grouped = false, one entry), or a coalescing block run as one zccl group.
      * A Post may be empty: the Work of endCoalescing / a *_coalesced call, completed with the block. */
     struct Job {
         bool grouped = false;
         int cuda_device = -1; /* >= 0: the job's tensors are on this CUDA device ("Device memory" above) */
-        bool stealable = false; /* a wait() may run it; the lane leaves it alone until queued + runInWait_ */
-        std::chrono::steady_clock::time_point queued;
         std::vector<c10::intrusive_ptr<WorkZccl>> works;
         std::vector<std::string> names;
         std::vector<Post> posts;
@@ -241,10 +213,6 @@ class ProcessGroupZccl : public BackendBase {
         std::condition_variable cv;
         std::deque<Job> queue;
         bool stop = false;
-        /* A job is running on the lane (under `mutex`): on the lane's thread, or on a thread in wait() ("Run in
-         * wait()" above); `runner` is that thread. One job at a time, in issue order. */
-        bool busy = false;
-        std::thread::id runner;
     };
 
     c10::intrusive_ptr<c10d::Work> enqueue(int lane, c10d::OpType type, const char *name,
@@ -257,8 +225,6 @@ class ProcessGroupZccl : public BackendBase {
     c10::intrusive_ptr<WorkZccl> endBlock(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs);
     bool inBlock() const { return blockDepth_ > 0; }
     void push(int lane, Job job);
-    /* WorkZccl::wait: runs w's job here if it is first in lane `lane`'s queue and the lane is idle; true if it ran. */
-    bool runQueuedHere(int lane, const WorkZccl *w);
     void runJob(Lane &l, Job &job);
     void runLane(int lane);
     void stopLanes();
@@ -272,9 +238,6 @@ class ProcessGroupZccl : public BackendBase {
     std::atomic<uint64_t> seq_{0};
     uint64_t monitoredSeq_ = 0;
     int blockDepth_ = 0; /* touched by the caller's thread only */
-    std::chrono::microseconds runInWait_; /* ZCCL_TORCH_RUN_IN_WAIT_US ("Run in wait()" above) */
-    std::shared_ptr<WaitGate> gate_ = std::make_shared<WaitGate>();
-    std::atomic<uint64_t> ranInWait_{0};
     Job block_;
     /* emptyRegistered's tensors outlive the group if Python keeps them: their deleters share this, and deregister
      * only while `comm` is set (cleared under `mutex` before the communicators are destroyed or aborted). */

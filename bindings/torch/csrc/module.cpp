@@ -27,8 +27,6 @@ PYBIND11_MODULE(_C, m) {
         .def("shutdown", &ProcessGroupZccl::shutdown, py::call_guard<py::gil_scoped_release>(),
              "Completes queued operations, then destroys the communicators.")
         .def_property_readonly("timeout", &ProcessGroupZccl::timeout)
-        .def("_ran_in_wait", &ProcessGroupZccl::ranInWait,
-             "operations that a Work.wait() ran on the waiting thread (ZCCL_TORCH_RUN_IN_WAIT_US, docs/torch.md)")
         .def("_allreduce_wire", &ProcessGroupZccl::allreduceWire, py::arg("tensor"), py::arg("wire"),
              py::arg("average"), py::arg("hier") = false, py::call_guard<py::gil_scoped_release>(),
              "zccl_allreduce_wire on a CPU tensor, in place (zccl_torch.all_reduce_quantized)")

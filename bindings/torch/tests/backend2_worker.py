@@ -123,36 +123,3 @@ def registration(rank, n):
     caps = getattr(dist.Backend, "backend_capability", None)
     return {"caps": caps.get("zccl") if caps else None, "name": dist.get_backend(),
             "type": type(backend()).__name__}
-
-
-def run_in_wait(rank, n):
-    """Blocking all-reduces (Work.wait() at once, as torch does for async_op=False) and asynchronous ones (several in
-    flight, waited for later, one of them with a callback that issues another operation), interleaved; every result
-    checked. Returns how many operations the waiting thread ran itself (ProcessGroupZccl._ran_in_wait)."""
-    pg = backend()
-    before = pg._ran_in_wait()
-    calls = 400
-    bad = []
-    for i in range(calls):
-        t = torch.full((8,), float(rank + i))
-        dist.all_reduce(t)  # blocking
-        want = float(sum(r + i for r in range(n)))
-        if t.tolist() != [want] * 8:
-            bad.append((i, "blocking", t.tolist()[0], want))
-        if i % 50 == 0:  # asynchronous ones behind and around it keep their order
-            ts = [torch.full((3,), float(rank * 10 + k)) for k in range(4)]
-            ws = [dist.all_reduce(x, async_op=True) for x in ts]
-            chained = ws[1].get_future().then(lambda f: f.value()[0] * 2)
-            b = torch.full((2,), float(rank))
-            dist.broadcast(b, src=n - 1)
-            for w in reversed(ws):
-                w.wait()
-            for k, x in enumerate(ts):
-                want_k = float(sum(r * 10 + k for r in range(n)))
-                if x.tolist() != [want_k] * 3:
-                    bad.append((i, f"async {k}", x.tolist()[0], want_k))
-            if chained.wait().tolist() != [2 * float(sum(r * 10 + 1 for r in range(n)))] * 3:
-                bad.append((i, "chained", chained.wait().tolist()))
-            if b.tolist() != [float(n - 1)] * 2:
-                bad.append((i, "broadcast", b.tolist()))
-    return {"ran_in_wait": pg._ran_in_wait() - before, "calls": calls, "bad": bad}

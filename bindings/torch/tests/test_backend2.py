@@ -45,26 +45,6 @@ def test_work_future_result_and_wait_timeout():
     assert res[0]["short_wait_error"] is not None, "wait(200 ms) returned before the late peer joined"
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_blocking_operations_run_in_wait(on):
-    """ZCCL_TORCH_RUN_IN_WAIT_US (docs/torch.md, "What runs where"): on (50 us by default), most blocking calls run on
-    the waiting thread (a caller descheduled for longer than that leaves the call to the lane); off (0), none does;
-    results right either way, asynchronous operations in order."""
-    env = {} if on else {"ZCCL_TORCH_RUN_IN_WAIT_US": "0"}
-    res = harness.run_ranks(w.run_in_wait, 3, timeout=120, env=env)
-    for r, v in res.items():
-        assert not v["bad"], (r, v["bad"][:5])
-        if on:
-            assert v["ran_in_wait"] >= v["calls"] // 10, f"rank {r}: only {v['ran_in_wait']} of {v['calls']} blocking calls ran in wait()"
-        else:
-            assert v["ran_in_wait"] == 0, v
-
-
-def test_run_in_wait_setting_is_checked():
-    with pytest.raises(harness.RankFailure, match="ZCCL_TORCH_RUN_IN_WAIT_US='-1' is not a number of microseconds"):
-        harness.run_ranks(w.work_api, 2, timeout=60, env={"ZCCL_TORCH_RUN_IN_WAIT_US": "-1"})
-
-
 @pytest.mark.parametrize("n", [2, 3])
 def test_in_place_all_gather_and_reduce_scatter(n):
     k = 7
