@@ -197,10 +197,13 @@ zccl_result_t zccl_comm_get_async_error(zccl_comm_t comm, zccl_result_t *async_e
  * Describes how this rank reaches the ranks of other hosts over TCP: its rails (interfaces, each with its subnet)
  * and the most sockets it stripes one direction of a pair over ("eth0 10.200.0.0/24, eth1 10.200.1.0/24; up to 2
  * sockets per direction of a pair", "one TCP connection per direction (no rails)", or, when no peer is reached over
- * TCP, "no peer over TCP (every peer over shared memory)" or the transport that carries them). Local; the values are those
- * fixed at init (docs/configuration.md: ZCCL_TCP_RAILS, ZCCL_NSOCKS_PERTHREAD).
+ * TCP, "no peer over TCP (every peer over shared memory)" or the transport that carries them; over verbs its rails,
+ * and for each peer that lost one the live ones: "no peer over TCP (ib: IB rails rxe0:1,rxe2:1; to rank 1 live
+ * rxe0:1 (lost rxe2:1))"). Local; the values are those fixed at init (docs/configuration.md: ZCCL_TCP_RAILS,
+ * ZCCL_NSOCKS_PERTHREAD, ZCCL_IB_HCA) except the live IB rails, read when called.
  * @param text       receives the NUL-terminated line (truncated to len bytes); may be NULL when len is 0.
- * @param nrails     if non-NULL: this rank's rails (0 when it has fewer than two and one socket per rail).
+ * @param nrails     if non-NULL: this rank's TCP rails (0 when it has fewer than two and one socket per rail); when
+ *                   no peer is over TCP and verbs carries them, its IB rails (HCA ports).
  * @param max_socks  if non-NULL: the most sockets per direction it uses with any peer (1 = no striping).
  * Errors: ZCCL_INVALID_ARGUMENT if comm is NULL.
  */

@@ -1000,6 +1000,29 @@ static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, ch
     return ZCCL_INVALID_ARGUMENT;
 }
 
+static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) {
+    const struct zccl_ib_comm *ib = IB_OF(comm);
+    if (!len) return ib ? ib->nrails : 0;
+    buf[0] = '\0';
+    if (!ib) return 0;
+    size_t o = (size_t)snprintf(buf, len, "IB rail%s ", ib->nrails == 1 ? "" : "s");
+    for (int k = 0; k < ib->nrails && o < len; k++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", k ? "," : "", ib->rail[k].dev, ib->rail[k].port);
+    for (int p = 0; ib->peer && p < comm->nranks && o < len; p++) {
+        const ib_peer_t *pe = &ib->peer[p];
+        bool lost = false;
+        for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
+        if (!lost) continue;
+        char live[160];
+        live_rails(ib, pe, live, sizeof live);
+        o += (size_t)snprintf(buf + o, len - o, "; to rank %d live %s (lost", p, live[0] ? live : "none");
+        for (int k = 0; k < pe->nrails && o < len; k++)
+            if (pe->dead[k]) o += (size_t)snprintf(buf + o, len - o, " %s:%d", ib->rail[k].dev, ib->rail[k].port);
+        if (o < len) o += (size_t)snprintf(buf + o, len - o, ")");
+    }
+    return ib->nrails;
+}
+
 const zccl_transport_ops_t zccl_transport_ib = {
     .name = "ib",
     .link = ZCCL_LINK_NETWORK,
@@ -1011,4 +1034,5 @@ const zccl_transport_ops_t zccl_transport_ib = {
     .check_peer = ib_check_peer,
     .comm_teardown = ib_teardown,
     .poison = ib_poison,
+    .describe_rails = ib_describe_rails,
 };

@@ -210,6 +210,10 @@ typedef struct zccl_transport_ops {
      *  peer that may still wait on it fail too instead of hanging (TCP: shut the connections down; shm: mark the
      *  inbox failed and wake the host's ranks). The listening socket stays, so zccl_comm_shrink still works. */
     void (*poison)(zccl_tp_comm_t *comm);
+    /** Optional (NULL = nothing to say): writes this rank's rails of this transport and, for each peer that lost one,
+     *  which are live ("IB rails rxe0:1,rxe1:1; to rank 1 live rxe0:1 (lost rxe1:1)") into buf; returns how many rails
+     *  it has (0: none set up). Local; may race with progress on another thread (it reads flags only). */
+    int (*describe_rails)(const zccl_tp_comm_t *comm, char *buf, size_t len);
 } zccl_transport_ops_t;
 
 /** The registration table (transport/registry.c): every transport of this build in order of preference (a peer

@@ -487,9 +487,22 @@ ZCCL_API zccl_result_t zccl_comm_net_info(zccl_comm_t comm, char *text, size_t l
         if (!strcmp(comm->tc.tp[p]->name, "tcp")) tcp_peers++;
         else if (!other) other = comm->tc.tp[p]->name;
     }
-    if (tcp_peers == 0 && !(nrails && *nrails > 0))
-        snprintf(buf, sizeof buf, "no peer over TCP (%s)",
-                 !other ? "no peers" : !strcmp(other, "shm") ? "every peer over shared memory" : other);
+    if (tcp_peers == 0) {
+        /* a transport with rails of its own (verbs) describes them, with the live ones per peer after a loss */
+        const zccl_transport_ops_t *ops = NULL;
+        for (int p = 0; p < comm->nranks && !ops; p++)
+            if (p != comm->rank && comm->tc.tp && comm->tc.tp[p] && comm->tc.tp[p]->describe_rails)
+                ops = comm->tc.tp[p];
+        char rails[384] = "";
+        const int n = ops ? ops->describe_rails(&comm->tc, rails, sizeof rails) : 0;
+        if (n > 0) {
+            snprintf(buf, sizeof buf, "no peer over TCP (%s: %s)", ops->name, rails);
+            if (nrails) *nrails = n;
+        } else if (!(nrails && *nrails > 0)) {
+            snprintf(buf, sizeof buf, "no peer over TCP (%s)",
+                     !other ? "no peers" : !strcmp(other, "shm") ? "every peer over shared memory" : other);
+        }
+    }
     if (text && len) snprintf(text, len, "%s", buf);
     return ZCCL_SUCCESS;
 }

@@ -14,7 +14,8 @@
 #   4. failover (rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3: rail 0 over the veth pair v0/v1, rail 1 over v2/v3):
 #      "ip link set v3 down" at a random moment while the ranks run checked all-reduces: every result correct, both
 #      exit 0, each warns once naming the rail, the peer and the live rail, and lists its live rails at the end;
-#      zccl_comm_get_async_error stays SUCCESS (zccl-bench's "# Rails at the end" line);
+#      zccl_comm_get_async_error stays SUCCESS and zccl_comm_net_info lists the live IB rails (zccl-bench's "# Rails
+#      at the end" line);
 #      ZCCL_RAILS_FO_TRIALS (5) trials, v2/v3 rebuilt after each
 #   5. (last: a link that was down leaves rdma_cm unreliable in the VM) both rails down under traffic: both ranks
 #      must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail —
@@ -169,6 +170,8 @@ while [ $n -le "$trials" ]; do
     done
     grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out || why="$why; rank 0 printed no result line"
     grep -q "async error: SUCCESS" /tmp/fo.t$n.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
+    grep -q "^# Rails at the end (rank 0): no peer over TCP (ib: IB rails rxe0:1,rxe2:1; to rank 1 live rxe0:1 (lost rxe2:1))" \
+      /tmp/fo.t$n.r0.out || why="$why; zccl_comm_net_info does not list the live IB rails: $(grep '^# Rails at the end' /tmp/fo.t$n.r0.out)"
     grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
       why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | tail -1)"
   fi
