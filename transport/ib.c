@@ -50,6 +50,10 @@ static int ib_wait_fd(zccl_tp_comm_t *comm, const zccl_xfer_t *x, short *events)
 static zccl_result_t ib_check_peer(zccl_tp_comm_t *comm, int peer) { return ZCCL_SUCCESS; }
 static void ib_teardown(zccl_tp_comm_t *comm) {}
 static void ib_poison(zccl_tp_comm_t *comm) {}
+static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) {
+    if (len) buf[0] = '\0';
+    return 0;
+}
 #else
 #include <arpa/inet.h>
 #include <sys/epoll.h>
@@ -988,17 +992,6 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
     free(ib);
     zccl__tp_set_state(comm, &zccl_transport_ib, NULL);
 }
-#endif /* ZCCL_HAVE_IB */
-
-static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
-    if (comm->peers[comm->rank].ib.nrails <= 0)
-        snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
-    else if (comm->peers[peer].ib.nrails <= 0)
-        snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
-    else
-        snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");
-    return ZCCL_INVALID_ARGUMENT;
-}
 
 static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) {
     const struct zccl_ib_comm *ib = IB_OF(comm);
@@ -1021,6 +1014,17 @@ static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) 
         if (o < len) o += (size_t)snprintf(buf + o, len - o, ")");
     }
     return ib->nrails;
+}
+#endif /* ZCCL_HAVE_IB */
+
+static zccl_result_t ib_why_unreachable(const zccl_tp_comm_t *comm, int peer, char *buf, size_t len) {
+    if (comm->peers[comm->rank].ib.nrails <= 0)
+        snprintf(buf, len, "no usable RDMA device on this rank (see its INFO log)");
+    else if (comm->peers[peer].ib.nrails <= 0)
+        snprintf(buf, len, "it has no usable RDMA device (see its INFO log)");
+    else
+        snprintf(buf, len, "its device is on another link layer, IB subnet or address family than this rank's");
+    return ZCCL_INVALID_ARGUMENT;
 }
 
 const zccl_transport_ops_t zccl_transport_ib = {
