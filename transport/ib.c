@@ -148,12 +148,16 @@ static int post_one(ib_peer_t *pe, int q, uint64_t wr_id, struct ibv_sge *sge, e
 static int poll_rail(zccl_tp_comm_t *comm, int k, int max);
 
 /* "rxe0:1,rxe2:1": the rails of peer p still alive. */
-static void live_rails(const struct zccl_ib_comm *ib, const ib_peer_t *pe, char *buf, size_t len) {
+/* The pair's live rails (dead false) or lost ones (dead true), "rxe0:1,rxe2:1". */
+static void rails_of(const struct zccl_ib_comm *ib, const ib_peer_t *pe, bool dead, char *buf, size_t len) {
     size_t o = 0;
     buf[0] = '\0';
     for (int k = 0; k < pe->nrails && o < len; k++)
-        if (!pe->dead[k])
+        if (pe->dead[k] == dead)
             o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", o ? "," : "", ib->rail[k].dev, ib->rail[k].port);
+}
+static void live_rails(const struct zccl_ib_comm *ib, const ib_peer_t *pe, char *buf, size_t len) {
+    rails_of(ib, pe, false, buf, len);
 }
 
 /* Rail k of the connection with peer p died (why: the cause, for messages). Several rails and every connection up:
@@ -938,13 +942,8 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
         for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
         if (!lost) continue;
         char live[160], gone[160];
-        size_t o = 0;
         live_rails(ib, pe, live, sizeof live);
-        gone[0] = '\0';
-        for (int k = 0; k < pe->nrails && o < sizeof gone; k++)
-            if (pe->dead[k])
-                o += (size_t)snprintf(gone + o, sizeof gone - o, "%s%s:%d", o ? "," : "", ib->rail[k].dev,
-                                      ib->rail[k].port);
+        rails_of(ib, pe, true, gone, sizeof gone);
         ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rails to rank %d at the end: live %s (lost %s); %llu grant%s of ours "
                   "granted again, %llu chunk%s written again", comm->rank, p, live[0] ? live : "none", gone,
                   (unsigned long long)pe->regrants, pe->regrants == 1 ? "" : "s", (unsigned long long)pe->rewrites,
@@ -1006,12 +1005,10 @@ static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) 
         bool lost = false;
         for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
         if (!lost) continue;
-        char live[160];
+        char live[160], gone[160];
         live_rails(ib, pe, live, sizeof live);
-        o += (size_t)snprintf(buf + o, len - o, "; to rank %d live %s (lost", p, live[0] ? live : "none");
-        for (int k = 0; k < pe->nrails && o < len; k++)
-            if (pe->dead[k]) o += (size_t)snprintf(buf + o, len - o, " %s:%d", ib->rail[k].dev, ib->rail[k].port);
-        if (o < len) o += (size_t)snprintf(buf + o, len - o, ")");
+        rails_of(ib, pe, true, gone, sizeof gone);
+        o += (size_t)snprintf(buf + o, len - o, "; to rank %d live %s (lost %s)", p, live[0] ? live : "none", gone);
     }
     return ib->nrails;
 }

@@ -28,8 +28,9 @@ T=${1:?$usage} BENCH=${2:?$usage} RUN=${3:?$usage}
 fail=0
 export ZCCL_TIMEOUT_MS=${ZCCL_TIMEOUT_MS:-60000}
 now() { cut -d' ' -f1 /proc/uptime; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; } # seconds since uptime $1
 step() { # name status t0 [why]
-  d=$(awk -v a="$3" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  d=$(since "$3")
   if [ "$2" -eq 0 ]; then echo "rails: $1: ok ($d s)"; else echo "rails: $1: FAILED (status $2, $d s) $4"; fail=1; fi
 }
 ibv_devices
@@ -155,7 +156,7 @@ while [ $n -le "$trials" ]; do
     netip link set v3 down
     td=$(now)
     wait_pair 150
-    echo "  trial $n: v3 down $delay s after init; ranks done $(awk -v a="$td" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s later, status $s0 $s1 ($extra)"
+    echo "  trial $n: v3 down $delay s after init; ranks done $(since "$td") s later, status $s0 $s1 ($extra)"
     for r in 0 1; do
       eval st=\$s$r
       [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.t$n.r$r.err | grep -v ' INFO ' | tail -1)"
@@ -197,7 +198,7 @@ else
   netip link set v3 down
   td=$(now)
   wait_pair 35
-  echo "  ranks gone $(awk -v a="$td" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after both links went down"
+  echo "  ranks gone $(since "$td") s after both links went down"
   for r in 0 1; do
     eval st=\$s$r
     msg=$(grep -h "zccl" /tmp/fo.down.r$r.err | grep -v " INFO " | grep -v "to rank $((1 - r)) lost (" | tail -1)
