@@ -334,12 +334,21 @@ static void on_recv(zccl_tp_comm_t *comm, const struct ibv_wc *wc, int p, int q,
             tx->grant[s] = m; /* not written yet (its first grant may have been lost): it goes on this QP */
             tx->have[s] = true;
             tx->q[s] = (uint8_t)q;
+            tx->regranted[s] = true;
+            tx->regrant_seq[s] = m.seq;
         } else if (fo && m.magic == IB_REGRANT_MAGIC && tx->next - 1 - m.seq < IB_SLOTS && tx->wseq[s] == m.seq &&
                    tx->unacked[s]) {
             tx->grant[s] = m; /* written on the dead rail and not arrived: written again, on this QP */
             tx->q[s] = (uint8_t)q;
             tx->again[s] = true;
             tx->resend[s] = true;
+            tx->regranted[s] = true;
+            tx->regrant_seq[s] = m.seq;
+        } else if (fo && m.magic == IB_CTS_MAGIC && tx->regranted[s] && tx->regrant_seq[s] == m.seq) {
+            /* The first grant of a number already granted again, read late from the dead rail's completion queue
+             * (completion queues of different rails are polled in no common order): the grant again replaced it. */
+            ZCCL_INFO(ZCCL_LOG_IB, "rank %d: grant %u from rank %d came on IB rail %d after its grant again: "
+                      "ignored", comm->rank, m.seq, p, ib_qp_rail(ib, q));
         } else if (wc->byte_len != sizeof m || m.magic != IB_CTS_MAGIC || m.seq - tx->next >= IB_SLOTS ||
                    tx->have[s] || m.len == 0 || m.len > ib->chunk * 64)
             zccl__ib_fail_peer(comm, p, ZCCL_REMOTE_ERROR, "rank %d sent a malformed clear-to-send (%u bytes, grant "

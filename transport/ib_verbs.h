@@ -71,6 +71,9 @@ typedef struct {
     bool unacked[IB_SLOTS];   /* written, bytes not yet counted in `acked` */
     bool again[IB_SLOTS];     /* granted again after its rail died (its write must be done once more) */
     bool resend[IB_SLOTS];    /* granted again, not yet written again */
+    bool regranted[IB_SLOTS]; /* a grant of that slot came again (IB_REGRANT_MAGIC): regrant_seq says which */
+    uint32_t regrant_seq[IB_SLOTS]; /* its number: the first clear-to-send of that number, if it comes after (it
+                                     * was in the dead rail's completion queue), is stale and ignored */
     uint32_t wseq[IB_SLOTS];  /* grant number written from that slot */
     size_t soff[IB_SLOTS];    /* offset of the grant's bytes in the send's source */
     zccl_ib_mr_entry_t *pin[IB_SLOTS];

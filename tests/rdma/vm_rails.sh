@@ -168,6 +168,8 @@ while [ $n -le "$trials" ]; do
       e=$(grep "rank $r: IB rails to rank $((1 - r)) at the end: live rxe$r:1 (lost rxe$((2 + r)):1)" /tmp/fo.t$n.r$r.err)
       [ -n "$e" ] || why="$why; rank $r did not list its live rails at the end"
       echo "  rank $r: ${e#*rank $r: }"
+      late=$(grep -c "after its grant again: ignored" /tmp/fo.t$n.r$r.err)
+      [ "$late" = 0 ] || echo "  rank $r: $late first grant(s) read after their grant again, ignored"
     done
     grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out || why="$why; rank 0 printed no result line"
     grep -q "async error: SUCCESS" /tmp/fo.t$n.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
