@@ -270,19 +270,22 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
 }
 
 /* float32, int32 and float64 (ZCCL_DATATYPE 7, 2, 8) with SUM, PROD, MAX, MIN (0..3; AVG arrives as SUM with a
- * divisor); dtop = datatype | op << 8. */
-#define FK_REDUCE(T, CALC)                                                                                          \
+ * divisor); dtop = datatype | op << 8. One loop per op, the divisor applied in a second pass, so that the compiler
+ * vectorizes them: a GPU's kernel costs the ranks no CPU, this one runs on theirs (bench/stage_bench). */
+#define FK_LOOP(T, EXPR)                                                                                            \
     for (size_t i = 0; i < n; i++) {                                                                               \
         const T x = ((const T *)a)[i], y = ((const T *)b)[i];                                                      \
-        T r;                                                                                                        \
-        switch (op) {                                                                                               \
-        case 0: r = CALC(x, y); break;                                                                              \
-        case 1: r = (T)(x * y); break;                                                                              \
-        case 2: r = x > y ? x : y; break;                                                                           \
-        default: r = x < y ? x : y; break;                                                                          \
-        }                                                                                                           \
-        ((T *)dst)[i] = div > 1 ? (T)(r / (T)div) : r;                                                              \
+        ((T *)dst)[i] = (T)(EXPR);                                                                                  \
     }
+#define FK_REDUCE(T, CALC)                                                                                          \
+    switch (op) {                                                                                                   \
+    case 0: FK_LOOP(T, CALC(x, y)) break;                                                                           \
+    case 1: FK_LOOP(T, x * y) break;                                                                                \
+    case 2: FK_LOOP(T, x > y ? x : y) break;                                                                        \
+    default: FK_LOOP(T, x < y ? x : y) break;                                                                       \
+    }                                                                                                               \
+    if (div > 1)                                                                                                    \
+        for (size_t i = 0; i < n; i++) ((T *)dst)[i] = (T)(((T *)dst)[i] / (T)div);
 #define FK_ADD(x, y) ((x) + (y))
 #define FK_ADD_I32(x, y) ((int32_t)((uint32_t)(x) + (uint32_t)(y)))
 static CUresult fk_run_reduce(int dtop, void *dst, const void *a, const void *b, size_t n, uint32_t div) {
