@@ -89,6 +89,22 @@ const zccl_cuda_drv_t *zccl__cuda_drv(const char **why) {
     return drv_ok;
 }
 
+int zccl__mem_caller_gpu(void) {
+    if (!__atomic_load_n(&drv_ok, __ATOMIC_ACQUIRE)) {
+        const char *file = zccl__cfg_str(ZCCL_CFG_CUDA_LIBRARY);
+        if (!file || !*file) file = "libcuda.so.1";
+        void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (!h) return -1; /* the process does not use CUDA */
+        dlclose(h);
+    }
+    const zccl_cuda_drv_t *d = zccl__cuda_drv(NULL);
+    CUcontext c = NULL;
+    CUdevice dev = 0;
+    if (!d || !d->cuCtxGetDevice || d->cuCtxGetCurrent(&c) != ZCU_SUCCESS || !c || d->cuCtxGetDevice(&dev) != ZCU_SUCCESS)
+        return -1;
+    return (int)dev;
+}
+
 const char *zccl__cuda_errstr(CUresult r) {
     static __thread char buf[96];
     const char *s = NULL;

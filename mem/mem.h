@@ -97,6 +97,12 @@ zccl_result_t zccl__mem_buffer_id(const void *p, const char *what, uint64_t *id)
  */
 zccl_result_t zccl__mem_call_type(const char *fn, const void *sendbuf, const void *recvbuf, zccl_mem_type_t *type);
 
+/**
+ * The CUDA device (ordinal) of the calling thread's current context: the GPU this rank works on, as NCCL takes the
+ * device current at communicator creation. -1 when no context is current, or when the process has not loaded the
+ * CUDA driver (libcuda.so.1, or ZCCL_CUDA_LIBRARY's file): this never loads it, so a CPU job stays without CUDA.
+ */
+int zccl__mem_caller_gpu(void);
 /** Whether this build holds the CUDA kernels (ZCCL_WITH_CUDA found nvcc). */
 bool zccl__mem_cuda_built(void);
 /** Whether libcuda was loaded (tries once; ZCCL_CUDA_LIBRARY overrides the file); *why gets the reason if not. */

@@ -618,6 +618,7 @@ TEST(TopologyTool, BadArgumentsAndFiles) {
 // ---- RDMA-capable NICs, files without CPU cores, nvidia-smi's classes (tests/topology/*.xml) -------------------
 
 const std::string kOwnTopoDir = ZCCL_TEST_TOPO_DIR;
+constexpr int ZCCL_GPU_NICS_TEST_MAX = 8;
 
 Topo load_file(const std::string &path) {
     zccl_topo_t *raw = nullptr;
@@ -665,6 +666,38 @@ const zccl_topo_dev_t *by_busid(const zccl_topo_t *t, const char *busid) {
     const zccl_topo_dev_t *d = zccl_topo_dev_by_busid(t, busid);
     EXPECT_NE(d, nullptr) << busid;
     return d;
+}
+
+// zccl_topo_gpu_nic_names: the rails a rank on a GPU starts on (issue 23, "Rails": as NCCL pairs a GPU with its NIC).
+std::vector<std::string> gpu_nic_names(const zccl_topo_t *t, const char *busid, int max = ZCCL_GPU_NICS_TEST_MAX) {
+    char names[ZCCL_GPU_NICS_TEST_MAX][ZCCL_TOPO_NAME_LEN];
+    const int n = zccl_topo_gpu_nic_names(t, busid, names, max);
+    return std::vector<std::string>(names, names + n);
+}
+
+TEST(TopoGpuRails, EachGpuNamesThePortsOfItsNearestNic) {
+    Topo t = load_file(kOwnTopoDir + "/gpu-rails.xml");
+    ASSERT_TRUE(t);
+    const zccl_topo_t *m = t.get();
+    EXPECT_EQ(gpu_nic_names(m, "0000:01:00.0"), (std::vector<std::string>{"rxe0", "rxe1"}));
+    EXPECT_EQ(gpu_nic_names(m, "0000:02:00.0"), (std::vector<std::string>{"rxe2", "rxe3"}));
+    EXPECT_EQ(gpu_nic_names(m, "0000:02:00.0", 1), (std::vector<std::string>{"rxe2"})); // at most max names
+    // The third GPU is as far from both NICs: no rail is preferred (rank order applies).
+    EXPECT_TRUE(gpu_nic_names(m, "0000:03:00.0").empty());
+    // Not a GPU, not in the model, no bus id, no model: nothing.
+    EXPECT_TRUE(gpu_nic_names(m, "0000:11:00.0").empty());
+    EXPECT_TRUE(gpu_nic_names(m, "0000:99:00.0").empty());
+    EXPECT_TRUE(gpu_nic_names(m, "").empty());
+    EXPECT_TRUE(gpu_nic_names(nullptr, "0000:01:00.0").empty());
+    // The pairing that zccl-topo prints agrees: GPU 0000:01:00.0 with the NIC of rxe0/rxe1.
+    zccl_path_t p;
+    EXPECT_EQ(paired(m, by_busid(m, "0000:01:00.0"), &p), std::set<std::string>{"0000:11:00.0"});
+}
+
+TEST(TopoGpuRails, AnRdmaNicIsPreferredOverACloserEthernetPort) {
+    Topo t = load_file(kOwnTopoDir + "/eth-nearer-than-ib.xml");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(gpu_nic_names(t.get(), "0000:11:00.0"), (std::vector<std::string>{"mlx5_0"}));
 }
 
 TEST(TopologyRdma, NcclFileGpuPairsWithTheHcaNotTheCloserEthernetPort) {

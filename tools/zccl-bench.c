@@ -1038,6 +1038,11 @@ static int run_rank(int launched_rank, void *arg)
         if (env_set(*v)) { b.rank = atoi(getenv(*v)); break; }
     if (b.rank < 0 && launched_rank >= 0) b.rank = launched_rank;
 
+    if (c->device) { /* as a CUDA program does (cudaSetDevice) before creating its communicator: a context is
+                      * current, so the communicator knows its GPU and starts on the rail paired with it */
+        void *p = NULL;
+        if (zccl_mem_alloc_cuda(&p, 256) == ZCCL_SUCCESS) zccl_mem_free_cuda(p);
+    }
     if (env_set("RANK") || env_set("OMPI_COMM_WORLD_RANK") || env_set("PMI_RANK")) {
         ZC(&b, zccl_comm_init_env(&b.comm));
     } else {

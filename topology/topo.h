@@ -279,6 +279,15 @@ zccl_path_t zccl_topo_path_cpuset(const zccl_topo_t *topo, hwloc_const_cpuset_t 
 int zccl_topo_nearest_nics(const zccl_topo_t *topo, const zccl_topo_dev_t *dev, int *nics, int max,
                            zccl_path_t *path, int *hops);
 
+/**
+ * The OS device names of the NIC(s) the GPU at PCI bus id `busid` pairs with (zccl_topo_nearest_nics: every NIC
+ * that ties for nearest, each with all its names in the model's order, e.g. "mlx5_0", "ib0", "eth2"): the rails a
+ * rank on that GPU starts its traffic on, as NCCL pairs a GPU with its NIC. Writes up to `max` names into `names`
+ * and returns how many; 0 when the model has no GPU at that bus id, no NIC, or no NIC nearer than the others (every
+ * NIC ties, as on a machine whose NICs all hang off the host bridge: then no rail is preferred).
+ */
+int zccl_topo_gpu_nic_names(const zccl_topo_t *topo, const char *busid, char (*names)[ZCCL_TOPO_NAME_LEN], int max);
+
 /** NICs of the model that are RDMA-capable (zccl_topo_dev_t.rdma); 0 means GPU/NIC pairing falls back to any NIC. */
 int zccl_topo_rdma_nic_count(const zccl_topo_t *topo);
 

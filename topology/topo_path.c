@@ -10,6 +10,7 @@
 #include "topo_model.h"
 
 #define MAX_DEPTH 64
+#define GPU_NICS_MAX 64 /* NICs tying for nearest that zccl_topo_gpu_nic_names reads */
 
 /* The device's PCI node and its ancestors, nearest first; returns how many. */
 static int chain(const zccl_topo_t *t, const zccl_topo_dev_t *d, int *out) {
@@ -92,6 +93,25 @@ int zccl_topo_nearest_nics(const zccl_topo_t *t, const zccl_topo_dev_t *dev, int
     if (path) *path = found ? best : ZCCL_PATH_COUNT;
     if (hops) *hops = found ? best_hops : 0;
     return found;
+}
+
+int zccl_topo_gpu_nic_names(const zccl_topo_t *t, const char *busid, char (*names)[ZCCL_TOPO_NAME_LEN], int max) {
+    const zccl_topo_dev_t *gpu = t && busid && busid[0] ? zccl_topo_dev_by_busid(t, busid) : NULL;
+    if (!gpu || gpu->kind != ZCCL_TOPO_DEV_GPU || max <= 0) return 0;
+    int nics[GPU_NICS_MAX];
+    const int found = zccl_topo_nearest_nics(t, gpu, nics, GPU_NICS_MAX, NULL, NULL);
+    int candidates = 0;
+    const bool rdma_only = zccl_topo_rdma_nic_count(t) > 0;
+    for (int i = 0; i < t->nkind[ZCCL_TOPO_DEV_NIC]; i++)
+        candidates += !rdma_only || t->devs[t->kind_ids[ZCCL_TOPO_DEV_NIC][i]].rdma;
+    if (found == 0 || (found == candidates && found > 1)) return 0; /* no NIC nearer than the others */
+    int n = 0;
+    for (int j = 0; j < found && j < GPU_NICS_MAX; j++) {
+        const zccl_topo_dev_t *nic = zccl_topo_dev(t, ZCCL_TOPO_DEV_NIC, nics[j]);
+        for (int o = 0; nic && o < nic->nosdevs && n < max; o++)
+            snprintf(names[n++], ZCCL_TOPO_NAME_LEN, "%s", nic->osdev[o]);
+    }
+    return n;
 }
 
 /* ---- nvidia-smi's classes ----------------------------------------------------------------------------------- */

@@ -541,9 +541,12 @@ static void dereg_entry(void *ctx, void *handle) { ibv_dereg_mr(handle); }
 
 /* ---- setup -------------------------------------------------------------------------------------------------- */
 
-/* Index of `rank` among the ranks of its host (by rank order): rank i of a host starts its sends on rail i mod R,
- * as the TCP rails do (transport/rail.c). */
-static int local_index(const zccl_tp_comm_t *comm, int rank) {
+/* The rail `rank` starts its sends on with a peer over `nrails` rails: the one paired with its GPU when it published
+ * one that the pair uses; else its index among the ranks of its host (by rank order), so rank i of a host starts on
+ * rail i mod R, as the TCP rails do (transport/rail.c). Both sides of a pair compute the same from the records. */
+static int start_index(const zccl_tp_comm_t *comm, int rank, int nrails) {
+    const int g = comm->peers[rank].ib.start_rail;
+    if (g >= 0 && g < nrails) return g;
     int li = 0;
     for (int q = 0; q < rank; q++) li += comm->peers[q].host_hash == comm->peers[rank].host_hash;
     return li;
@@ -585,14 +588,15 @@ static zccl_result_t ib_setup(zccl_tp_comm_t *comm) {
     if (!(ib->peer = calloc((size_t)comm->nranks, sizeof *ib->peer)))
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory");
     int npeers = 0;
-    const int my_li = local_index(comm, comm->rank);
     for (int p = 0; p < comm->nranks; p++) {
         ib_peer_t *pe = &ib->peer[p];
         if (p == comm->rank || comm->tp[p] != &zccl_transport_ib) continue;
         pe->used = true;
         npeers++;
         const int theirs = comm->peers[p].ib.nrails;
-        const zccl_ib_rail_plan_t plan = zccl__ib_rail_plan(ib->nrails, theirs, ib->qps, my_li, local_index(comm, p));
+        const int n = ZCCL_MIN(ib->nrails, theirs);
+        const zccl_ib_rail_plan_t plan = zccl__ib_rail_plan(ib->nrails, theirs, ib->qps, start_index(comm, comm->rank, n),
+                                                            start_index(comm, p, n));
         pe->nrails = plan.nrails;
         pe->nqp = plan.nqp;
         pe->off_tx = plan.off_tx;

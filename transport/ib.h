@@ -91,9 +91,11 @@ typedef struct {
 } zccl_ib_rail_plan_t;
 
 /**
- * Plans the connection of a rank with my_rails rails and index my_li among its host's ranks, with a peer of
- * their_rails rails and index their_li among its host's: rank i of a host starts its sends on rail i mod R (as the
- * TCP rails do), so two ranks of one host do not both put their first QP on the same NIC. Both sides compute the
+ * Plans the connection of a rank with my_rails rails and start index my_li, with a peer of their_rails rails and
+ * start index their_li: each side starts its sends on rail (start index mod R). The start index is the rail paired
+ * with the rank's GPU when it has one (zccl_ib_peer_info_t.start_rail), else its index among its host's ranks, so
+ * rank i of a host starts on rail i mod R (as the TCP rails do) and two ranks of one host do not both put their
+ * first QP on the same NIC. Both sides compute the
  * same mapping for each direction (this rank's off_tx is the peer's off_rx). Rail counts must be >= 1.
  */
 zccl_ib_rail_plan_t zccl__ib_rail_plan(int my_rails, int their_rails, int qps, int my_li, int their_li);

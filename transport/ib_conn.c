@@ -310,10 +310,15 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
     for (int r = 0; r < ib->nrails; r++)
         if ((res = open_rail(comm, ib, r, me)) != ZCCL_SUCCESS) goto fail;
     me->nrails = ib->nrails;
+    me->start_rail = -1;
+    for (int r = 0; r < ib->nrails && me->start_rail < 0; r++)
+        if (zccl__gpu_nic_is(comm, ib->rail[r].dev)) me->start_rail = r;
     if (ib->nrails > 1)
         ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rails: %d (%s); connections stripe their chunks over ZCCL_IB_QPS_PER_CONN="
-                  "%d QP%s per rail", comm->rank, ib->nrails, ib->devs, ib->k.qps_per_conn,
-                  ib->k.qps_per_conn > 1 ? "s" : "");
+                  "%d QP%s per rail%s%s%s", comm->rank, ib->nrails, ib->devs, ib->k.qps_per_conn,
+                  ib->k.qps_per_conn > 1 ? "s" : "", me->start_rail >= 0 ? "; sends start on " : "",
+                  me->start_rail >= 0 ? ib->rail[me->start_rail].dev : "",
+                  me->start_rail >= 0 ? ", the rail paired with this rank's GPU" : "");
     return ZCCL_SUCCESS;
 fail:
     memset(me, 0, sizeof *me);

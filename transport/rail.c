@@ -314,11 +314,16 @@ zccl_result_t zccl__rails_plan(zccl_rails_t *r) {
             r->cmine[(size_t)p * ZCCL_RAIL_MAX + (size_t)i] = c[i].mine;
             r->ctheirs[(size_t)p * ZCCL_RAIL_MAX + (size_t)i] = c[i].theirs;
         }
-        const int li = local_index(tc, tc->rank);
+        /* The first lane goes on the rail paired with this rank's GPU, else rank i of a host starts on rail i mod R. */
+        int li = local_index(tc, tc->rank), paired = -1;
+        for (int i = 0; i < nc && paired < 0; i++)
+            if (zccl__gpu_nic_is(tc, me->rail[c[i].mine].ifname)) paired = i;
+        if (paired >= 0) li = paired;
         for (int k = 0; k < s; k++) /* lane k's common rail; the sender moves it when that rail dies */
             r->send_rail[(size_t)p * ZCCL_TCP_SOCKS_MAX + (size_t)k] = (int8_t)((k + li) % nc);
-        ZCCL_INFO(ZCCL_LOG_TCP, "rank %d: %d socket%s per direction over %d rail%s (%s); this rank's first on %s", p, s,
-                  s == 1 ? "" : "s", nc, nc == 1 ? "" : "s", names, me->rail[c[li % nc].mine].ifname);
+        ZCCL_INFO(ZCCL_LOG_TCP, "rank %d: %d socket%s per direction over %d rail%s (%s); this rank's first on %s%s", p, s,
+                  s == 1 ? "" : "s", nc, nc == 1 ? "" : "s", names, me->rail[c[li % nc].mine].ifname,
+                  paired >= 0 ? " (paired with its GPU)" : "");
     }
     return zccl__lanes_init(r);
 }

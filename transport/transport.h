@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "core.h"
 #include "socket.h"
 #include "topo.h"
@@ -44,8 +45,14 @@ typedef struct {
     int32_t nrails;        /* rails in rail[], in device enumeration order; a pair uses the first min(both) */
     int32_t link;          /* 1 = InfiniBand, 2 = Ethernet (RoCE); every rail of a rank has the same */
     uint64_t subnet;       /* InfiniBand: the GID's subnet prefix (ranks on different subnets do not use IB) */
+    int32_t start_rail;    /* the rail paired with this rank's GPU, where its sends start; -1: none (rank i of a
+                            * host starts on rail i mod R) */
+    int32_t pad;
     zccl_ib_rail_info_t rail[ZCCL_IB_RAILS_MAX];
 } zccl_ib_peer_info_t;
+
+/** Most NIC names of a rank's GPU that the transports match their rails against (zccl_tp_comm_t.gpu_nic). */
+#define ZCCL_GPU_NICS_MAX 8
 
 /** Most TCP rails (interfaces) a rank publishes, and most TCP sockets per direction of a pair (rails x sockets). */
 #define ZCCL_RAIL_MAX 8
@@ -134,7 +141,21 @@ typedef struct zccl_tp_comm {
     int64_t init_timeout_ms;                 /* ZCCL_INIT_TIMEOUT_MS: how long comm_setup may wait for peers */
     volatile int aborted;                    /* zccl_comm_abort was called */
     zccl_result_t async_error;               /* the communicator broke (first remote error or timeout) */
+    /* The GPU this rank works on (the CUDA device current at init, -1: none) and the OS names of the NIC(s) the
+     * topology pairs it with (zccl_topo_gpu_nic_names): the TCP and IB rails whose interface or device has one of
+     * those names are where this rank starts its traffic, as NCCL pairs a GPU with its NIC. Set before the
+     * transports publish their endpoints (zccl__comm_gpu_rails). */
+    int gpu;
+    int ngpu_nics;
+    char gpu_nic[ZCCL_GPU_NICS_MAX][ZCCL_TOPO_NAME_LEN];
 } zccl_tp_comm_t;
+
+/** Whether `name` (an interface or RDMA device) is one of the NICs paired with this rank's GPU (tc->gpu_nic). */
+static inline bool zccl__gpu_nic_is(const zccl_tp_comm_t *tc, const char *name) {
+    for (int i = 0; i < tc->ngpu_nics; i++)
+        if (!strcmp(tc->gpu_nic[i], name)) return true;
+    return false;
+}
 
 /** The slot of a transport: its row in zccl__transports (a const table), or -1. */
 int zccl__tp_slot(const struct zccl_transport_ops *ops);

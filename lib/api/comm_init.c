@@ -146,6 +146,7 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
     me.shm_free = statvfs("/dev/shm", &vfs) == 0 ? (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize : 0;
     me.cma_probe_value = __atomic_load_n(&zccl__cma_probe_word, __ATOMIC_ACQUIRE);
     ZCCL_CHECK_GOTO(zccl__comm_locality_self(&me.loc, me.host_hash), res, fail);
+    zccl__comm_gpu_rails(&comm->tc);
     ZCCL_CHECK_GOTO(zccl__ib_local_info(&comm->tc, &me.ib), res, fail);
     ZCCL_CHECK_GOTO(zccl__tcp_rails_local_info(&comm->tc, &me.tcp), res, fail);
     zccl__comm_cfg_hashes(me.cfg_hash);

@@ -115,6 +115,14 @@ void zccl__comm_free(struct zccl_comm *comm);
 zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm);
 /** Where this process runs (package, NUMA node, core, NIC distance); unknown when topology cannot be read. */
 zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host);
+/**
+ * The GPU of this rank (the CUDA device current on the calling thread, zccl__mem_caller_gpu) and the names of the
+ * NIC(s) the topology pairs it with (zccl_topo_gpu_nic_names), into tc->gpu / tc->gpu_nic, before the transports
+ * publish their endpoints: the rails with those names are where this rank starts its traffic. Advisory: without a
+ * GPU, a topology or a pairing, tc->ngpu_nics is 0 and rank i of a host starts on rail i mod R. Said at INFO.
+ */
+void zccl__comm_gpu_rails(zccl_tp_comm_t *tc);
+
 /** The machine model this process loaded (ZCCL_TOPO_FILE or live discovery), or NULL when it could not. */
 const zccl_topo_t *zccl__comm_process_topo(void);
 /** The ring order (ZCCL_RING_ORDER). */

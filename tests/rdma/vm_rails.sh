@@ -11,6 +11,10 @@
 #      rank's first on rxeN"), and at teardown show both rails carrying data out and in ("IB rail bytes: ...")
 #   3. zccl-bench allreduce -c 1, 2 ranks, rank 0 on both rails and rank 1 on rxe1 only: the pair uses one rail and
 #      both ranks say so ("fallback: the smaller count"), no hang
+#   3b. GPU-paired rails (with FAKE and TOPO): rank 0 on =rxe0,rxe2 and rank 1 on =rxe1,rxe3, device buffers of the
+#      fake CUDA driver, ZCCL_TOPO_FILE=gpu-rails.xml placing rank 0's GPU next to rxe2/rxe3 and rank 1's next to
+#      rxe0/rxe1: rank 0 must start its sends on rxe2 and rank 1 on rxe1 (rank order alone: rxe0 and rxe3, checked
+#      with host buffers in the same run), every result checked
 #   4. failover (rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3: rail 0 over the veth pair v0/v1, rail 1 over v2/v3):
 #      "ip link set v3 down" at a random moment while the ranks run checked all-reduces: every result correct, both
 #      exit 0, each warns once naming the rail, the peer and the live rail, and lists its live rails at the end;
@@ -23,8 +27,8 @@
 # ZCCL_RAILS_SKIP_MATRIX=1 leaves out step 1, ZCCL_RAILS_SKIP_STRIPING=1 steps 2 and 3 (quick checks);
 # ZCCL_RAILS_FO_TRIALS (5) and ZCCL_RAILS_FO_CHECKS (60) size step 4. Every zcclrun has a deadline (--timeout).
 # Prints one line per step and "rails: PASSED" or "rails: FAILED"; exit status 0 only if all passed.
-usage="usage: vm_rails.sh path/to/zccl_tests path/to/zccl-bench path/to/zcclrun"
-T=${1:?$usage} BENCH=${2:?$usage} RUN=${3:?$usage}
+usage="usage: vm_rails.sh path/to/zccl_tests path/to/zccl-bench path/to/zcclrun [path/to/libzccl_fake_cuda.so path/to/gpu-rails.xml]"
+T=${1:?$usage} BENCH=${2:?$usage} RUN=${3:?$usage} FAKE=${4:-} TOPO=${5:-}
 fail=0
 export ZCCL_TIMEOUT_MS=${ZCCL_TIMEOUT_MS:-60000}
 now() { cut -d' ' -f1 /proc/uptime; }
@@ -96,6 +100,33 @@ grep -q "rank 0 has 2 IB rails, this rank (1) 1 (rxe1:1): the connection uses th
 [ -n "$why" ] && [ $rc -eq 0 ] && rc=1
 grep -h "fallback" /tmp/rails_mixed.out | sed 's/^/  /'
 step "zccl-bench allreduce -n 2, rank 0 on 2 rails and rank 1 on 1: one rail" $rc "$t" "$why"
+fi
+
+# 3b. GPU-paired rails: each rank starts on the rail next to its GPU (the topology's pairing), not at rank order.
+if [ -n "$FAKE" ] && [ -n "$TOPO" ]; then
+  t=$(now)
+  why=
+  for dev in 1 0; do
+    ZCCL_TRANSPORT=ib ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=IB,TOPO ZCCL_CUDA_LIBRARY=$FAKE ZCCL_TOPO_FILE=$TOPO \
+      "$RUN" -n 2 --timeout 150 sh -c 'if [ "$RANK" = 0 ]; then ZCCL_IB_HCA==rxe0,rxe2 FAKE_CUDA_PCI_BUSID=0000:02:00.0
+        else ZCCL_IB_HCA==rxe1,rxe3 FAKE_CUDA_PCI_BUSID=0000:01:00.0; fi; export ZCCL_IB_HCA FAKE_CUDA_PCI_BUSID
+        exec "$@"' sh "$BENCH" allreduce -D $dev -b 16 -e 1M -f 16 -c 1 -n 1 -w 1 > /tmp/rails_gpu.$dev.out 2>&1 ||
+      why="$why; -D $dev: zcclrun exited $?: $(grep -v ' INFO ' /tmp/rails_gpu.$dev.out | tail -2)"
+    grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/rails_gpu.$dev.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
+      why="$why; -D $dev: wrong results"
+    if [ $dev = 1 ]; then want0=rxe2 want1=rxe1; else want0=rxe0 want1=rxe3; fi
+    for r in 0 1; do
+      eval want=\$want$r
+      line=$(grep "rank $r: IB connection to rank $((1 - r)) up" /tmp/rails_gpu.$dev.out)
+      echo "  -D $dev: rank $r: ${line#*up }"
+      echo "$line" | grep -q "this rank's first on $want\$" || why="$why; -D $dev: rank $r does not start on $want"
+    done
+    [ $dev = 0 ] || grep -h "pairs with NIC\|the rail paired" /tmp/rails_gpu.1.out | sed 's/^.*zccl INFO /  -D 1: /' | cut -c1-200
+  done
+  grep -q "rank 0: CUDA device 0 (PCI 0000:02:00.0) pairs with NIC rxe2,rxe3" /tmp/rails_gpu.1.out ||
+    why="$why; rank 0 did not log its GPU's NIC"
+  rc=0; [ -n "$why" ] && { rc=1; tail -30 /tmp/rails_gpu.1.out; }
+  step "GPU-paired rails: rank 0 (GPU by rxe2) starts on rxe2, rank 1 (GPU by rxe1) on rxe1; rank order without GPUs" $rc "$t" "$why"
 fi
 
 # Failover: rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3, so rail 0 is the veth pair v0/v1 and rail 1 the pair
