@@ -43,18 +43,20 @@ static void usage(FILE *f)
             "Start N local ranks of PROGRAM for zccl (zccl_comm_init_env reads the environment set here).\n"
             "\n"
             "Options:\n"
-            "  -n, -np, --np N      number of ranks to start (default 1; with --hostfile: the hostfile's slots)\n"
-            "  --hostfile FILE      start the ranks on the hosts FILE lists, one per line: \"HOST slots=M\" or\n"
-            "                       \"ssh:HOST slots=M\" (a remote host, reached with ssh), \"netns:NAME slots=M\"\n"
-            "                       (a network namespace of this machine, as 'ip netns add NAME' makes it) or\n"
-            "                       \"localhost slots=M\"; ranks fill the hosts in order\n"
+            "  -n, -np, --np N      number of ranks to start (default 1; with --hostfile: the hostfile's slots);\n"
+            "                       also --nproc, --nproc-per-node / --nproc_per_node (torchrun's name)\n"
+            "  --hostfile FILE      (or --machinefile) start the ranks on the hosts FILE lists, one per line:\n"
+            "                       \"HOST slots=M\" or \"ssh:HOST slots=M\" (a remote host, reached with ssh),\n"
+            "                       \"netns:NAME slots=M\" (a network namespace of this machine, as 'ip netns add\n"
+            "                       NAME' makes it) or \"localhost slots=M\"; ranks fill the hosts in order\n"
             "  --ssh CMD            remote shell for ssh hosts (default \"ssh -x -o BatchMode=yes\"); it is run as\n"
             "                       CMD HOST COMMAND, with the rank's environment on its stdin\n"
-            "  --addr A             MASTER_ADDR given to the ranks (default 127.0.0.1; with --hostfile and a\n"
-            "                       first host netns:NAME: that namespace's first address; ssh:HOST: HOST)\n"
-            "  --port P             MASTER_PORT (default: a free port below the kernel's ephemeral range, which\n"
-            "                       no connection's source port can take; a random one in 20000-32767 when the\n"
-            "                       first host is remote)\n"
+            "  --addr A             MASTER_ADDR given to the ranks (also --master-addr, --master_addr; default\n"
+            "                       127.0.0.1; with --hostfile and a first host netns:NAME: that namespace's first\n"
+            "                       address; ssh:HOST: HOST)\n"
+            "  --port P             MASTER_PORT (also --master-port, --master_port; default: a free port below the\n"
+            "                       kernel's ephemeral range, which no connection's source port can take; a random\n"
+            "                       one in 20000-32767 when the first host is remote)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
             "  --bind WHAT          bind local rank i, before it starts, to core / NUMA node / package i mod count\n"
@@ -63,6 +65,11 @@ static void usage(FILE *f)
             "                       nodes). Default: core where a host's ranks fit its cores, else none (said at\n"
             "                       ZCCL_DEBUG=INFO); --bind none turns binding off, --bind core forces it\n"
             "  --report-bindings    print each rank's binding on stderr\n"
+            "  -x VAR[=VALUE]       as mpirun's -x: with =VALUE, set VAR for every local and netns rank (they inherit\n"
+            "                       " NAME "'s environment, so plain -x VAR changes nothing; remote ranks get only the\n"
+            "                       ZCCL_*/NCCL_* variables)\n"
+            "  --oversubscribe      accepted for mpirun's habit: more ranks than cores is always allowed (binding\n"
+            "                       is then off unless --bind core)\n"
             "  --version            print the version and exit\n"
             "  -h, --help           show this help\n"
             "\n"
@@ -838,6 +845,22 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--version")) { printf("zcclrun (zccl) %s\n", ZCCL_VERSION_STRING); return 0; }
         if (!strcmp(a, "--tag-output")) { o.tag_output = 1; continue; }
         if (!strcmp(a, "--report-bindings")) { report_bindings = 1; continue; }
+        if (!strcmp(a, "--oversubscribe")) continue; /* mpirun's: more ranks than cores is always allowed here */
+        if (!strcmp(a, "-x")) { /* mpirun's -x VAR[=VALUE]: the ranks get VAR (they inherit this environment) */
+            if (i + 1 >= argc) return bad("option '-x' needs VAR or VAR=VALUE%s%s", "", "");
+            const char *x = argv[++i], *xeq = strchr(x, '=');
+            const size_t nl = xeq ? (size_t)(xeq - x) : strlen(x);
+            if (nl == 0 || nl >= 256 || strspn(x, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != nl ||
+                (x[0] >= '0' && x[0] <= '9'))
+                return bad("-x: '%s' is not VAR or VAR=VALUE with VAR a variable name%s", x, "");
+            if (xeq) {
+                char name[256];
+                memcpy(name, x, nl);
+                name[nl] = '\0';
+                if (setenv(name, xeq + 1, 1) != 0) return bad("-x: cannot set '%s'%s", x, "");
+            }
+            continue;
+        }
 
         /* options with a value: "-n N", "-nN", "--np=N", "--port=P", ... */
         const char *val = NULL, *opt = a;

@@ -294,7 +294,12 @@ zccl_result_t zccl__ib_local_info(zccl_tp_comm_t *comm, zccl_ib_peer_info_t *me)
         ib->nrails = 0;
         if (forced) return zccl__error(ZCCL_SYSTEM_ERROR, "ZCCL_TRANSPORT=ib but rank %d has no usable RDMA port: %s",
                                        comm->rank, why);
-        ZCCL_INFO(ZCCL_LOG_IB, "IB transport not used by rank %d: %s", comm->rank, why);
+        if (k.hca.n) { /* the user named HCAs: that none is usable is worth a warning, not only an INFO line */
+            const char *var = zccl__cfg_source(ZCCL_CFG_IB_HCA);
+            ZCCL_WARN(ZCCL_LOG_IB, "%s=%s: rank %d uses no RDMA port (%s); its peers on other hosts are reached over "
+                      "TCP", var ? var : "ZCCL_IB_HCA", zccl__cfg_str(ZCCL_CFG_IB_HCA), comm->rank, why);
+        } else
+            ZCCL_INFO(ZCCL_LOG_IB, "IB transport not used by rank %d: %s", comm->rank, why);
         return ZCCL_SUCCESS;
     }
     zccl_result_t res = ZCCL_SUCCESS;

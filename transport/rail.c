@@ -81,8 +81,11 @@ zccl_result_t zccl__tcp_rails_list(zccl_rail_addr_t *out, int max, int *n, char 
     }
     freeifaddrs(ifs);
     if (*spec && *n == 0)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_SOCKET_IFNAME=%s matches no up interface with an IPv4 address "
-                           "(TCP rails); up interfaces: %s", spec, tried[0] ? tried : "(none)");
+    {
+        const char *var = zccl__cfg_source(ZCCL_CFG_SOCKET_IFNAME); /* the name the user set: ZCCL_* or NCCL_* */
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=%s matches no up interface with an IPv4 address (TCP rails); up "
+                           "interfaces: %s", var ? var : "ZCCL_SOCKET_IFNAME", spec, tried[0] ? tried : "(none)");
+    }
     return ZCCL_SUCCESS;
 }
 

@@ -114,8 +114,9 @@ zccl_result_t zccl__pick_local_addr(const zccl_sockaddr_t *toward, zccl_sockaddr
     if (!pick && !*spec) pick = loopback;
     if (!pick) {
         freeifaddrs(ifs);
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "ZCCL_SOCKET_IFNAME=%s matches no up interface with an address; tried: %s",
-                           spec, tried[0] ? tried : "(none)");
+        const char *var = zccl__cfg_source(ZCCL_CFG_SOCKET_IFNAME); /* the name the user set: ZCCL_* or NCCL_* */
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "%s=%s matches no up interface with an address; tried: %s",
+                           var ? var : "ZCCL_SOCKET_IFNAME", spec, tried[0] ? tried : "(none)");
     }
     memset(out, 0, sizeof *out);
     out->len = family_len(pick->ifa_addr->sa_family);

@@ -345,8 +345,10 @@ ZCCL_API zccl_result_t zccl_comm_init_env(zccl_comm_t *comm) {
         }
     }
     if (!addr || !*addr)
-        return zccl__error(ZCCL_INVALID_ARGUMENT, "zccl_comm_init_env: MASTER_ADDR is not set (the bootstrap root's "
-                           "host)%s", slurm ? ", nor SLURM_STEP_NODELIST or SLURM_JOB_NODELIST" : "");
+        return zccl__error(ZCCL_INVALID_ARGUMENT, "MASTER_ADDR is not set (the bootstrap root's host)%s: export "
+                           "MASTER_ADDR and MASTER_PORT to every rank (mpirun: -x MASTER_ADDR=host0 -x "
+                           "MASTER_PORT=29500; zcclrun and torchrun set them)",
+                           slurm ? ", nor SLURM_STEP_NODELIST or SLURM_JOB_NODELIST" : "");
     ZCCL_CHECK(env_int("MASTER_PORT", 1, 65535, &port, &fp));
     int job = 0, stepid = 0;
     bool fj = false, fst = false;

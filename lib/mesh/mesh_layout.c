@@ -16,6 +16,12 @@ static void shape_text(int ndims, const char *const *names, const int *sizes, ch
         o += (size_t)snprintf(out + o, len - o, "%s%s=%d", d ? " x " : "", names[d], sizes[d]);
 }
 
+/* Host number of rank r, counting hosts in the order of their lowest rank (hostrank[q]: the lowest rank of q's host). */
+static int host_index(const int *hostrank, int nranks, int r) {
+    int h = 0;
+    for (int q = 0; q < hostrank[r] && q < nranks; q++) h += hostrank[q] == q;
+    return h;
+}
 static zccl_result_t refuse(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static zccl_result_t refuse(char *why, size_t len, const char *fmt, ...) {
     char buf[512];
@@ -73,10 +79,13 @@ ZCCL_API zccl_result_t zccl_mesh_layout(int nranks, const int *host_of, int ndim
             for (int k = 1; k < inner; k++)
                 if (host_of[order[g + k]] != host_of[order[g]]) {
                     res = refuse(why, len, "mesh shape %s would put the %s group of ranks %d..%d (mesh positions) "
-                                 "across hosts: rank %d is on the host of rank %d, rank %d on the host of rank %d; "
-                                 "choose an innermost size that divides every host's rank count, or pass "
-                                 "ZCCL_MESH_ALLOW_CROSS_HOST", shape, names[ndims - 1], g, g + inner - 1, order[g],
-                                 hostrank[order[g]], order[g + k], hostrank[order[g + k]]);
+                                 "across hosts: rank %d is on host %d, rank %d on host %d (hosts numbered by their "
+                                 "lowest rank: the hosts of ranks %d and %d); choose an innermost size that divides "
+                                 "every host's rank count, or allow it (ZCCL_MESH_ALLOW_CROSS_HOST; zccl-topo: "
+                                 "--mesh-allow-cross-host)", shape, names[ndims - 1], g, g + inner - 1, order[g],
+                                 host_index(hostrank, nranks, order[g]), order[g + k],
+                                 host_index(hostrank, nranks, order[g + k]), hostrank[order[g]],
+                                 hostrank[order[g + k]]);
                     break;
                 }
     if (res == ZCCL_SUCCESS)
