@@ -244,8 +244,10 @@ static zccl_result_t rail_dead(zccl_rails_t *r, int peer, int c, const char *why
                 break;
             }
             char nm[64];
-            ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: cannot move TCP lane %d to rank %d onto rail %s: %s", tc->rank, k, peer,
-                      zccl__rails_name(r, peer, next, nm, sizeof nm), zccl_get_last_error(NULL));
+            /* the rail it was to move onto is lost too (two losses in a row): said as any rail's loss, once */
+            ZCCL_WARN(ZCCL_LOG_TCP, "rank %d: TCP rail %s to rank %d lost (cannot move TCP lane %d onto it: %s); its "
+                      "lanes move on", tc->rank, zccl__rails_name(r, peer, next, nm, sizeof nm), peer, k,
+                      zccl_get_last_error(NULL));
             if (res == ZCCL_REMOTE_ERROR) { close(old); return res; } /* the peer refused the move: it gave up */
             c = next;
             zccl__rails_name(r, peer, c, dead, sizeof dead);

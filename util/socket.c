@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/time.h>
 #include <unistd.h>
 #include "socket.h"
 
@@ -356,7 +357,22 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
         fd = socket(addr->sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) return zccl__syserror(errno, "socket() to connect to %s", as);
         int e;
+        /* A SYN that gets no answer at all (the peer's link or interface down, a firewall that drops) would block a
+         * plain connect() for the kernel's SYN retries, about 2 minutes, past any deadline: the send timeout bounds
+         * it (Linux applies SO_SNDTIMEO to connect; it then fails with EINPROGRESS). */
+        const uint64_t until = connect_until && (!deadline_ns || connect_until < deadline_ns) ? connect_until : deadline_ns;
+        if (until) {
+            const uint64_t now = zccl__now_ns();
+            uint64_t left_us = until > now ? (until - now) / 1000 : 0;
+            if (left_us < 1000) left_us = 1000;
+            struct timeval tv = {(time_t)(left_us / 1000000), (suseconds_t)(left_us % 1000000)};
+            setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        }
         if (connect(fd, (const struct sockaddr *)&addr->sa, addr->len) == 0) {
+            if (until) { /* later writes have their own deadlines (zccl__send_all polls) */
+                struct timeval none = {0, 0};
+                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+            }
             if (!self_connected(fd)) break;
             /* TCP's simultaneous open on loopback: nobody listens on the port and the kernel gave this socket that
              * very port as its source, so it is connected to itself and holds the port the listener is about to
@@ -365,7 +381,7 @@ zccl_result_t zccl__connect_auth(const zccl_sockaddr_t *addr, const uint8_t secr
             setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
             e = ECONNREFUSED;
         } else {
-            e = errno;
+            e = errno == EINPROGRESS ? ETIMEDOUT : errno; /* the SO_SNDTIMEO above ran out */
         }
         close(fd);
         if (e != ECONNREFUSED && e != ETIMEDOUT && e != EAGAIN && e != EINTR && e != ENETUNREACH)
