@@ -147,7 +147,6 @@ static int post_one(ib_peer_t *pe, int q, uint64_t wr_id, struct ibv_sge *sge, e
                     uint32_t imm_be, uint64_t remote_addr, uint32_t rkey);
 static int poll_rail(zccl_tp_comm_t *comm, int k, int max);
 
-/* "rxe0:1,rxe2:1": the rails of peer p still alive. */
 /* The pair's live rails (dead false) or lost ones (dead true), "rxe0:1,rxe2:1". */
 static void rails_of(const struct zccl_ib_comm *ib, const ib_peer_t *pe, bool dead, char *buf, size_t len) {
     size_t o = 0;
@@ -156,8 +155,15 @@ static void rails_of(const struct zccl_ib_comm *ib, const ib_peer_t *pe, bool de
         if (pe->dead[k] == dead)
             o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", o ? "," : "", ib->rail[k].dev, ib->rail[k].port);
 }
-static void live_rails(const struct zccl_ib_comm *ib, const ib_peer_t *pe, char *buf, size_t len) {
-    rails_of(ib, pe, false, buf, len);
+/* Whether pair pe lost a rail; if so, live (or "none") and gone get its live and lost rails (len bytes each). */
+static bool lost_rails(const struct zccl_ib_comm *ib, const ib_peer_t *pe, char *live, char *gone, size_t len) {
+    bool lost = false;
+    for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
+    if (!lost) return false;
+    rails_of(ib, pe, false, live, len);
+    if (!live[0]) snprintf(live, len, "none");
+    rails_of(ib, pe, true, gone, len);
+    return true;
 }
 
 /* Rail k of the connection with peer p died (why: the cause, for messages). Several rails and every connection up:
@@ -178,7 +184,7 @@ static void rail_lost(zccl_tp_comm_t *comm, int p, int k, const char *fmt, ...) 
         if (pe->id[q] && pe->id[q]->qp) ibv_modify_qp(pe->id[q]->qp, &a, IBV_QP_STATE);
     }
     char live[160];
-    live_rails(ib, pe, live, sizeof live);
+    rails_of(ib, pe, false, live, sizeof live);
     if (!live[0]) {
         char lost[300];
         size_t o = 0;
@@ -951,14 +957,10 @@ static void ib_teardown(zccl_tp_comm_t *comm) {
     if (!ib) return;
     for (int p = 0; ib->peer && p < comm->nranks; p++) { /* pairs that lost a rail: what they ended on */
         const ib_peer_t *pe = &ib->peer[p];
-        bool lost = false;
-        for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
-        if (!lost) continue;
         char live[160], gone[160];
-        live_rails(ib, pe, live, sizeof live);
-        rails_of(ib, pe, true, gone, sizeof gone);
+        if (!lost_rails(ib, pe, live, gone, sizeof live)) continue;
         ZCCL_INFO(ZCCL_LOG_IB, "rank %d: IB rails to rank %d at the end: live %s (lost %s); %llu grant%s of ours "
-                  "granted again, %llu chunk%s written again", comm->rank, p, live[0] ? live : "none", gone,
+                  "granted again, %llu chunk%s written again", comm->rank, p, live, gone,
                   (unsigned long long)pe->regrants, pe->regrants == 1 ? "" : "s", (unsigned long long)pe->rewrites,
                   pe->rewrites == 1 ? "" : "s");
     }
@@ -1014,14 +1016,9 @@ static int ib_describe_rails(const zccl_tp_comm_t *comm, char *buf, size_t len) 
     for (int k = 0; k < ib->nrails && o < len; k++)
         o += (size_t)snprintf(buf + o, len - o, "%s%s:%d", k ? "," : "", ib->rail[k].dev, ib->rail[k].port);
     for (int p = 0; ib->peer && p < comm->nranks && o < len; p++) {
-        const ib_peer_t *pe = &ib->peer[p];
-        bool lost = false;
-        for (int k = 0; pe->used && k < pe->nrails; k++) lost |= pe->dead[k];
-        if (!lost) continue;
         char live[160], gone[160];
-        live_rails(ib, pe, live, sizeof live);
-        rails_of(ib, pe, true, gone, sizeof gone);
-        o += (size_t)snprintf(buf + o, len - o, "; to rank %d live %s (lost %s)", p, live[0] ? live : "none", gone);
+        if (!lost_rails(ib, &ib->peer[p], live, gone, sizeof live)) continue;
+        o += (size_t)snprintf(buf + o, len - o, "; to rank %d live %s (lost %s)", p, live, gone);
     }
     return ib->nrails;
 }

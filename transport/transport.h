@@ -141,11 +141,10 @@ typedef struct zccl_tp_comm {
     int64_t init_timeout_ms;                 /* ZCCL_INIT_TIMEOUT_MS: how long comm_setup may wait for peers */
     volatile int aborted;                    /* zccl_comm_abort was called */
     zccl_result_t async_error;               /* the communicator broke (first remote error or timeout) */
-    /* The GPU this rank works on (the CUDA device current at init, -1: none) and the OS names of the NIC(s) the
-     * topology pairs it with (zccl_topo_gpu_nic_names): the TCP and IB rails whose interface or device has one of
-     * those names are where this rank starts its traffic, as NCCL pairs a GPU with its NIC. Set before the
-     * transports publish their endpoints (zccl__comm_gpu_rails). */
-    int gpu;
+    /* The OS names of the NIC(s) the topology pairs with this rank's GPU (the CUDA device current at init;
+     * zccl_topo_gpu_nic_names): the TCP and IB rails whose interface or device has one of those names are where
+     * this rank starts its traffic, as NCCL pairs a GPU with its NIC. Set before the transports publish their
+     * endpoints (zccl__comm_gpu_rails); none without a GPU. */
     int ngpu_nics;
     char gpu_nic[ZCCL_GPU_NICS_MAX][ZCCL_TOPO_NAME_LEN];
 } zccl_tp_comm_t;

@@ -117,7 +117,7 @@ zccl_result_t zccl__comm_choose_transports(struct zccl_comm *comm);
 zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host);
 /**
  * The GPU of this rank (the CUDA device current on the calling thread, zccl__mem_caller_gpu) and the names of the
- * NIC(s) the topology pairs it with (zccl_topo_gpu_nic_names), into tc->gpu / tc->gpu_nic, before the transports
+ * NIC(s) the topology pairs it with (zccl_topo_gpu_nic_names), into tc->gpu_nic, before the transports
  * publish their endpoints: the rails with those names are where this rank starts its traffic. Advisory: without a
  * GPU, a topology or a pairing, tc->ngpu_nics is 0 and rank i of a host starts on rail i mod R. Said at INFO.
  */

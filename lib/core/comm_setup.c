@@ -119,10 +119,10 @@ zccl_result_t zccl__comm_locality_self(zccl_locality_t *loc, uint64_t host) {
 
 void zccl__comm_gpu_rails(zccl_tp_comm_t *tc) {
     tc->ngpu_nics = 0;
-    tc->gpu = zccl__mem_caller_gpu();
-    if (tc->gpu < 0) return;
+    const int gpu = zccl__mem_caller_gpu();
+    if (gpu < 0) return;
     zccl_gpu_gdr_t g;
-    zccl__mem_gpu_gdr(tc->gpu, &g);
+    zccl__mem_gpu_gdr(gpu, &g);
     const zccl_topo_t *t = zccl__comm_process_topo();
     tc->ngpu_nics = zccl_topo_gpu_nic_names(t, g.busid, tc->gpu_nic, ZCCL_GPU_NICS_MAX);
     char names[ZCCL_GPU_NICS_MAX * (ZCCL_TOPO_NAME_LEN + 1)] = "";
@@ -131,10 +131,10 @@ void zccl__comm_gpu_rails(zccl_tp_comm_t *tc) {
         o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", i ? "," : "", tc->gpu_nic[i]);
     if (tc->ngpu_nics)
         ZCCL_INFO(ZCCL_LOG_TOPO, "rank %d: CUDA device %d (PCI %s) pairs with NIC %s: its rails start there", tc->rank,
-                  tc->gpu, g.busid, names);
+                  gpu, g.busid, names);
     else
         ZCCL_INFO(ZCCL_LOG_TOPO, "rank %d: CUDA device %d (PCI %s): no NIC paired with it (%s); rails start at rank "
-                  "order", tc->rank, tc->gpu, g.busid[0] ? g.busid : "no bus id",
+                  "order", tc->rank, gpu, g.busid[0] ? g.busid : "no bus id",
                   !t ? "no topology" : !g.busid[0] ? "the driver gives no PCI bus id"
                                                    : "not in the topology, or no NIC nearer than the others");
 }
