@@ -358,6 +358,10 @@ void ProcessGroupZccl::runJob(Lane &l, Job &job) {
         });
     }
 #endif
+    /* The calls' closures hold their tensors: drop them before the waiters wake, so a tensor the caller deletes
+     * after wait() is freed by that delete (a registered tensor's block goes back at once), not later by this
+     * thread. The Works themselves still hold their outputs until this thread lets go of them, just after. */
+    job.posts.clear();
     for (auto &w : job.works) w->complete(error);
 }
 
