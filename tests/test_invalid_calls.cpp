@@ -248,6 +248,10 @@ TEST_P(Mismatch, EveryRankFailsNamingBothCalls) {
             if (!has(msg, "different collectives") || !has(msg, mc.rank2_says) || !has(msg, mc.others_say))
                 return fail(rank, std::string("mismatched ") + mc.name + ": the message does not name both calls ('" +
                                       mc.rank2_says + "', '" + mc.others_say + "'): " + msg);
+            /* numbered as the user counts: the second collective is #2, whatever init ran before it */
+            if (!has(msg, "called #2 "))
+                return fail(rank, std::string("mismatched ") + mc.name + ": the message does not number the call #2 "
+                                      "(the program's second collective): " + msg);
             return 0;
         }, o);
     }

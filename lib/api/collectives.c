@@ -128,15 +128,15 @@ static zccl_result_t check_matching(struct zccl_comm *comm, const zccl_op_t *o, 
         if (!(all[r].d.flags & ZCCL_DESC_REFUSED)) continue;
         all[r].why[sizeof all[r].why - 1] = '\0';
         char dr[160];
-        zccl__desc_describe(&all[r].d, dr, sizeof dr);
+        zccl__desc_describe(&all[r].d, comm->cseq_init, dr, sizeof dr);
         res = zccl__error(ZCCL_INVALID_USAGE, "ZCCL_CHECK: rank %d refused its call %s, so every rank fails it before "
                           "any data moves: %s", r, dr, all[r].why);
     }
     for (int r = 1; r < n && res == ZCCL_SUCCESS; r++) {
         if (memcmp(&all[r].d, &all[0].d, sizeof all[0].d) == 0) continue;
         char d0[160], dr[160];
-        zccl__desc_describe(&all[0].d, d0, sizeof d0);
-        zccl__desc_describe(&all[r].d, dr, sizeof dr);
+        zccl__desc_describe(&all[0].d, comm->cseq_init, d0, sizeof d0);
+        zccl__desc_describe(&all[r].d, comm->cseq_init, dr, sizeof dr);
         res = zccl__error(ZCCL_INVALID_USAGE, "ZCCL_CHECK: ranks called different collectives: rank %d called %s, "
                           "rank 0 called %s%s", r, dr, d0, r == comm->rank ? " (this rank differs)" : "");
     }
@@ -299,7 +299,7 @@ static zccl_result_t op_run(const zccl_op_t *o) {
     }
     if (res == ZCCL_SUCCESS && !direct) {
         ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: count %zu type %d op %d root %d in_place %d: %zu phases",
-                   name, (unsigned long long)seq, b.count, (int)b.dt, (int)b.op, b.root, (int)b.in_place, s->nphases);
+                   name, zccl__seq_shown(comm, seq), b.count, (int)b.dt, (int)b.op, b.root, (int)b.in_place, s->nphases);
         comm->desc_on = is_coll;
         comm->call_mem = b.mem;
         res = zccl__engine_run(comm, s, b.sendbuf, b.recvbuf, b.dt, b.op);

@@ -197,6 +197,7 @@ static zccl_result_t comm_init_body(struct zccl_comm *comm, zccl_comm_t *out, in
         comm->timeout_ms = saved;
         if (res != ZCCL_SUCCESS) goto fail;
     }
+    comm->cseq_init = comm->cseq; /* messages count the user's collectives from #1 (zccl__seq_shown) */
     ZCCL_INFO(ZCCL_LOG_INIT, "rank %d of %d ready (communicator %016llx%s%s%s)", rank, nranks,
               (unsigned long long)comm->tc.comm_id, comm->name[0] ? " \"" : "", comm->name,
               comm->name[0] ? "\"" : "");

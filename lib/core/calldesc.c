@@ -12,18 +12,19 @@ static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32
                                                "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
 static const char *op_names[ZCCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
 
-void zccl__desc_describe(const zccl_call_desc_t *d, char *buf, size_t len) {
+void zccl__desc_describe(const zccl_call_desc_t *d, uint64_t seq_base, char *buf, size_t len) {
+    const unsigned long long shown = (unsigned long long)(d->seq > seq_base ? d->seq - seq_base : d->seq);
     const char *name = (d->flags & ZCCL_DESC_BARRIER) ? "zccl_barrier"
                        : d->coll < ZCCL_COLL_COUNT && coll_names[d->coll] ? coll_names[d->coll]
                                                       : "?";
     if (d->flags & ZCCL_DESC_BARRIER) {
-        snprintf(buf, len, "#%llu zccl_barrier()", (unsigned long long)d->seq);
+        snprintf(buf, len, "#%llu zccl_barrier()", shown);
         return;
     }
     char op[24] = "", root[24] = "";
     if (d->op != 0xff) snprintf(op, sizeof op, ", op %s", d->op < ZCCL_NUM_OPS ? op_names[d->op] : "?");
     if (d->root >= 0) snprintf(root, sizeof root, ", root %d", (int)d->root);
-    snprintf(buf, len, "#%llu %s%s(count %llu, %s%s%s)%s", (unsigned long long)d->seq, name, d->vhash ? "_v" : "",
+    snprintf(buf, len, "#%llu %s%s(count %llu, %s%s%s)%s", shown, name, d->vhash ? "_v" : "",
              (unsigned long long)d->count, d->dt < ZCCL_NUM_TYPES && dt_names[d->dt] ? dt_names[d->dt] : "?", op, root,
              (d->flags & ZCCL_DESC_DEVICE) ? " on device memory" : "");
 }

@@ -26,7 +26,9 @@ typedef struct {
 _Static_assert(sizeof(zccl_call_desc_t) == 32, "zccl_call_desc_t is a wire format");
 #endif
 
-/** Writes "#5 zccl_allreduce(count 64, float32, op sum)" (root only where the collective has one). */
-void zccl__desc_describe(const zccl_call_desc_t *d, char *buf, size_t len);
+/** Writes "#5 zccl_allreduce(count 64, float32, op sum)" (root only where the collective has one). The number shown
+ *  is d->seq - seq_base when d->seq > seq_base: the communicator's cseq_init, so that a user's first collective is
+ *  #1 whatever init ran before it (comm.h, zccl__seq_shown). */
+void zccl__desc_describe(const zccl_call_desc_t *d, uint64_t seq_base, char *buf, size_t len);
 
 #endif

@@ -69,6 +69,8 @@ struct zccl_comm {
     char async_msg[512];       /* the text of tc.async_error (first remote error or timeout) */
     /* Invalid calls (notice.c, include/zccl.h "Invalid calls"). */
     uint64_t cseq;             /* collectives run or refused (send/recv not counted: only some ranks take part) */
+    uint64_t cseq_init;        /* cseq when init returned (its own barrier, calibration and warm-up): messages number
+                                  collectives from the user's first (zccl__seq_shown); the wire keeps cseq */
     uint32_t notice_gen;       /* bumped by the service thread for every notice received */
     uint32_t notice_seen;      /* notice_gen when the notices were last found not to apply */
     struct zccl_notice_node *notices; /* peers' notices (tc.in_mutex) */
@@ -131,6 +133,12 @@ zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm);
 zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm);
 /** Fails early when the process cannot open a socket per TCP peer. */
 zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
+
+/** The number messages give collective #seq: counted from the user's first collective (#1), however many init ran
+ *  before it (which ranks agree on, so every rank shows the same number); init's own keep their wire number. */
+static inline unsigned long long zccl__seq_shown(const struct zccl_comm *comm, uint64_t seq) {
+    return (unsigned long long)(seq > comm->cseq_init ? seq - comm->cseq_init : seq);
+}
 
 /** After this rank gave up collective #seq (lost peer, timeout, mismatch): tells every peer why (a notice quoting
  *  comm->async_msg, notice.h) and makes the peers that may still wait on it fail too (every transport's poison op),

@@ -142,8 +142,8 @@ static zccl_result_t verify_desc(struct zccl_comm *comm, const zccl_xfer_t *x) {
     const zccl_call_desc_t *theirs = &comm->desc_in[x->peer], *mine = &comm->desc_mine;
     if (memcmp(theirs, mine, sizeof *mine) == 0) return ZCCL_SUCCESS;
     char dm[160], dt[160];
-    zccl__desc_describe(mine, dm, sizeof dm);
-    zccl__desc_describe(theirs, dt, sizeof dt);
+    zccl__desc_describe(mine, comm->cseq_init, dm, sizeof dm);
+    zccl__desc_describe(theirs, comm->cseq_init, dt, sizeof dt);
     const char *hint = theirs->seq != mine->seq ? " (one rank made a call the other did not: a call refused or "
                                                   "skipped on one rank?)"
                                                 : "";
@@ -173,7 +173,7 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d destroyed its communicator while rank %d still %s it (%s, "
                                "collective #%llu): did the ranks call the same collectives?", x[i].peer, comm->rank,
                                x[i].is_send ? "sends to" : "receives from", comm->op_name,
-                               (unsigned long long)comm->seq);
+                               zccl__seq_shown(comm, comm->seq));
         }
         ZCCL_CHECK(tp->check_peer(&comm->tc, x[i].peer));
     }
@@ -192,7 +192,7 @@ static zccl_result_t check_stalled(struct zccl_comm *comm, zccl_xfer_t *x, size_
                 return zccl__error(ZCCL_TIMEOUT, "rank %d: no progress for %lld ms %s rank %d (%s, collective #%llu, "
                                    "phase %zu, %zu of %zu bytes done)", comm->rank, (long long)comm->timeout_ms,
                                    x[i].is_send ? "sending to" : "receiving from", x[i].peer, comm->op_name,
-                                   (unsigned long long)comm->seq, phase, x[i].done, x[i].bytes);
+                                   zccl__seq_shown(comm, comm->seq), phase, x[i].done, x[i].bytes);
     }
     return ZCCL_SUCCESS;
 }
@@ -232,7 +232,7 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
             if ((++idle & 63) == 0) {
                 if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
                     return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
-                                       comm->rank, (unsigned long long)comm->seq);
+                                       comm->rank, zccl__seq_shown(comm, comm->seq));
                 sched_yield();
             }
             __builtin_ia32_pause();
@@ -244,7 +244,7 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
         if ((idle & 63) != 0 || zccl__now_ns() - idle_since < comm->spin_ns) {
             if ((idle & 63) == 0 && __atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
                 return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu",
-                                   comm->rank, (unsigned long long)comm->seq);
+                                   comm->rank, zccl__seq_shown(comm, comm->seq));
             __builtin_ia32_pause();
             continue;
         }
@@ -256,7 +256,7 @@ zccl_result_t zccl__engine_phase(struct zccl_comm *comm, zccl_xfer_t *x, size_t 
         ZCCL_CHECK(res);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
-                               (unsigned long long)comm->seq);
+                               zccl__seq_shown(comm, comm->seq));
         if (moved || all_done || __atomic_load_n(comm->tc.doorbell, __ATOMIC_SEQ_CST) != seen) {
             idle = 0;
             last_progress = zccl__now_ns();
@@ -318,7 +318,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
         ZCCL_CHECK(zccl__gdr_agree(comm, s, sendbuf, recvbuf, scratch, es, &gdr));
         if (gdr.voted && !gdr.on)
             ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: no GPUDirect RDMA for this call: %s",
-                      comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq, gdr.why);
+                      comm->rank, comm->op_name ? comm->op_name : "call", zccl__seq_shown(comm, comm->seq), gdr.why);
     }
     uint8_t *base[ZCCL_BUF_NONE] = {(uint8_t *)sendbuf, (uint8_t *)recvbuf, (uint8_t *)scratch};
     const zccl_redop_t kop = (op == ZCCL_AVG) ? ZCCL_SUM : op;
@@ -408,7 +408,7 @@ out:
     if (xs != xs_local) free(xs);
     if (mt != ZCCL_MEM_HOST) /* which path a device call took, and what it cost in host staging copies */
         ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu on device memory: path %s, %llu host staging copies (%llu in all), "
-                  "%llu GDR flushes", comm->rank, comm->op_name ? comm->op_name : "call", (unsigned long long)comm->seq,
+                  "%llu GDR flushes", comm->rank, comm->op_name ? comm->op_name : "call", zccl__seq_shown(comm, comm->seq),
                   gdr.on ? "gdr" : pipelined ? "staged-pipelined" : "staged",
                   (unsigned long long)(comm->mem_stage.stage_copies - copies0),
                   (unsigned long long)comm->mem_stage.stage_copies,

@@ -65,7 +65,7 @@ int zccl__notice_send(struct zccl_comm *comm, int kind, uint64_t seq, const char
         if (res != ZCCL_SUCCESS && !gone(comm, r)) {
             missed++;
             ZCCL_INFO(ZCCL_LOG_COLL, "could not tell rank %d rank %d's notice (kind %d) about #%llu", r, comm->rank,
-                      kind, (unsigned long long)seq);
+                      kind, zccl__seq_shown(comm, seq));
         }
     }
     zccl__set_last_error(saved);
@@ -161,9 +161,9 @@ zccl_result_t zccl__notice_check(struct zccl_comm *comm, uint64_t seq, const cha
     if (kind == ZCCL_NOTICE_REFUSED)
         return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: rank %d refused its call #%llu, so the ranks are out of "
                            "step (the communicator is unusable): %s", what, comm->rank, from,
-                           (unsigned long long)nseq, text);
+                           zccl__seq_shown(comm, nseq), text);
     return zccl__error(ZCCL_REMOTE_ERROR, "%s on rank %d: rank %d gave up collective #%llu: %s", what, comm->rank, from,
-                       (unsigned long long)nseq, text);
+                       zccl__seq_shown(comm, nseq), text);
 }
 
 void zccl__notice_free(struct zccl_comm *comm) {

@@ -552,7 +552,7 @@ static zccl_result_t wait_all_in(struct zccl_comm *comm, area_fn area, size_t fi
         zccl__doorbell_awake(&comm->tc);
         if (__atomic_load_n(&comm->tc.aborted, __ATOMIC_ACQUIRE))
             return zccl__error(ZCCL_REMOTE_ERROR, "rank %d: communicator aborted during collective #%llu", comm->rank,
-                               (unsigned long long)comm->seq);
+                               zccl__seq_shown(comm, comm->seq));
         /* Look again before judging the peers: one that set its word, woke us and then left (its call done, its
          * communicator destroyed) is not lost. */
         if (all_reached(comm, field, want)) return ZCCL_SUCCESS;
@@ -571,7 +571,7 @@ static zccl_result_t wait_all_in(struct zccl_comm *comm, area_fn area, size_t fi
         if (comm->timeout_ms > 0 && now - idle_since > (uint64_t)comm->timeout_ms * 1000000ull)
             return zccl__error(ZCCL_TIMEOUT, "rank %d: waited %lld ms for the peers' %s of %s (collective #%llu)",
                                comm->rank, (long long)comm->timeout_ms, what, comm->op_name,
-                               (unsigned long long)comm->seq);
+                               zccl__seq_shown(comm, comm->seq));
     }
 #undef all_reached
 #undef reached
@@ -618,8 +618,8 @@ static zccl_result_t call_mismatch(struct zccl_comm *comm, int r, const zccl_cal
     const zccl_call_desc_t *mine = &comm->desc_mine;
     if (r == comm->rank || memcmp(theirs, mine, sizeof *mine) == 0) return ZCCL_SUCCESS;
     char dm[160], dt[160];
-    zccl__desc_describe(mine, dm, sizeof dm);
-    zccl__desc_describe(theirs, dt, sizeof dt);
+    zccl__desc_describe(mine, comm->cseq_init, dm, sizeof dm);
+    zccl__desc_describe(theirs, comm->cseq_init, dt, sizeof dt);
     return zccl__error(ZCCL_INVALID_USAGE, "ranks called different collectives: rank %d called %s, rank %d called %s; "
                        "every rank must make the same calls in the same order with the same count, datatype, op and "
                        "root", comm->rank, dm, r, dt);
@@ -797,7 +797,7 @@ static zccl_result_t reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, boo
          * whether it mapped all it needs, and the call takes the normal schedule on every rank unless all did. */
         if (mres != ZCCL_SUCCESS) /* the WARN of the failure names it; the call itself will succeed */
             ZCCL_INFO(ZCCL_LOG_COLL, "rank %d: %s #%llu takes the normal path: %s", comm->rank, comm->op_name,
-                      (unsigned long long)comm->seq, zccl__last_error());
+                      zccl__seq_shown(comm, comm->seq), zccl__last_error());
         __atomic_store_n(&me->ready, 2 * comm->seq + (mres == ZCCL_SUCCESS), __ATOMIC_RELEASE);
         ring_all(comm);
         res = wait_all(comm, offsetof(desc_t, ready), 2 * comm->seq, "buffer mappings");
@@ -817,7 +817,7 @@ static zccl_result_t reg_try_run(struct zccl_comm *comm, const zccl_op_t *o, boo
                 *done = true;
                 __atomic_fetch_add(&direct_calls[o->mem], 1, __ATOMIC_RELAXED);
                 ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: one pass over the peers' registered %s buffers", comm->op_name,
-                           (unsigned long long)comm->seq, mops->name);
+                           zccl__seq_shown(comm, comm->seq), mops->name);
             }
         }
     }
@@ -1078,7 +1078,7 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
     __atomic_store_n(&me->fin, k, __ATOMIC_RELEASE);
     ring_all(comm);
     __atomic_fetch_add(&staged_calls, 1, __ATOMIC_RELAXED);
-    ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: staged one-pass path", comm->op_name, (unsigned long long)comm->seq);
+    ZCCL_TRACE(ZCCL_LOG_COLL, "%s #%llu: staged one-pass path", comm->op_name, zccl__seq_shown(comm, comm->seq));
     return ZCCL_SUCCESS;
 }
 
