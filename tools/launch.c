@@ -648,7 +648,8 @@ static void zl_supervise(struct zl_run *R)
             deadline = INFINITY;
             if (st->first_fail < 0 && !st->launch_failed) {
                 st->timed_out = 1;
-                fprintf(stderr, "%s: timeout after %g s; stopping %d rank%s\n", R->name, R->o->timeout_s, st->alive,
+                /* like a signal, a timeout likely catches a rank in the middle of a line: a line of its own */
+                fprintf(stderr, "\n%s: timeout after %g s; stopping %d rank%s\n", R->name, R->o->timeout_s, st->alive,
                         st->alive == 1 ? "" : "s");
                 zl_stop_all(st);
             }
