@@ -6,7 +6,9 @@
 #   thread   TSan         (-DZCCL_SANITIZE=thread),  build dir build-tsan
 #   gtest-filter  replaces the reduced suite (e.g. 'Faults.*'); "all" runs every test.
 # Environment: ZCCL_SANITIZE_BUILD_DIR overrides the build dir; ZCCL_SANITIZE_JOBS the build parallelism (2);
-#              ZCCL_SANITIZE_TIMEOUT the run's wall-clock limit in seconds (900).
+#              ZCCL_SANITIZE_TIMEOUT the run's wall-clock limit in seconds (900); ZCCL_SANITIZE_BUILD_ONLY=1
+#              configures and builds, then stops (.ci/run builds both trees in the background during the main
+#              suite; the later run then finds them built).
 #
 # Every rank of a multi-process test is a child forked from the test process. Sanitizer reports go to files
 # (log_path) instead of stderr, so that a report is seen even in a child whose failure a test expects (a killed
@@ -90,6 +92,10 @@ targets=(zccl_tests)
 echo "== sanitize.sh $mode: building ${targets[*]} (-j$jobs)"
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 t1=$(date +%s)
+if [[ "${ZCCL_SANITIZE_BUILD_ONLY:-0}" == 1 ]]; then
+    echo "== sanitize.sh $mode: built in $((t1 - t0)) s (ZCCL_SANITIZE_BUILD_ONLY=1: not run)"
+    exit 0
+fi
 
 bin="$build/tests/zccl_tests"
 logdir="$build/sanitizer-reports"
