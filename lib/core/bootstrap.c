@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "bootstrap.h"
 
@@ -194,6 +195,7 @@ typedef struct {
     int *ready; /* set by the accept loop once it has allocated what it needs (points into zccl__root_start) */
     /* The watcher thread (root_watch): ranks that die after joining, and a WARN line every 10 s while waiting. */
     pthread_mutex_t mu;  /* nranks, fd, joined, abort_why, done */
+    pthread_cond_t done_cv; /* signalled with done set: the watcher's 100 ms wait ends at once */
     int stop_pipe[2];    /* the watcher stops the accept loop through it */
     bool done;           /* the accept loop has ended: the watcher exits */
     char abort_why[192]; /* non-empty: init cannot complete; every joined rank is told this */
@@ -275,9 +277,17 @@ static void *root_watch(void *arg) {
     if (getsockname(R->listen_fd, (struct sockaddr *)&a.sa, &a.len) == 0) zccl__sockaddr_str(&a, as, sizeof as);
     const uint64_t start = zccl__now_ns();
     uint64_t next_warn = start + 10000000000ull;
+    pthread_mutex_lock(&R->mu);
     for (;;) {
-        usleep(100000);
-        pthread_mutex_lock(&R->mu);
+        /* every 100 ms, or at once when the accept loop ends: a root that slept its 100 ms out before it let the
+         * ranks have the table held every communicator's init that long (100 of the 115 ms a 2-rank
+         * zccl_comm_split took) */
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 100000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        while (!R->done && pthread_cond_timedwait(&R->done_cv, &R->mu, &until) == 0) {
+        }
         if (R->done) break;
         for (int r = 0; R->fd && r < R->nranks && !R->abort_why[0]; r++) {
             if (R->fd[r] < 0) continue;
@@ -303,7 +313,6 @@ static void *root_watch(void *arg) {
                           "rank(s)%s", as, R->joined, R->nranks,
                           (unsigned long long)((zccl__now_ns() - start) / 1000000000ull), missing);
         }
-        pthread_mutex_unlock(&R->mu);
     }
     pthread_mutex_unlock(&R->mu);
     return NULL;
@@ -322,6 +331,7 @@ static void *root_main(void *arg) {
                                           root_on_conn, R, deadline, R->ready);
     pthread_mutex_lock(&R->mu);
     R->done = true;
+    pthread_cond_signal(&R->done_cv);
     pthread_mutex_unlock(&R->mu);
     if (watching) pthread_join(watcher, NULL);
     close(R->listen_fd);
@@ -361,6 +371,7 @@ static void *root_main(void *arg) {
     close(R->stop_pipe[0]);
     close(R->stop_pipe[1]);
     pthread_mutex_destroy(&R->mu);
+    pthread_cond_destroy(&R->done_cv);
     free(R);
     return NULL;
 }
@@ -375,6 +386,11 @@ zccl_result_t zccl__root_start(int listen_fd, const uint8_t secret[ZCCL_SECRET_B
         return zccl__syserror(errno, "pipe for the bootstrap root");
     }
     pthread_mutex_init(&R->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the watcher's waits do not move with the wall clock */
+    pthread_cond_init(&R->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int ready = 0;
     R->ready = &ready;
     memcpy(R->secret, secret, ZCCL_SECRET_BYTES);
