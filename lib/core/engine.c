@@ -397,7 +397,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
         }
         size_t nx = 0;
         beside_t held = {.n = 0};
-        const bool may_hold = mt == ZCCL_MEM_HOST && !gdr.on && !pipelined;
+        const bool may_hold = mt == ZCCL_MEM_HOST; /* device calls (staged, pipelined, GDR) copy through mops */
         /* Rooted calls: every pair's descriptors, both ways, in the first phase. Receives there too, not later: a
          * descriptor may travel by rendezvous (shm's single-copy path acknowledges only once the receiver took it), so a
          * send whose receive waited for a later phase would hold every rank in this one. */
