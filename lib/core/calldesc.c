@@ -13,7 +13,7 @@ static const char *dt_names[ZCCL_NUM_TYPES] = {"int8", "uint8", "int32", "uint32
 static const char *op_names[ZCCL_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
 
 void zccl__desc_describe(const zccl_call_desc_t *d, uint64_t seq_base, char *buf, size_t len) {
-    const unsigned long long shown = (unsigned long long)(d->seq > seq_base ? d->seq - seq_base : d->seq);
+    const unsigned long long shown = zccl__seq_after(d->seq, seq_base);
     const char *name = (d->flags & ZCCL_DESC_BARRIER) ? "zccl_barrier"
                        : d->coll < ZCCL_COLL_COUNT && coll_names[d->coll] ? coll_names[d->coll]
                                                       : "?";

@@ -31,4 +31,9 @@ _Static_assert(sizeof(zccl_call_desc_t) == 32, "zccl_call_desc_t is a wire forma
  *  #1 whatever init ran before it (comm.h, zccl__seq_shown). */
 void zccl__desc_describe(const zccl_call_desc_t *d, uint64_t seq_base, char *buf, size_t len);
 
+/** Collective #seq as messages number it: seq - base once past base (a communicator's cseq_init), else seq. */
+static inline unsigned long long zccl__seq_after(uint64_t seq, uint64_t base) {
+    return (unsigned long long)(seq > base ? seq - base : seq);
+}
+
 #endif

@@ -137,7 +137,7 @@ zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
 /** The number messages give collective #seq: counted from the user's first collective (#1), however many init ran
  *  before it (which ranks agree on, so every rank shows the same number); init's own keep their wire number. */
 static inline unsigned long long zccl__seq_shown(const struct zccl_comm *comm, uint64_t seq) {
-    return (unsigned long long)(seq > comm->cseq_init ? seq - comm->cseq_init : seq);
+    return zccl__seq_after(seq, comm->cseq_init);
 }
 
 /** After this rank gave up collective #seq (lost peer, timeout, mismatch): tells every peer why (a notice quoting
