@@ -7,6 +7,7 @@
 #ifndef ZCCL_KERNELS_H
 #define ZCCL_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "zccl.h"
@@ -41,6 +42,27 @@ void zccl_kernel_scale(void *dst, const void *src, size_t count, zccl_datatype_t
  * will not read back soon. dst and src must not overlap; any alignment. Stores are fenced before returning.
  */
 void zccl_kernel_copy_stream(void *dst, const void *src, size_t bytes);
+
+/**
+ * Whether this CPU's `rep movsb` is slow when the destination's page offset is 1..63 bytes past the source's: on the
+ * AMD EPYC CPUs of these machines a 32-128 KiB copy at such a distance ran at 2.3-3.0 GB/s against 35-47 GB/s at
+ * other distances, in glibc's memcpy (which uses `rep movsb` from a few KiB to a few hundred KiB) and in the
+ * kernel's copies (process_vm_readv: 2.1 against 6.9-10 GB/s); docs/performance.md, "A slow copy distance".
+ * Measured once per process (64 KiB copies at distances 16 and 80, about 0.1-0.4 ms); true when 16 took over twice
+ * as long. Always false off x86-64.
+ */
+bool zccl_kernel_rep_movsb_slow(void);
+/** Tests: makes zccl_kernel_rep_movsb_slow() answer v (0 or 1) from now on in this process, or measure again (-1),
+ *  so that the vector copy and the shared-memory transport's detour run on every CPU. No effect off x86-64. */
+void zccl_kernel_rep_movsb_force(int v);
+
+/**
+ * memcpy for the library's bulk copies (slots, staging areas, the engine's copies, the host memory table): the same
+ * bytes as memcpy; where zccl_kernel_rep_movsb_slow() and the destination's page offset is 1..63 bytes past the
+ * source's, it copies with vector loads and aligned vector stores (AVX2) instead of glibc's memcpy. dst and src
+ * must not overlap; any alignment; bytes 0 accepts NULL.
+ */
+void zccl_kernel_copy(void *dst, const void *src, size_t bytes);
 
 /** IEEE binary16 <-> binary32 conversions, round-to-nearest-even, NaN/Inf/subnormals preserved. */
 float zccl_half_to_float(uint16_t h);

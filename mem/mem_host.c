@@ -7,7 +7,7 @@
 #include "mem.h"
 
 static zccl_result_t host_copy(void *dst, const void *src, size_t bytes) {
-    if (bytes && dst != src) memcpy(dst, src, bytes);
+    if (bytes && dst != src) zccl_kernel_copy(dst, src, bytes);
     return ZCCL_SUCCESS;
 }
 

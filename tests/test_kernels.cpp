@@ -1132,3 +1132,35 @@ TEST(Kernels, StreamCopyMatchesMemcpy) {
                 }
             }
 }
+
+// zccl_kernel_copy must equal memcpy at every distance between the two page offsets — above all 1..63, where it takes
+// its vector loop on CPUs whose rep movsb is slow there (forced on here, so it runs on every CPU) — for lengths
+// around its 1 KiB threshold and its 128-byte steps, and write nothing outside its range.
+TEST(Kernels, CopyMatchesMemcpyAtEveryDistance) {
+    const size_t page = 4096, maxlen = 9000;
+    std::vector<uint8_t> src(maxlen + 2 * page), dst(maxlen + 3 * page);
+    for (size_t i = 0; i < src.size(); i++) src[i] = (uint8_t)(i * 167 + 11);
+    uint8_t *const s0 = (uint8_t *)(((uintptr_t)src.data() + page - 1) & ~(uintptr_t)(page - 1));
+    uint8_t *const d0 = (uint8_t *)(((uintptr_t)dst.data() + page - 1) & ~(uintptr_t)(page - 1));
+    for (int forced : {1, 0}) {
+        zccl_kernel_rep_movsb_force(forced);
+        for (size_t len : {size_t(0), size_t(1023), size_t(1024), size_t(1025), size_t(4096 + 31), size_t(maxlen)})
+            for (size_t so : {size_t(0), size_t(5), size_t(32)})
+                for (size_t ahead : {size_t(0), size_t(1), size_t(16), size_t(31), size_t(32), size_t(63),
+                                     size_t(64), size_t(4095)}) {
+                    const uint8_t *from = s0 + so;
+                    uint8_t *to = d0 + page + so + ahead; // to's page offset is `ahead` past from's
+                    std::fill(dst.begin(), dst.end(), 0xEE);
+                    zccl_kernel_copy(to, from, len);
+                    size_t wrong = 0, outside = 0;
+                    for (size_t i = 0; i < dst.size(); i++) {
+                        const uint8_t *p = dst.data() + i;
+                        if (p >= to && p < to + len) wrong += *p != from[p - to];
+                        else outside += *p != 0xEE;
+                    }
+                    ASSERT_EQ(wrong, 0u) << "len " << len << " src+" << so << " ahead " << ahead << " forced " << forced;
+                    ASSERT_EQ(outside, 0u) << "len " << len << " src+" << so << " ahead " << ahead;
+                }
+    }
+    zccl_kernel_rep_movsb_force(-1);
+}

@@ -104,6 +104,8 @@ struct cfg {
     int registered; /* -R: buffers from zccl_mem_alloc, registered with the communicator */
     int device;    /* -D: send and receive buffers in CUDA device memory (zccl_mem_alloc_cuda) */
     int bind;      /* --bind: -np ranks bound to one CPU each (-1 auto: when they fit the CPUs; 0 no; 1 yes) */
+    int buf_offset, rbuf_offset; /* --buf-offset S[,R]: bytes past page alignment of the host send and receive
+                                  * buffers */
     const char *json;
     int np;        /* -np N: start N local ranks; 0: run as one rank */
     const char *algo; /* --algo: NULL = the tuner's choice, "all", or one algorithm name */
@@ -148,6 +150,9 @@ static void usage(FILE *f)
         "  -np, --np N              start N local ranks (fork) instead of running as one rank (not under a launcher)\n"
         "      --bind core|none     with -np: bind rank i to the i-th CPU this process may run on (default: core when\n"
         "                           the ranks fit those CPUs, as mpirun's default --bind-to core; else none)\n"
+        "      --buf-offset S[,R]   host send buffers start S bytes (0..4095) past a page boundary, receive buffers R\n"
+        "                           (default S), as malloc'd or sliced buffers do (default 0: page-aligned; not\n"
+        "                           with -R or -D)\n"
         "      --wire FMT           quantized collectives (zccl_*_wire; allreduce, reduce_scatter, allgather; float,\n"
         "                           half, bfloat16; sum, avg): full, int8, int4, fp8e4m3 or fp8e5m2. Sizes and busbw\n"
         "                           stay full-precision bytes (the effective bandwidth); results are approximate, so\n"
@@ -255,6 +260,14 @@ do {                                                                            
         else return bad("--bind %s: expected core or none%s", val, "");
         break;
     case 'a': NUM(0, 3, "0, 1, 2 or 3"); c->average = (int)v; break;
+    case 'O': {
+        char *end = NULL;
+        const long so = strtol(val, &end, 10), ro = *end == ',' ? strtol(end + 1, &end, 10) : so;
+        if (end == val || *end || so < 0 || so > 4095 || ro < 0 || ro > 4095)
+            return bad("%s %s: expected a byte offset 0..4095, or two (send,receive)", optname, val);
+        c->buf_offset = (int)so, c->rbuf_offset = (int)ro;
+        break;
+    }
     case 'r': NUM(-1, ZL_MAX_RANKS - 1, "a rank (or -1 for all)"); c->root = (int)v; break;
     case 'N': NUM(1, ZL_MAX_RANKS, "a number of ranks (1-65536)"); c->np = (int)v; break;
     case 't':
@@ -327,6 +340,8 @@ static int check_cfg(const struct cfg *c)
         return bad("--wire applies to allreduce, reduce_scatter and allgather only%s%s", "", "");
     if ((c->wire || c->hier) && c->device)
         return bad("--wire takes host buffers only (-D 1 excludes it)%s%s", "", "");
+    if ((c->buf_offset || c->rbuf_offset) && (c->registered || c->device))
+        return bad("--buf-offset applies to ordinary host buffers, not with %s%s", c->registered ? "-R 1" : "-D 1", "");
     if (c->coll == C_SENDRECV && c->algo)
         return bad("--algo does not apply to sendrecv (point to point: no algorithm to choose)%s%s", "", "");
     return 0;
@@ -341,6 +356,7 @@ static int split_option(int argc, char **argv, int *i, char *opt, const char **v
         {'c', "check"}, {'o', "op"}, {'d', "datatype"}, {'r', "root"}, {'z', "blocking"}, {'y', "stream_null"},
         {'T', "timeout"}, {'G', "cudagraph"}, {'C', "report_cputime"}, {'a', "average"}, {'J', "json"},
         {'N', "np"}, {'A', "algo"}, {'W', "wire"}, {'R', "registered"}, {'D', "device-buffers"}, {'B', "bind"},
+        {'O', "buf-offset"},
     };
     const char *a = argv[*i];
     *opt = 0;
@@ -1099,11 +1115,15 @@ static int run_rank(int launched_rank, void *arg)
                         b.bufbytes, c->maxbytes);
                 bad_local = 1;
             }
-        } else if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes) != 0 ||
-            posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes) != 0) {
+        } else if (posix_memalign((void **)&b.sendbuf, 4096, b.bufbytes + (size_t)c->buf_offset) != 0 ||
+            posix_memalign((void **)&b.recvbuf, 4096, b.bufbytes + (size_t)c->rbuf_offset) != 0) {
             fprintf(stderr, NAME ": rank %d: cannot allocate 2 x %zu bytes for -e %zu\n", b.rank, b.bufbytes,
                     c->maxbytes);
+            free(b.sendbuf);
+            b.sendbuf = NULL; /* recvbuf is NULL: its allocation failed */
             bad_local = 1;
+        } else {
+            b.sendbuf += c->buf_offset, b.recvbuf += c->rbuf_offset; /* freed at the offsets' start below */
         }
         if (!bad_local && c->device) {
             memset(b.hsend, 0, b.bufbytes);
@@ -1224,8 +1244,8 @@ static int run_rank(int launched_rank, void *arg)
         free(b.hrecv);
         return rc;
     }
-    free(b.sendbuf);
-    free(b.recvbuf);
+    if (!c->registered && !c->device && b.sendbuf) free(b.sendbuf - c->buf_offset);
+    if (!c->registered && !c->device && b.recvbuf) free(b.recvbuf - c->rbuf_offset);
     return rc;
 }
 

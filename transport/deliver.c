@@ -17,7 +17,7 @@ void zccl__xfer_deliver(zccl_xfer_t *x, const void *data, size_t len) {
         zccl_kernel_reduce(x->dst + x->done, x->op2 + x->done, data, len / es, x->dt, x->op, x->divisor);
     } else if (x->dst + x->done != data) {
         if (x->bytes >= ZCCL_STREAM_COPY_MIN) zccl_kernel_copy_stream(x->dst + x->done, data, len);
-        else memcpy(x->dst + x->done, data, len);
+        else zccl_kernel_copy(x->dst + x->done, data, len);
     }
     x->done += len;
 }

@@ -29,6 +29,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include "transport.h"
+#include "kernels.h"
 
 extern const zccl_transport_ops_t zccl_transport_shm; /* defined at the end of this file */
 
@@ -398,7 +399,7 @@ static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     const uint64_t idx = s->send_head[peer];
     slot_meta_t *m = &metas(c)[idx % s->nslots];
     size_t len = ZCCL_MIN(s->slot_bytes, x->bytes - x->done);
-    memcpy(len <= TINY_BYTES ? m->tiny : slot_data(s, c, idx), x->src + x->done, len);
+    zccl_kernel_copy(len <= TINY_BYTES ? m->tiny : slot_data(s, c, idx), x->src + x->done, len);
     m->kind = SLOT_INLINE;
     m->len = (uint32_t)len;
     slot_post(comm, s, c, peer, m);
@@ -408,6 +409,12 @@ static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     return ZCCL_SUCCESS;
 }
 
+/* Whether dst's page offset is 1..63 bytes past src's: the distance at which `rep movsb` is slow (kernels.h). */
+static bool slow_copy_distance(const void *dst, uint64_t src) {
+    const uint64_t d = ((uint64_t)(uintptr_t)dst - src) & 4095;
+    return d >= 1 && d < 64;
+}
+
 static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     shm_comm_t *s = SHM_OF(comm);
     const int peer = x->peer;
@@ -415,10 +422,16 @@ static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message */
         /* A reduction pulls one cache-sized chunk into the bounce buffer and reduces it while it is hot; a plain
          * copy lands in place, so it pulls larger pieces to spend fewer system calls per byte. */
-        size_t piece = x->op2 ? comm->chunk_bytes : 8 * comm->chunk_bytes;
+        const uint64_t from = x->t[1] + x->done;
+        /* The kernel copies with `rep movsb`, which on some CPUs runs 4-5x slower when the destination's page offset
+         * is 1..63 bytes past the source's (kernels.h, zccl_kernel_rep_movsb_slow): there such a copy goes through
+         * the bounce buffer, placed at a good distance, and from there into place (zccl_kernel_copy). */
+        const bool via_tmp = x->op2 || (slow_copy_distance(x->dst + x->done, from) && zccl_kernel_rep_movsb_slow());
+        size_t piece = via_tmp ? comm->chunk_bytes - (x->op2 ? 0 : 128) : 8 * comm->chunk_bytes;
         size_t len = ZCCL_MIN(piece, x->bytes - x->done);
-        uint8_t *to = x->op2 ? comm->chunk_tmp : x->dst + x->done;
-        struct iovec l = {to, len}, r = {(void *)(uintptr_t)(x->t[1] + x->done), len};
+        uint8_t *to = !via_tmp ? x->dst + x->done
+                      : comm->chunk_tmp + (!x->op2 && slow_copy_distance(comm->chunk_tmp, from) ? 128 : 0);
+        struct iovec l = {to, len}, r = {(void *)(uintptr_t)from, len};
         ssize_t got = process_vm_readv(comm->peers[peer].pid, &l, 1, &r, 1, 0);
         if (got != (ssize_t)len) {
             if (got < 0 && errno == ESRCH)

@@ -332,7 +332,7 @@ static zccl_result_t beside_tick(void *ctx, bool *moved, bool *busy) {
     while (b->next < b->n && b->c[b->next].done == b->c[b->next].len) b->next++;
     if (b->next == b->n) return ZCCL_SUCCESS;
     const size_t n = ZCCL_MIN(COPY_SLICE, b->c[b->next].len - b->c[b->next].done);
-    memcpy(b->c[b->next].dst + b->c[b->next].done, b->c[b->next].src + b->c[b->next].done, n);
+    zccl_kernel_copy(b->c[b->next].dst + b->c[b->next].done, b->c[b->next].src + b->c[b->next].done, n);
     b->c[b->next].done += n;
     *moved = true;
     return ZCCL_SUCCESS;
@@ -341,7 +341,7 @@ static zccl_result_t beside_tick(void *ctx, bool *moved, bool *busy) {
 /* Runs what is left of the held copies (all of them: their phase has no transfers, or it ended). */
 static void beside_finish(beside_t *b) {
     for (size_t i = 0; i < b->n; i++)
-        if (b->c[i].done < b->c[i].len) memcpy(b->c[i].dst + b->c[i].done, b->c[i].src + b->c[i].done, b->c[i].len - b->c[i].done);
+        if (b->c[i].done < b->c[i].len) zccl_kernel_copy(b->c[i].dst + b->c[i].done, b->c[i].src + b->c[i].done, b->c[i].len - b->c[i].done);
     b->n = b->next = 0;
 }
 
@@ -463,7 +463,7 @@ zccl_result_t zccl__engine_run(struct zccl_comm *comm, const zccl_schedule_t *s,
             size_t k = 0;
             for (size_t i = 0; i < held.n; i++) {
                 if (copy_beside_ok(xs, nx, held.c[i].dst, held.c[i].src, held.c[i].len)) held.c[k++] = held.c[i];
-                else memcpy(held.c[i].dst, held.c[i].src, held.c[i].len);
+                else zccl_kernel_copy(held.c[i].dst, held.c[i].src, held.c[i].len);
             }
             held.n = k;
         }

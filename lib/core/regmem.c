@@ -1023,10 +1023,10 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
 #define BLK_OFF(b) ZCCL_MIN((size_t)(b) * per, ar ? o->count : (size_t)n * o->count)
 #define BLK_LEN(b) (ZCCL_MIN(per, (ar ? o->count : (size_t)n * o->count) - BLK_OFF(b)))
     if (o->coll == ZCCL_COLL_ALLGATHER) {
-        memcpy(send, in, o->count * es);
+        zccl_kernel_copy(send, in, o->count * es);
     } else {
         for (int b = 0; b < n; b++)
-            if (b != i && BLK_LEN(b)) memcpy(send + BLK_OFF(b) * es, in + BLK_OFF(b) * es, BLK_LEN(b) * es);
+            if (b != i && BLK_LEN(b)) zccl_kernel_copy(send + BLK_OFF(b) * es, in + BLK_OFF(b) * es, BLK_LEN(b) * es);
     }
     me->desc = comm->desc_mine;
     __atomic_store_n(&me->in, k, __ATOMIC_RELEASE);
@@ -1062,7 +1062,7 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
             for (int r = 1; r < n; r++)
                 zccl_kernel_reduce(r == n - 1 ? dst + to : tmp, r == 1 ? srcv[0] + at : tmp, srcv[r] + at, c, o->dt,
                                    kop, (r == n - 1 && o->op == ZCCL_AVG) ? (uint32_t)n : 1);
-            if (ar) memcpy(area + to, dst + to, c * es);
+            if (ar) zccl_kernel_copy(area + to, dst + to, c * es);
         }
         if (srcv != src) free(srcv);
         if (ar) {
@@ -1070,7 +1070,7 @@ zccl_result_t zccl__stg_try_run(struct zccl_comm *comm, const zccl_op_t *o, bool
             ring_all(comm);
             ZCCL_CHECK(wait_all_in(comm, stg_area, offsetof(stg_hdr_t, red), k, "staged results"));
             for (int b = 0; b < n; b++)
-                if (b != i && BLK_LEN(b)) memcpy(out + BLK_OFF(b) * es, STG_RECV(comm, b) + BLK_OFF(b) * es, BLK_LEN(b) * es);
+                if (b != i && BLK_LEN(b)) zccl_kernel_copy(out + BLK_OFF(b) * es, STG_RECV(comm, b) + BLK_OFF(b) * es, BLK_LEN(b) * es);
         }
     }
 #undef BLK_OFF
