@@ -46,7 +46,7 @@ struct Placed {
 
 int body(zccl_comm_t comm, int rank, int n) {
     const size_t counts[] = {300, 40000, 300001}; /* 1.2 KB .. 1.2 MB per block: below and above the slots */
-    const size_t offs[][2] = {{0, 16}, {0, 63}, {4080, 0}, {8, 40}, {0, 0}};
+    const size_t offs[][2] = {{0, 16}, {0, 60}, {4080, 0}, {8, 40}, {0, 0}}; /* float-aligned: 4-byte multiples */
     for (size_t c : counts)
         for (const auto &o : offs) {
             /* all-gather: rank q's block at q * c */

@@ -41,7 +41,7 @@ esac
 # connections), faults (killed ranks, timeouts, ZCCL_CHECK, abort from another thread).
 asan='Schedule.*'
 asan+=':Kernels.Reduce*:Kernels.ScaleAllTypes:Kernels.ZeroCountTouchesNothing:Kernels.*SpecialCases'
-asan+=':Kernels.StreamCopyMatchesMemcpy:Kernels.AverageInt32ManyDivisors'
+asan+=':Kernels.StreamCopyMatchesMemcpy:Kernels.AverageInt32ManyDivisors:Kernels.CopyMatchesMemcpyAtEveryDistance'
 asan+=':Transports/CollectivesMatrix.*/shm_3ranks:Transports/CollectivesMatrix.*/tcp_2ranks'
 asan+=':SmallChunks/CollectivesMatrix.*/shm_tiny_2ranks'
 asan+=':Transports/StreamsAndSequencing.*/shm_2ranks:Transports/StreamsAndSequencing.*/tcp_2ranks'
@@ -62,6 +62,7 @@ asan+='-ZeroOffload.FakeDevice*'
 # single-threaded test process (rank 0 hosts the root); (3) zcclrun + zccl-bench, whose ranks are exec'd (a fresh
 # TSan runtime each), all five collectives on 3 ranks over shm and over TCP with a zccl stream, checking results.
 tsan='Schedule.*:Kernels.Reduce*:Kernels.ScaleAllTypes:Kernels.StreamCopyMatchesMemcpy'
+tsan+=':Kernels.CopyMatchesMemcpyAtEveryDistance'
 tsan+=':ApiArgs.OneRankCommunicatorInProcess:ApiArgs.NoCommunicatorEntries:ApiArgs.ErrorStrings'
 tsan+=':ApiArgs.LastErrorIsPerThreadAndKeptAcrossSuccess'
 custom=0
