@@ -5,8 +5,8 @@
  *
  * For each size and each distance d (the destination's address minus the source's, modulo 4096: 0, 16, 63, 64, 80,
  * 2048, 4080), copies SIZE bytes from a page-aligned source to a destination d bytes further into its page with
- * glibc's memcpy, with `rep movsb` itself, with an AVX2 loop of unaligned loads and aligned stores (what
- * zccl_kernel_copy takes at distances 1..63 on CPUs where `rep movsb` is slow there), and with process_vm_readv(2)
+ * glibc's memcpy, with `rep movsb` itself, with zccl_kernel_copy forced to treat this CPU as slow there (its AVX2
+ * loop of unaligned loads and aligned stores at distances 1..63, memcpy elsewhere), and with process_vm_readv(2)
  * from a forked child (the kernel's copy, which the shared-memory transport's single copy uses). Best of -r rounds,
  * each long enough to take about 20 ms. Output: a markdown table of GB/s (bytes copied / time).
  *
@@ -15,7 +15,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <immintrin.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,6 +24,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "kernels.h"
 
 static double now(void) {
     struct timespec t;
@@ -36,20 +37,8 @@ static void rep_movsb(void *d, const void *s, size_t n) {
     __asm__ __volatile__("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
 }
 
-__attribute__((target("avx2"))) static void vec_copy(void *dst, const void *src, size_t n) {
-    uint8_t *d = dst;
-    const uint8_t *s = src;
-    const size_t head = (32 - ((uintptr_t)d & 31)) & 31;
-    memcpy(d, s, head);
-    d += head, s += head, n -= head;
-    for (; n >= 128; n -= 128, d += 128, s += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)s), b = _mm256_loadu_si256((const __m256i *)(s + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(s + 64)), e = _mm256_loadu_si256((const __m256i *)(s + 96));
-        _mm256_store_si256((__m256i *)d, a), _mm256_store_si256((__m256i *)(d + 32), b);
-        _mm256_store_si256((__m256i *)(d + 64), c), _mm256_store_si256((__m256i *)(d + 96), e);
-    }
-    memcpy(d, s, n);
-}
+/* zccl's copy with the CPU check forced on: its vector loop at distances 1..63, memcpy elsewhere. */
+static void zccl_copy(void *d, const void *s, size_t n) { zccl_kernel_copy(d, s, n); }
 
 static pid_t child;
 static uint8_t *src;
@@ -112,9 +101,10 @@ int main(int argc, char **argv) {
     }
     if (!nsizes) sizes[0] = 32 << 10, sizes[1] = 128 << 10, sizes[2] = 512 << 10, sizes[3] = 2 << 20, nsizes = 4;
     if (!__builtin_cpu_supports("avx2")) {
-        printf("copy_distance: this CPU has no AVX2: nothing to compare\n");
+        printf("copy_distance: this CPU has no AVX2: zccl_kernel_copy is memcpy here, nothing to compare\n");
         return 0;
     }
+    zccl_kernel_rep_movsb_force(1);
     size_t maxn = 0;
     for (int k = 0; k < nsizes; k++) maxn = sizes[k] > maxn ? sizes[k] : maxn;
     src = aligned_alloc(4096, maxn + 8192);
@@ -133,14 +123,14 @@ int main(int argc, char **argv) {
     }
     close(p[0]);
     const size_t dists[] = {0, 16, 63, 64, 80, 2048, 4080};
-    printf("| size | distance (B) | memcpy (GB/s) | rep movsb (GB/s) | AVX2 loop (GB/s) | process_vm_readv (GB/s) |\n");
+    printf("| size | distance (B) | memcpy (GB/s) | rep movsb (GB/s) | zccl_kernel_copy (GB/s) | process_vm_readv (GB/s) |\n");
     printf("|---:|---:|---:|---:|---:|---:|\n");
     for (int k = 0; k < nsizes; k++)
         for (size_t j = 0; j < sizeof dists / sizeof dists[0]; j++) {
             const size_t n = sizes[k];
             uint8_t *d = dst + dists[j];
             printf("| %zu KiB | %zu | %.1f | %.1f | %.1f | %.1f |\n", n >> 10, dists[j], rate(memcpy_wrap, d, src, n, rounds),
-                   rate(rep_movsb, d, src, n, rounds), rate(vec_copy, d, src, n, rounds),
+                   rate(rep_movsb, d, src, n, rounds), rate(zccl_copy, d, src, n, rounds),
                    rate(cma_copy, d, src, n, rounds));
             fflush(stdout);
         }

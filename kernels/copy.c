@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core.h"
 #include "kernels.h"
 
 #if defined(__x86_64__)
@@ -72,12 +72,6 @@ static void rep_movsb(void *d, const void *s, size_t n) {
     __asm__ __volatile__("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
 }
 
-static uint64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* Times `rep movsb` of 64 KiB with the destination 16 bytes past the source's page offset against 80 bytes past it,
  * best of 3 rounds of 4 copies each (about 0.1-0.4 ms once per process). */
 static int measure_rep_movsb_slow(void) {
@@ -88,9 +82,9 @@ static int measure_rep_movsb_slow(void) {
     uint64_t best[2] = {UINT64_MAX, UINT64_MAX};
     for (int round = 0; round < 3; round++)
         for (int k = 0; k < 2; k++) {
-            const uint64_t t0 = now_ns();
+            const uint64_t t0 = zccl__now_ns();
             for (int i = 0; i < 4; i++) rep_movsb(buf + N + (k ? 80 : 16), buf, N);
-            const uint64_t t = now_ns() - t0;
+            const uint64_t t = zccl__now_ns() - t0;
             if (t < best[k]) best[k] = t;
         }
     free(buf);
@@ -110,16 +104,23 @@ bool zccl_kernel_rep_movsb_slow(void) {
     return v == 1;
 }
 
-void zccl_kernel_copy(void *dst, const void *src, size_t bytes) {
+bool zccl_kernel_copy_slow_at(const void *dst, const void *src) {
     const size_t ahead = ((uintptr_t)dst - (uintptr_t)src) & 4095; /* dst's distance past src within a page */
-    if (bytes >= 1024 && ahead >= 1 && ahead < 64 && have_avx2() && zccl_kernel_rep_movsb_slow())
-        copy_avx2(dst, src, bytes);
+    return ahead >= 1 && ahead < 64 && zccl_kernel_rep_movsb_slow();
+}
+
+void zccl_kernel_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes >= 1024 && have_avx2() && zccl_kernel_copy_slow_at(dst, src)) copy_avx2(dst, src, bytes);
     else if (bytes) memcpy(dst, src, bytes);
 }
 
 #else
 bool zccl_kernel_rep_movsb_slow(void) { return false; }
 void zccl_kernel_rep_movsb_force(int v) { (void)v; }
+bool zccl_kernel_copy_slow_at(const void *dst, const void *src) {
+    (void)dst, (void)src;
+    return false;
+}
 void zccl_kernel_copy_stream(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 void zccl_kernel_copy(void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);

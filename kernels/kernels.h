@@ -45,9 +45,9 @@ void zccl_kernel_copy_stream(void *dst, const void *src, size_t bytes);
 
 /**
  * Whether this CPU's `rep movsb` is slow when the destination's page offset is 1..63 bytes past the source's: on the
- * AMD EPYC CPUs of these machines a 32-128 KiB copy at such a distance ran at 2.3-3.0 GB/s against 35-47 GB/s at
+ * AMD EPYC CPUs of these machines a 32-128 KiB copy at such a distance ran at 2.8-3.0 GB/s against 35-52 GB/s at
  * other distances, in glibc's memcpy (which uses `rep movsb` from a few KiB to a few hundred KiB) and in the
- * kernel's copies (process_vm_readv: 2.1 against 6.9-10 GB/s); docs/performance.md, "A slow copy distance".
+ * kernel's copies (process_vm_readv: 2.0-2.4 against 6.2-11 GB/s); docs/performance.md, "A slow copy distance".
  * Measured once per process (64 KiB copies at distances 16 and 80, about 0.1-0.4 ms); true when 16 took over twice
  * as long. Always false off x86-64.
  */
@@ -55,6 +55,9 @@ bool zccl_kernel_rep_movsb_slow(void);
 /** Tests: makes zccl_kernel_rep_movsb_slow() answer v (0 or 1) from now on in this process, or measure again (-1),
  *  so that the vector copy and the shared-memory transport's detour run on every CPU. No effect off x86-64. */
 void zccl_kernel_rep_movsb_force(int v);
+/** Whether a copy from src to dst would hit that slowness: dst's page offset 1..63 bytes past src's and
+ *  zccl_kernel_rep_movsb_slow(). Only the addresses are compared (src may be another process's). */
+bool zccl_kernel_copy_slow_at(const void *dst, const void *src);
 
 /**
  * memcpy for the library's bulk copies (slots, staging areas, the engine's copies, the host memory table): the same

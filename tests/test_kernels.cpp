@@ -1144,6 +1144,9 @@ TEST(Kernels, CopyMatchesMemcpyAtEveryDistance) {
     uint8_t *const d0 = (uint8_t *)(((uintptr_t)dst.data() + page - 1) & ~(uintptr_t)(page - 1));
     for (int forced : {1, 0}) {
         zccl_kernel_rep_movsb_force(forced);
+        for (size_t ahead : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(4095), size_t(4096 + 16)})
+            EXPECT_EQ(zccl_kernel_copy_slow_at(d0 + ahead, s0), forced && ahead % 4096 >= 1 && ahead % 4096 < 64)
+                << "ahead " << ahead << " forced " << forced;
         for (size_t len : {size_t(0), size_t(1023), size_t(1024), size_t(1025), size_t(4096 + 31), size_t(maxlen)})
             for (size_t so : {size_t(0), size_t(5), size_t(32)})
                 for (size_t ahead : {size_t(0), size_t(1), size_t(16), size_t(31), size_t(32), size_t(63),

@@ -1244,8 +1244,8 @@ static int run_rank(int launched_rank, void *arg)
         free(b.hrecv);
         return rc;
     }
-    if (!c->registered && !c->device && b.sendbuf) free(b.sendbuf - c->buf_offset);
-    if (!c->registered && !c->device && b.recvbuf) free(b.recvbuf - c->rbuf_offset);
+    if (b.sendbuf) free(b.sendbuf - c->buf_offset); /* -R and -D returned above */
+    if (b.recvbuf) free(b.recvbuf - c->rbuf_offset);
     return rc;
 }
 

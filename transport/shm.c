@@ -409,12 +409,6 @@ static zccl_result_t shm_send(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     return ZCCL_SUCCESS;
 }
 
-/* Whether dst's page offset is 1..63 bytes past src's: the distance at which `rep movsb` is slow (kernels.h). */
-static bool slow_copy_distance(const void *dst, uint64_t src) {
-    const uint64_t d = ((uint64_t)(uintptr_t)dst - src) & 4095;
-    return d >= 1 && d < 64;
-}
-
 static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progressed) {
     shm_comm_t *s = SHM_OF(comm);
     const int peer = x->peer;
@@ -422,16 +416,16 @@ static zccl_result_t shm_recv(zccl_tp_comm_t *comm, zccl_xfer_t *x, bool *progre
     if (x->t[0] == SLOT_CMA) { /* pulling a single-copy message */
         /* A reduction pulls one cache-sized chunk into the bounce buffer and reduces it while it is hot; a plain
          * copy lands in place, so it pulls larger pieces to spend fewer system calls per byte. */
-        const uint64_t from = x->t[1] + x->done;
+        const void *from = (const void *)(uintptr_t)(x->t[1] + x->done); /* in the sender's address space */
         /* The kernel copies with `rep movsb`, which on some CPUs runs 4-5x slower when the destination's page offset
-         * is 1..63 bytes past the source's (kernels.h, zccl_kernel_rep_movsb_slow): there such a copy goes through
-         * the bounce buffer, placed at a good distance, and from there into place (zccl_kernel_copy). */
-        const bool via_tmp = x->op2 || (slow_copy_distance(x->dst + x->done, from) && zccl_kernel_rep_movsb_slow());
-        size_t piece = via_tmp ? comm->chunk_bytes - (x->op2 ? 0 : 128) : 8 * comm->chunk_bytes;
+         * is 1..63 bytes past the source's (kernels.h, zccl_kernel_copy_slow_at): there a plain copy too goes through
+         * the bounce buffer, started 128 bytes in if its own start is at such a distance, and from there into place. */
+        const bool via_tmp = x->op2 || zccl_kernel_copy_slow_at(x->dst + x->done, from);
+        const size_t skew = !x->op2 && via_tmp && zccl_kernel_copy_slow_at(comm->chunk_tmp, from) ? 128 : 0;
+        const size_t piece = via_tmp ? comm->chunk_bytes - skew : 8 * comm->chunk_bytes;
         size_t len = ZCCL_MIN(piece, x->bytes - x->done);
-        uint8_t *to = !via_tmp ? x->dst + x->done
-                      : comm->chunk_tmp + (!x->op2 && slow_copy_distance(comm->chunk_tmp, from) ? 128 : 0);
-        struct iovec l = {to, len}, r = {(void *)(uintptr_t)from, len};
+        uint8_t *to = via_tmp ? comm->chunk_tmp + skew : x->dst + x->done;
+        struct iovec l = {to, len}, r = {(void *)from, len};
         ssize_t got = process_vm_readv(comm->peers[peer].pid, &l, 1, &r, 1, 0);
         if (got != (ssize_t)len) {
             if (got < 0 && errno == ESRCH)
