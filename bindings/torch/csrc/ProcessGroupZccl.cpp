@@ -29,6 +29,11 @@ WorkZccl::WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
 
 std::vector<at::Tensor> WorkZccl::result() { return outputs_; }
 
+int WorkZccl::sourceRank() const {
+    const int r = source_.load();
+    return r >= 0 ? r : c10d::Work::sourceRank(); /* the base class throws: not a receive from any source */
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> WorkZccl::getFuture() { return future_; }
 
 void WorkZccl::complete(std::exception_ptr error) {
@@ -85,6 +90,10 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
         throw;
     }
     if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
+    const char *any = std::getenv("ZCCL_TORCH_ANY_SOURCE");
+    anySource_ = !(any && std::strcmp(any, "0") == 0);
+    received_.reset(new std::atomic<uint64_t>[static_cast<size_t>(size)]);
+    for (int r = 0; r < size; r++) received_[r] = 0;
     regs_->comm = lanes_[0].comm;
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
 }
@@ -155,6 +164,12 @@ void ProcessGroupZccl::stopLanes() {
     }
     for (auto &l : lanes_)
         if (l.thread.joinable()) l.thread.join();
+    { /* the announcements of the sends queued so far still reach the store */
+        std::lock_guard<std::mutex> g(announcer_.mutex);
+        announcer_.stop = true;
+    }
+    announcer_.cv.notify_all();
+    if (announcer_.thread.joinable()) announcer_.thread.join();
 }
 
 void ProcessGroupZccl::shutdown() {
@@ -239,6 +254,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     job.works.push_back(work);
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
+    single.runahead = type == c10d::OpType::SEND;
     if (!inBlock() && std::this_thread::get_id() == lanes_[lane].thread.get_id()) {
         /* Called on the lane's own thread: a future callback (the lane completes futures, running their callbacks)
          * that issues an operation and waits for it, as PowerSGD's hook does. Queued, it would wait for ever behind
@@ -365,6 +381,87 @@ void ProcessGroupZccl::runJob(Lane &l, Job &job) {
     for (auto &w : job.works) w->complete(error);
 }
 
+/* A lane's part of a receive from any source (ProcessGroupZccl.hpp, "Receive from any source"). Each lane waits
+ * here until a sender is chosen; meanwhile it runs the single sends at the front of its queue, and once both lanes
+ * are here (every earlier operation has run), one of them at a time asks the store. The lane that carries messages
+ * from the chosen sender receives; an error (no announcement before the deadline, an abort, the store) is reported
+ * by the lane that met it. */
+void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
+    std::shared_ptr<AnyRecv> a = job.any;
+    const std::string &name = job.names[0];
+    Lane &l = lanes_[lane];
+    {
+        std::lock_guard<std::mutex> g(a->mutex);
+        if (++a->arrived == 1) a->since = std::chrono::steady_clock::now();
+    }
+    bool reporter = false;
+    auto pause = std::chrono::microseconds(20);
+    while (!a->decided) {
+        Job ahead;
+        bool have = false;
+        {
+            std::lock_guard<std::mutex> g(l.mutex);
+            if (!aborted_ && !l.queue.empty() && l.queue.front().runahead) {
+                ahead = std::move(l.queue.front());
+                l.queue.pop_front();
+                have = true;
+            }
+        }
+        if (have) {
+            runJob(l, ahead);
+            continue;
+        }
+        bool mine = false;
+        {
+            std::lock_guard<std::mutex> g(a->mutex);
+            if (!a->decided && a->arrived == 2 && !a->polling) mine = a->polling = true;
+        }
+        if (mine) {
+            int src = -1;
+            bool found = false;
+            std::exception_ptr error =
+                aborted_ ? std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"))
+                         : guarded(name, rank_, size_, [&] { found = pollSource(name, a->since, &src); });
+            bool now = false;
+            {
+                std::lock_guard<std::mutex> g(a->mutex);
+                a->polling = false;
+                if (error || found) {
+                    a->src = src;
+                    a->error = error;
+                    a->decided = now = true;
+                    reporter = error != nullptr;
+                }
+            }
+            if (now) {
+                for (auto &other : lanes_) { /* wake the other lane (its wait below) */
+                    std::lock_guard<std::mutex> g(other.mutex);
+                    other.cv.notify_all();
+                }
+                break;
+            }
+        }
+        std::unique_lock<std::mutex> g(l.mutex);
+        l.cv.wait_for(g, pause, [&] { return a->decided || (!l.queue.empty() && l.queue.front().runahead); });
+        pause = std::min(pause * 2, std::chrono::microseconds(2000));
+    }
+    if (a->error) {
+        if (reporter) {
+            job.posts.clear();
+            for (auto &w : job.works) w->complete(a->error);
+        }
+        return;
+    }
+    const int src = a->src;
+    if (lane != (src < rank_ ? 0 : 1)) return;
+    std::exception_ptr error = guarded(name, rank_, size_, [&] { a->recv(l.comm, src); });
+    a->recv = nullptr; /* drops the tensors before the waiters wake, as runJob does */
+    for (auto &w : job.works) {
+        w->setSourceRank(src);
+        w->complete(error);
+    }
+}
+
 void ProcessGroupZccl::runLane(int lane) {
     Lane &l = lanes_[lane];
     at::NoGradGuard no_grad; /* in-place copies into tensors that require grad (DDP's buckets do not) */
@@ -379,7 +476,9 @@ void ProcessGroupZccl::runLane(int lane) {
             l.queue.pop_front();
             aborted = aborted_; /* under the lane's mutex: see abort() */
         }
-        if (aborted) {
+        if (job.any) {
+            runAnyJob(lane, job); /* both lanes pass through it, aborted or not */
+        } else if (aborted) {
             auto error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
             for (auto &w : job.works) w->complete(error);
         } else {

@@ -32,6 +32,19 @@
  * from a lower to a higher rank; lane 1 (comms_[1], a second communicator of the same ranks) runs single messages
  * from a higher to a lower rank, so that two ranks that both isend() before they irecv() outside a block do not
  * deadlock on zccl's blocking send. Messages sent in a block are received in a block (they travel on comms_[0]).
+ *
+ * Receive from any source (recvAnysource; csrc/p2p.cpp). zccl receives only from a named rank, so the senders
+ * announce their messages through the process group's store: each single send (outside a block) adds 1 to the
+ * store counters "zccl_torch/p2p/S/D" and "zccl_torch/p2p/to/D", on a helper thread ("announcer") so that the send
+ * itself never waits for the store. An any-source receive is queued on BOTH lanes; when both have reached it (every
+ * earlier receive has run, no later one has started) the second lane to arrive polls the store until some rank S has
+ * announced more messages to this rank than this rank has received from S (outside blocks; counted when each
+ * receive runs), picks one such S (round robin), and the lane that carries messages from S receives it while the
+ * other lane goes on. So a message is received from any source in the order its sender sent it, and a named receive
+ * posted after it gets the sender's next one. While no sender is chosen, single sends queued right behind the job on
+ * either lane run ahead of it (a rank may irecv() from any source and then isend(), as with gloo: every rank of a
+ * ring doing so would otherwise wait for ever); nothing else passes it. ZCCL_TORCH_ANY_SOURCE=0 turns the announcements off (no store traffic
+ * per send) and recvAnysource is then refused.
  */
 #pragma once
 
@@ -76,8 +89,13 @@ class WorkZccl : public c10d::Work {
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     void complete(std::exception_ptr error);
+    /* The sender of a receive from any source (recvAnysource), set before complete(); -1 otherwise, and then
+     * sourceRank() throws as torch's base class does. */
+    int sourceRank() const override;
+    void setSourceRank(int r) { source_ = r; }
 
   private:
+    std::atomic<int> source_{-1};
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -197,6 +215,17 @@ class ProcessGroupZccl : public BackendBase {
     using Post = std::function<Finish(zccl_comm_t)>;
 
   private:
+    /* The shared state of one receive from any source, whose job sits on both lanes ("Receive from any source"). */
+    struct AnyRecv {
+        std::mutex mutex;
+        int arrived = 0;               /* lanes that reached the job */
+        bool polling = false;          /* a lane is asking the store now */
+        std::atomic<bool> decided{false}; /* src or error is set */
+        int src = -1;
+        std::exception_ptr error;
+        std::chrono::steady_clock::time_point since; /* when the first lane arrived (the deadline counts from it) */
+        std::function<void(zccl_comm_t, int)> recv; /* receives from src on the comm of src's lane */
+    };
     /* One lane job: a single operation (grouped = false, one entry), or a coalescing block run as one zccl group.
      * A Post may be empty: the Work of endCoalescing / a *_coalesced call, completed with the block. */
     struct Job {
@@ -205,6 +234,9 @@ class ProcessGroupZccl : public BackendBase {
         std::vector<c10::intrusive_ptr<WorkZccl>> works;
         std::vector<std::string> names;
         std::vector<Post> posts;
+        bool runahead = false; /* a single send: may run before an undecided receive from any source ahead of it */
+        /* Set for a receive from any source: the job is queued on both lanes (see "Receive from any source"). */
+        std::shared_ptr<AnyRecv> any;
     };
     struct Lane {
         zccl_comm_t comm = nullptr;
@@ -228,6 +260,24 @@ class ProcessGroupZccl : public BackendBase {
     void runJob(Lane &l, Job &job);
     void runLane(int lane);
     void stopLanes();
+    /* Receive from any source: the announcer thread (started by the first single send), the announcement of one
+     * message to rank dst, the choice of a sender (polls the store), and a lane's part of an any-source job. */
+    void announce(int dst);
+    void runAnnouncer();
+    bool pollSource(const std::string &name, std::chrono::steady_clock::time_point since, int *src);
+    void runAnyJob(int lane, Job &job);
+    bool anySource_ = true;                            /* ZCCL_TORCH_ANY_SOURCE, read at construction */
+    std::unique_ptr<std::atomic<uint64_t>[]> received_; /* per source: messages received outside blocks */
+    int nextSource_ = 0;                               /* round robin start of the next choice */
+    std::mutex anyPushMutex_; /* an any-source job enters both lanes' queues at the same point of their order */
+    struct Announcer {
+        std::thread thread;
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::deque<int> dsts;
+        bool stop = false;
+        bool warned = false;
+    } announcer_;
 
     c10::intrusive_ptr<c10d::Store> store_;
     std::chrono::milliseconds timeout_;

@@ -6,7 +6,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <numeric>
+#include <thread>
 #include <sstream>
 #include <stdexcept>
 
@@ -129,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::send(std::vector<at::Tensor> &t
         refuse(op, "a send to this rank itself completes only inside batch_isend_irecv or a coalescing block, "
                    "together with the matching receive from itself");
     Dense d = Dense::in(tensors[0]);
+    if (!inBlock()) announce(dstRank); /* for a receive from any source on dstRank (ProcessGroupZccl.hpp) */
     /* alone: messages from lower to higher ranks travel on lane 0, the others on lane 1; in a block everything is
      * recorded in the block's group on lane 0 (see ProcessGroupZccl.hpp) */
     return enqueue(rank_ < dstRank ? 0 : 1, c10d::OpType::SEND, op, tensors, [d, dstRank](zccl_comm_t comm) {
@@ -146,14 +149,113 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recv(std::vector<at::Tensor> &t
         refuse(op, "a receive from this rank itself completes only inside batch_isend_irecv or a coalescing block, "
                    "together with the matching send to itself");
     Dense d = Dense::out(tensors[0]);
-    return enqueue(srcRank < rank_ ? 0 : 1, c10d::OpType::RECV, op, tensors, [d, srcRank](zccl_comm_t comm) {
+    /* counted when it runs, so that a receive from any source queued before it sees it as not yet received */
+    std::atomic<uint64_t> *count = inBlock() ? nullptr : &received_[srcRank];
+    return enqueue(srcRank < rank_ ? 0 : 1, c10d::OpType::RECV, op, tensors, [d, srcRank, count](zccl_comm_t comm) {
         zcheck(zccl_recv(d.ptr(), nbytes(d.buf), ZCCL_UINT8, srcRank, comm, nullptr));
+        if (count) (*count)++;
         return Finish([d] { d.finish(); });
     });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::Tensor> &, int) {
-    refuse("recvAnysource", "not supported: zccl receives only from a named rank (pass src= to recv/irecv)");
+/* ---- receive from any source (ProcessGroupZccl.hpp, "Receive from any source") -------------------------------- */
+
+namespace {
+std::string announced_key(int src, int dst) {
+    return "zccl_torch/p2p/" + std::to_string(src) + "/" + std::to_string(dst);
+}
+std::string announced_to_key(int dst) { return "zccl_torch/p2p/to/" + std::to_string(dst); }
+} // namespace
+
+void ProcessGroupZccl::announce(int dst) {
+    if (!anySource_) return;
+    {
+        std::lock_guard<std::mutex> g(announcer_.mutex);
+        if (!announcer_.thread.joinable()) announcer_.thread = std::thread([this] { runAnnouncer(); });
+        announcer_.dsts.push_back(dst);
+    }
+    announcer_.cv.notify_one();
+}
+
+void ProcessGroupZccl::runAnnouncer() {
+    for (;;) {
+        int dst;
+        {
+            std::unique_lock<std::mutex> g(announcer_.mutex);
+            announcer_.cv.wait(g, [&] { return announcer_.stop || !announcer_.dsts.empty(); });
+            if (announcer_.dsts.empty()) return;
+            dst = announcer_.dsts.front();
+            announcer_.dsts.pop_front();
+        }
+        try { /* the pair's count first: a receiver that sees the total has grown finds the pair that grew */
+            store_->add(announced_key(rank_, dst), 1);
+            store_->add(announced_to_key(dst), 1);
+        } catch (const std::exception &e) {
+            if (!announcer_.warned)
+                TORCH_WARN("zccl_torch: announcing a send to rank ", dst, " in the store failed (a receive from any "
+                           "source on that rank will not see it): ", e.what());
+            announcer_.warned = true;
+        }
+    }
+}
+
+/* One look at the store: a rank that announced more messages to this one than this one has received from it
+ * (round robin from the last choice). Throws when the process group's timeout has passed since `since`. */
+bool ProcessGroupZccl::pollSource(const std::string &name, std::chrono::steady_clock::time_point since, int *src) {
+    uint64_t received = 0;
+    for (int r = 0; r < size_; r++) received += received_[r];
+    if (static_cast<uint64_t>(store_->add(announced_to_key(rank_), 0)) > received) {
+        for (int k = 0; k < size_; k++) {
+            const int s = (nextSource_ + k) % size_;
+            if (s == rank_) continue;
+            if (static_cast<uint64_t>(store_->add(announced_key(s, rank_), 0)) > received_[s]) {
+                nextSource_ = (s + 1) % size_;
+                received_[s]++;
+                *src = s;
+                return true;
+            }
+        }
+    }
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);
+    if (timeout_.count() > 0 && waited >= timeout_)
+        throw ZcclFailure{ZCCL_TIMEOUT, name + ": no rank announced a message to rank " + std::to_string(rank_) +
+                                            " within " + std::to_string(timeout_.count()) +
+                                            " ms (the process group's timeout)"};
+    return false;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::Tensor> &tensors, int /*tag*/) {
+    const char *op = "recvAnysource";
+    check_single(op, tensors, "tensor");
+    if (!anySource_)
+        refuse(op, "not supported while ZCCL_TORCH_ANY_SOURCE=0 (the senders do not announce their messages); "
+                   "pass src= to recv/irecv");
+    if (size_ < 2) refuse(op, "a group of one rank has no other rank to receive from");
+    if (inBlock())
+        refuse(op, "a receive from any source cannot be part of a coalescing block or batch_isend_irecv (name the "
+                   "source)");
+    for (auto &l : lanes_)
+        if (std::this_thread::get_id() == l.thread.get_id())
+            refuse(op, "a receive from any source cannot be issued from a future's callback");
+    if (tensors[0].device().is_cuda()) refuse(op, "CPU tensors only (a CUDA tensor was given)");
+    if (shut_ || aborted_) refuse(op, "the process group was shut down or aborted");
+    seq_++;
+    Dense d = Dense::out(tensors[0]);
+    auto work = c10::make_intrusive<WorkZccl>(rank_, c10d::OpType::RECVANYSOURCE, tensors);
+    auto any = std::make_shared<AnyRecv>();
+    any->recv = [d](zccl_comm_t comm, int src) {
+        zcheck(zccl_recv(d.ptr(), nbytes(d.buf), ZCCL_UINT8, src, comm, nullptr));
+        d.finish();
+    };
+    Job job;
+    job.works.push_back(work);
+    job.names.emplace_back(op);
+    job.posts.emplace_back();
+    job.any = any;
+    std::lock_guard<std::mutex> g(anyPushMutex_);
+    push(0, job);
+    push(1, std::move(job));
+    return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::barrier(const c10d::BarrierOptions &) {

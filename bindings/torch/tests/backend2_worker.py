@@ -123,3 +123,50 @@ def registration(rank, n):
     caps = getattr(dist.Backend, "backend_capability", None)
     return {"caps": caps.get("zccl") if caps else None, "name": dist.get_backend(),
             "type": type(backend()).__name__}
+
+
+def fp8(rank, n):
+    """torch >= 2.1's float8_e4m3fn and float8_e5m2 (zccl's FLOAT8E4M3 / E5M2): all_reduce SUM, AVG, MIN, MAX and
+    PREMUL_SUM, reduce_scatter_tensor, all_gather_into_tensor, broadcast, isend/irecv. The inputs are multiples of
+    0.5 up to 1, so every partial sum at up to 4 ranks is exact in both formats and any summation order gives the
+    reference; returns the failures."""
+    fails = []
+    count = 24
+
+    def vals(r, dt):
+        return (((torch.arange(count) + 3 * r) % 3) * 0.5).to(dt)  # 0, 0.5, 1
+
+    for dt in (torch.float8_e4m3fn, torch.float8_e5m2):
+        xs = [vals(r, dt).float() for r in range(n)]
+        stack = torch.stack(xs)
+        cases = {"sum": (dist.ReduceOp.SUM, stack.sum(0)), "min": (dist.ReduceOp.MIN, stack.min(0).values),
+                 "max": (dist.ReduceOp.MAX, stack.max(0).values),
+                 "premul 0.5": (dist._make_nccl_premul_sum(0.5), stack.sum(0) * 0.5)}
+        if n in (2, 4):  # sum / n exact in the format
+            cases["avg"] = (dist.ReduceOp.AVG, stack.sum(0) / n)
+        for name, (op, ref) in cases.items():
+            t = vals(rank, dt)
+            dist.all_reduce(t, op=op)
+            if not torch.equal(t.float(), ref.to(dt).float()):
+                fails.append(f"{dt} all_reduce {name}: {t.float()[:6].tolist()} != {ref[:6].tolist()}")
+        out = torch.empty(count // n if count % n == 0 else 0, dtype=dt)
+        if count % n == 0:
+            dist.reduce_scatter_tensor(out, vals(rank, dt))
+            want = stack.sum(0)[rank * (count // n):(rank + 1) * (count // n)]
+            if not torch.equal(out.float(), want):
+                fails.append(f"{dt} reduce_scatter_tensor")
+        g = torch.empty(count * n, dtype=dt)
+        dist.all_gather_into_tensor(g, vals(rank, dt))
+        if not torch.equal(g.float(), torch.cat(xs)):
+            fails.append(f"{dt} all_gather_into_tensor")
+        b = vals(rank, dt)
+        dist.broadcast(b, src=n - 1)
+        if not torch.equal(b.float(), xs[n - 1]):
+            fails.append(f"{dt} broadcast")
+        got = torch.empty(count, dtype=dt)
+        reqs = [dist.isend(vals(rank, dt), (rank + 1) % n), dist.irecv(got, (rank - 1) % n)]
+        for q in reqs:
+            q.wait()
+        if not torch.equal(got.float(), xs[(rank - 1) % n]):
+            fails.append(f"{dt} isend/irecv")
+    return fails

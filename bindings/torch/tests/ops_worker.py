@@ -252,11 +252,7 @@ def run(rank, n):
                 dist.send(t, peer)
                 t = got
             check(fails, same(t, values(rank ^ 1, torch.int64)), "send/recv pair")
-        try:
-            dist.recv(torch.zeros(1))  # any source
-            fails.append("recv from any source accepted")
-        except (ValueError, RuntimeError) as e:
-            check(fails, "not supported" in str(e), f"recvAnysource error unclear: {e}")
+        # recv from any source: test_anysource.py
 
     # ---- every dtype over isend/irecv (a ring), and a broadcast into a non-contiguous view ----
     if n > 1:

@@ -69,3 +69,11 @@ def test_registered_for_cpu_and_cuda():
     assert v["name"] == "zccl" and v["type"] == "ProcessGroupZccl", v
     if TORCH2:
         assert v["caps"] == ["cpu", "cuda"], v
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="this torch has no float8 dtypes (torch >= 2.1)")
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_fp8_dtypes(n):
+    res = harness.run_ranks(w.fp8, n, timeout=120)
+    fails = {r: f for r, f in res.items() if f}
+    assert not fails, "\n".join(f"rank {r}: {x}" for r, f in fails.items() for x in f)
