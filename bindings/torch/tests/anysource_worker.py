@@ -56,6 +56,7 @@ def ordering(rank, n, per=3):
                    f"message {seen.get(src, 0)} of rank {src}: got {out.tolist()}")
             seen[src] = seen.get(src, 0) + 1
         _check(fails, seen == {r: per for r in range(1, n)}, f"messages per sender {seen}")
+        dist.barrier()  # rank 1's next two messages are sent after the loop above (it could pick them otherwise)
         a, b = torch.zeros(5, dtype=torch.int64), torch.zeros(5, dtype=torch.int64)
         w = dist.irecv(a)  # any source, posted first
         dist.recv(b, src=1)
@@ -65,6 +66,7 @@ def ordering(rank, n, per=3):
     else:
         for k in range(per):
             dist.send(_msg(rank, k), 0)
+        dist.barrier()
         if rank == 1:
             dist.send(_msg(1, 100), 0)
             dist.send(_msg(1, 101), 0)
