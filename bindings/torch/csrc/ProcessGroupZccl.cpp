@@ -7,6 +7,11 @@
 
 #include "ProcessGroupZccl.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -48,7 +53,8 @@ void WorkZccl::complete(std::exception_ptr error) {
 
 namespace {
 
-zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int size) {
+zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int size,
+                      std::vector<uint8_t> *uid = nullptr) {
     zccl_unique_id_t id;
     if (rank == 0) {
         if (zccl_get_unique_id(&id) != ZCCL_SUCCESS)
@@ -63,6 +69,7 @@ zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int 
                                      " bytes, not a zccl unique id (" + std::to_string(sizeof id) + " bytes)");
         std::memcpy(&id, bytes.data(), sizeof id);
     }
+    if (uid) uid->assign(reinterpret_cast<uint8_t *>(&id), reinterpret_cast<uint8_t *>(&id) + sizeof id);
     zccl_comm_t comm = nullptr;
     zccl_result_t res = zccl_comm_init_rank(&comm, size, id, rank);
     if (res != ZCCL_SUCCESS)
@@ -81,8 +88,9 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
      * unless the user set ZCCL_TIMEOUT_MS. */
     const bool set_timeout = std::getenv("ZCCL_TIMEOUT_MS") == nullptr && timeout.count() > 0;
     if (set_timeout) setenv("ZCCL_TIMEOUT_MS", std::to_string(timeout.count()).c_str(), 1);
+    std::vector<uint8_t> uid;
     try {
-        lanes_[0].comm = init_comm(*store_, "zccl_torch/uid/0", rank, size);
+        lanes_[0].comm = init_comm(*store_, "zccl_torch/uid/0", rank, size, &uid);
         lanes_[1].comm = init_comm(*store_, "zccl_torch/uid/1", rank, size);
     } catch (...) {
         if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
@@ -92,10 +100,83 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
     if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
     const char *any = std::getenv("ZCCL_TORCH_ANY_SOURCE");
     anySource_ = !(any && std::strcmp(any, "0") == 0);
+    anyThroughStore_ = any && std::strcmp(any, "store") == 0;
     received_.reset(new std::atomic<uint64_t>[static_cast<size_t>(size)]);
     for (int r = 0; r < size; r++) received_[r] = 0;
+    if (size > 1) { /* collective: also where ZCCL_TORCH_ANY_SOURCE=0, which may differ between ranks */
+        try {
+            setupAnnouncements(uid);
+        } catch (...) {
+            releaseAnnouncements();
+            zccl_comm_destroy(lanes_[1].comm);
+            zccl_comm_destroy(lanes_[0].comm);
+            throw;
+        }
+    }
     regs_->comm = lanes_[0].comm;
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
+}
+
+/* Collective, on lanes_[0].comm before the lanes start: the ranks learn which of them share this host (an all-gather
+ * of a host id), the first of each host's ranks creates the segment of counters, the others map it, and every rank
+ * then agrees (all-reduce MIN) whether all of them have it; if one does not (no /dev/shm room), every announcement
+ * goes through the store instead. */
+void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
+    std::string host = "?";
+    char name[256] = {0};
+    if (gethostname(name, sizeof name - 1) == 0) host = name;
+    if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) { /* two containers may share a name */
+        char boot[64] = {0};
+        if (std::fgets(boot, sizeof boot, f)) host += boot;
+        std::fclose(f);
+    }
+    uint64_t mine = std::hash<std::string>()(host), id = 1469598103934665603ull;
+    for (uint8_t b : uid) id = (id ^ b) * 1099511628211ull;
+    std::vector<uint64_t> hosts(static_cast<size_t>(size_));
+    zcheck(zccl_allgather(&mine, hosts.data(), 1, ZCCL_UINT64, lanes_[0].comm, nullptr));
+    localIndex_.assign(static_cast<size_t>(size_), -1);
+    int first = -1;
+    for (int r = 0; r < size_; r++)
+        if (hosts[r] == mine) {
+            if (first < 0) first = r;
+            localIndex_[r] = nLocal_++;
+        }
+    char shm[96];
+    std::snprintf(shm, sizeof shm, "/zccl_torch_%016llx_%08llx", static_cast<unsigned long long>(id),
+                  static_cast<unsigned long long>(mine & 0xffffffffu));
+    const size_t bytes = static_cast<size_t>(nLocal_) * nLocal_ * sizeof(uint64_t);
+    uint64_t ok = 0;
+    void *p = MAP_FAILED;
+    if (rank_ == first && nLocal_ > 1) {
+        int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0) {
+            if (ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+                p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            close(fd);
+        }
+    }
+    zcheck(zccl_barrier(lanes_[0].comm, nullptr)); /* created before the others open it */
+    if (rank_ != first && nLocal_ > 1) {
+        int fd = shm_open(shm, O_RDWR, 0600);
+        if (fd >= 0) {
+            p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            close(fd);
+        }
+    }
+    ok = !anyThroughStore_ && (nLocal_ <= 1 || p != MAP_FAILED); /* "store" on one rank: the store for all */
+    uint64_t all = 0;
+    zcheck(zccl_allreduce(&ok, &all, 1, ZCCL_UINT64, ZCCL_MIN, lanes_[0].comm, nullptr)); /* every rank mapped it */
+    if (rank_ == first && nLocal_ > 1) shm_unlink(shm);
+    if (p != MAP_FAILED) {
+        localCounters_ = static_cast<uint64_t *>(p);
+        localBytes_ = bytes;
+    }
+    if (!all || nLocal_ <= 1) releaseAnnouncements(); /* the store for every pair, on every rank alike */
+}
+
+void ProcessGroupZccl::releaseAnnouncements() {
+    if (localCounters_) munmap(localCounters_, localBytes_);
+    localCounters_ = nullptr;
 }
 
 void ProcessGroupZccl::dropRegistrations() {
@@ -184,6 +265,7 @@ void ProcessGroupZccl::shutdown() {
         blockDepth_ = 0;
     }
     stopLanes(); /* the lanes finish what is queued first */
+    releaseAnnouncements();
     dropRegistrations();
     if (!aborted_)
         for (auto &l : lanes_) {

@@ -131,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::send(std::vector<at::Tensor> &t
         refuse(op, "a send to this rank itself completes only inside batch_isend_irecv or a coalescing block, "
                    "together with the matching receive from itself");
     Dense d = Dense::in(tensors[0]);
+    if (shut_ || aborted_) refuse(op, "the process group was shut down or aborted");
     if (!inBlock()) announce(dstRank); /* for a receive from any source on dstRank (ProcessGroupZccl.hpp) */
     /* alone: messages from lower to higher ranks travel on lane 0, the others on lane 1; in a block everything is
      * recorded in the block's group on lane 0 (see ProcessGroupZccl.hpp) */
@@ -164,11 +165,14 @@ namespace {
 std::string announced_key(int src, int dst) {
     return "zccl_torch/p2p/" + std::to_string(src) + "/" + std::to_string(dst);
 }
-std::string announced_to_key(int dst) { return "zccl_torch/p2p/to/" + std::to_string(dst); }
 } // namespace
 
 void ProcessGroupZccl::announce(int dst) {
     if (!anySource_) return;
+    if (isLocal(dst)) { /* this host: the pair's counter in the group's segment */
+        __atomic_fetch_add(localCounter(rank_, dst), 1, __ATOMIC_RELEASE);
+        return;
+    }
     {
         std::lock_guard<std::mutex> g(announcer_.mutex);
         if (!announcer_.thread.joinable()) announcer_.thread = std::thread([this] { runAnnouncer(); });
@@ -187,9 +191,8 @@ void ProcessGroupZccl::runAnnouncer() {
             dst = announcer_.dsts.front();
             announcer_.dsts.pop_front();
         }
-        try { /* the pair's count first: a receiver that sees the total has grown finds the pair that grew */
+        try {
             store_->add(announced_key(rank_, dst), 1);
-            store_->add(announced_to_key(dst), 1);
         } catch (const std::exception &e) {
             if (!announcer_.warned)
                 TORCH_WARN("zccl_torch: announcing a send to rank ", dst, " in the store failed (a receive from any "
@@ -202,18 +205,16 @@ void ProcessGroupZccl::runAnnouncer() {
 /* One look at the store: a rank that announced more messages to this one than this one has received from it
  * (round robin from the last choice). Throws when the process group's timeout has passed since `since`. */
 bool ProcessGroupZccl::pollSource(const std::string &name, std::chrono::steady_clock::time_point since, int *src) {
-    uint64_t received = 0;
-    for (int r = 0; r < size_; r++) received += received_[r];
-    if (static_cast<uint64_t>(store_->add(announced_to_key(rank_), 0)) > received) {
-        for (int k = 0; k < size_; k++) {
-            const int s = (nextSource_ + k) % size_;
-            if (s == rank_) continue;
-            if (static_cast<uint64_t>(store_->add(announced_key(s, rank_), 0)) > received_[s]) {
-                nextSource_ = (s + 1) % size_;
-                received_[s]++;
-                *src = s;
-                return true;
-            }
+    for (int k = 0; k < size_; k++) {
+        const int s = (nextSource_ + k) % size_;
+        if (s == rank_) continue;
+        const uint64_t announced = isLocal(s) ? __atomic_load_n(localCounter(s, rank_), __ATOMIC_ACQUIRE)
+                                              : static_cast<uint64_t>(store_->add(announced_key(s, rank_), 0));
+        if (announced > received_[s]) {
+            nextSource_ = (s + 1) % size_;
+            received_[s]++;
+            *src = s;
+            return true;
         }
     }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - since);

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import shutil
 import socket
 import tempfile
@@ -85,7 +86,13 @@ def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at
     # a hung rank shows where it hung, just before the parent's deadline (the child starts seconds late: imports)
     faulthandler.dump_traceback_later(max(1.0, dump_at - time.time()), exit=False, file=stacks)
     try:
-        os.environ.update(env)
+        # a key NAME_RANK<r> sets NAME on rank r only (a setting that differs between ranks)
+        for k, v in env.items():
+            m = re.fullmatch(r"(.+)_RANK(\d+)", k)
+            if not m:
+                os.environ[k] = v
+            elif int(m.group(2)) == rank:
+                os.environ[m.group(1)] = v
         import torch
         import torch.distributed as dist
 

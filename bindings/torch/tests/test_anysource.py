@@ -14,19 +14,32 @@ def _ok(res):
     assert not fails, "\n".join(f"rank {r}: {x}" for r, f in fails.items() for x in f)
 
 
+# "shm": the default, announcements between ranks of one host in the group's shared-memory segment; "store": as
+# between hosts, every announcement through the process group's store (ZCCL_TORCH_ANY_SOURCE=store)
+PATHS = {"shm": {}, "store": {"ZCCL_TORCH_ANY_SOURCE": "store"}}
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_torch_pattern(n):
-    _ok(harness.run_ranks(w.torch_pattern, n, timeout=120))
+def test_torch_pattern(n, path):
+    _ok(harness.run_ranks(w.torch_pattern, n, timeout=120, env=PATHS[path]))
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("n", [2, 4])
-def test_each_senders_order(n):
-    _ok(harness.run_ranks(w.ordering, n, timeout=120))
+def test_each_senders_order(n, path):
+    _ok(harness.run_ranks(w.ordering, n, timeout=120, env=PATHS[path]))
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("n", [2, 3])
-def test_sends_and_collectives_behind_it(n):
-    _ok(harness.run_ranks(w.ring_and_collective, n, timeout=120))
+def test_sends_and_collectives_behind_it(n, path):
+    _ok(harness.run_ranks(w.ring_and_collective, n, timeout=120, env=PATHS[path]))
+
+
+def test_one_rank_asking_for_the_store_moves_everyone_to_it():
+    """ZCCL_TORCH_ANY_SOURCE=store on rank 1 only: the ranks agree at creation, so announcements still match."""
+    _ok(harness.run_ranks(w.torch_pattern, 3, timeout=120, env={"ZCCL_TORCH_ANY_SOURCE_RANK1": "store"}))
 
 
 def test_timeout_leaves_the_group_usable():
