@@ -145,7 +145,6 @@ void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
     std::snprintf(shm, sizeof shm, "/zccl_torch_%016llx_%08llx", static_cast<unsigned long long>(id),
                   static_cast<unsigned long long>(mine & 0xffffffffu));
     const size_t bytes = static_cast<size_t>(nLocal_) * nLocal_ * sizeof(uint64_t);
-    uint64_t ok = 0;
     void *p = MAP_FAILED;
     if (rank_ == first && nLocal_ > 1) {
         int fd = shm_open(shm, O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -155,7 +154,14 @@ void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
             close(fd);
         }
     }
-    zcheck(zccl_barrier(lanes_[0].comm, nullptr)); /* created before the others open it */
+    zccl_result_t bres = zccl_barrier(lanes_[0].comm, nullptr); /* created before the others open it */
+    if (bres != ZCCL_SUCCESS) {
+        if (p != MAP_FAILED) {
+            shm_unlink(shm);
+            munmap(p, bytes);
+        }
+        zcheck(bres);
+    }
     if (rank_ != first && nLocal_ > 1) {
         int fd = shm_open(shm, O_RDWR, 0600);
         if (fd >= 0) {
@@ -163,15 +169,17 @@ void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
             close(fd);
         }
     }
-    ok = !anyThroughStore_ && (nLocal_ <= 1 || p != MAP_FAILED); /* "store" on one rank: the store for all */
-    uint64_t all = 0;
-    zcheck(zccl_allreduce(&ok, &all, 1, ZCCL_UINT64, ZCCL_MIN, lanes_[0].comm, nullptr)); /* every rank mapped it */
-    if (rank_ == first && nLocal_ > 1) shm_unlink(shm);
+    /* [0]: every rank mapped it ("store" on one rank: the store for all); [1]: no rank turned announcements off */
+    uint64_t ok[2] = {!anyThroughStore_ && (nLocal_ <= 1 || p != MAP_FAILED), anySource_}, all[2] = {0, 0};
+    zccl_result_t res = zccl_allreduce(ok, all, 2, ZCCL_UINT64, ZCCL_MIN, lanes_[0].comm, nullptr);
+    if (rank_ == first && nLocal_ > 1) shm_unlink(shm); /* after the others opened it, or failed to */
+    zcheck(res);
+    anySource_ = all[1] != 0;
     if (p != MAP_FAILED) {
         localCounters_ = static_cast<uint64_t *>(p);
         localBytes_ = bytes;
     }
-    if (!all || nLocal_ <= 1) releaseAnnouncements(); /* the store for every pair, on every rank alike */
+    if (!all[0] || nLocal_ <= 1) releaseAnnouncements(); /* the store for every pair, on every rank alike */
 }
 
 void ProcessGroupZccl::releaseAnnouncements() {
@@ -232,6 +240,7 @@ ProcessGroupZccl::~ProcessGroupZccl() {
     PyThreadState *saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
     shutdown();
+    releaseAnnouncements(); /* here, not in shutdown(): a send racing shutdown() may still add to a counter */
     if (saved) PyEval_RestoreThread(saved);
 }
 
@@ -245,12 +254,16 @@ void ProcessGroupZccl::stopLanes() {
     }
     for (auto &l : lanes_)
         if (l.thread.joinable()) l.thread.join();
-    { /* the announcements of the sends queued so far still reach the store */
+    std::thread announcer;
+    { /* the announcements of the sends queued so far still reach the store, unless the group was aborted (then
+       * nobody waits for them, and the store may be what failed) */
         std::lock_guard<std::mutex> g(announcer_.mutex);
         announcer_.stop = true;
+        if (aborted_) announcer_.dsts.clear();
+        announcer = std::move(announcer_.thread);
     }
     announcer_.cv.notify_all();
-    if (announcer_.thread.joinable()) announcer_.thread.join();
+    if (announcer.joinable()) announcer.join();
 }
 
 void ProcessGroupZccl::shutdown() {
@@ -265,7 +278,6 @@ void ProcessGroupZccl::shutdown() {
         blockDepth_ = 0;
     }
     stopLanes(); /* the lanes finish what is queued first */
-    releaseAnnouncements();
     dropRegistrations();
     if (!aborted_)
         for (auto &l : lanes_) {
@@ -304,6 +316,8 @@ void ProcessGroupZccl::abort() {
 /* ---- lanes ----------------------------------------------------------------------------------------------------- */
 
 namespace {
+/* Set on a lane while it runs a single send ahead of an undecided receive from any source (runAnyJob). */
+thread_local bool t_undecidedAny = false;
 /* Waits for w without holding the GIL: the lane completes w's future, whose callbacks (DDP's Python comm hooks) may
  * need it. */
 void wait_unlocked(WorkZccl &w) {
@@ -337,6 +351,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     job.names.emplace_back(name);
     job.posts.push_back(std::move(fn));
     single.runahead = type == c10d::OpType::SEND;
+    if (!inBlock() && t_undecidedAny && type == c10d::OpType::RECV)
+        refuse(name, "a receive issued by a callback of a send that runs while a receive from any source waits for "
+                     "its sender would overtake it; issue it after that receive has completed");
     if (!inBlock() && std::this_thread::get_id() == lanes_[lane].thread.get_id()) {
         /* Called on the lane's own thread: a future callback (the lane completes futures, running their callbacks)
          * that issues an operation and waits for it, as PowerSGD's hook does. Queued, it would wait for ever behind
@@ -490,7 +507,9 @@ void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
             }
         }
         if (have) {
+            t_undecidedAny = true; /* its callbacks may not receive inline meanwhile (enqueue) */
             runJob(l, ahead);
+            t_undecidedAny = false;
             continue;
         }
         bool mine = false;
@@ -536,7 +555,14 @@ void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
     }
     const int src = a->src;
     if (lane != (src < rank_ ? 0 : 1)) return;
-    std::exception_ptr error = guarded(name, rank_, size_, [&] { a->recv(l.comm, src); });
+    bool aborted;
+    {
+        std::lock_guard<std::mutex> g(l.mutex); /* as runLane before a job: abort() frees the comm under it */
+        aborted = aborted_;
+    }
+    std::exception_ptr error =
+        aborted ? std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"))
+                : guarded(name, rank_, size_, [&] { a->recv(l.comm, src); });
     a->recv = nullptr; /* drops the tensors before the waiters wake, as runJob does */
     for (auto &w : job.works) {
         w->setSourceRank(src);

@@ -175,6 +175,7 @@ void ProcessGroupZccl::announce(int dst) {
     }
     {
         std::lock_guard<std::mutex> g(announcer_.mutex);
+        if (announcer_.stop) return; /* shut down: the send is refused anyway */
         if (!announcer_.thread.joinable()) announcer_.thread = std::thread([this] { runAnnouncer(); });
         announcer_.dsts.push_back(dst);
     }
@@ -229,7 +230,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::T
     const char *op = "recvAnysource";
     check_single(op, tensors, "tensor");
     if (!anySource_)
-        refuse(op, "not supported while ZCCL_TORCH_ANY_SOURCE=0 (the senders do not announce their messages); "
+        refuse(op, "not supported: ZCCL_TORCH_ANY_SOURCE=0 on this or another rank of the group (the senders do not "
+                   "announce their messages); "
                    "pass src= to recv/irecv");
     if (size_ < 2) refuse(op, "a group of one rank has no other rank to receive from");
     if (inBlock())

@@ -44,8 +44,13 @@ def test_one_rank_asking_for_the_store_moves_everyone_to_it():
 
 def test_timeout_leaves_the_group_usable():
     # zccl's own deadline stays long: rank 1 waits in the barrier while rank 0 times out
-    _ok(harness.run_ranks(w.timeout_then_usable, 2, timeout=120, pg_timeout_s=3, env={"ZCCL_TIMEOUT_MS": "60000"}))
+    _ok(harness.run_ranks(w.timeout_then_usable, 2, timeout=120, pg_timeout_s=10, env={"ZCCL_TIMEOUT_MS": "60000"}))
 
 
 def test_refused_when_turned_off():
     _ok(harness.run_ranks(w.refused_when_off, 2, timeout=60, env={"ZCCL_TORCH_ANY_SOURCE": "0"}))
+
+
+def test_one_rank_turning_it_off_turns_it_off_for_all():
+    """ZCCL_TORCH_ANY_SOURCE=0 on rank 1 only: rank 0 refuses too (its peers would never announce)."""
+    _ok(harness.run_ranks(w.refused_when_off, 2, timeout=60, env={"ZCCL_TORCH_ANY_SOURCE_RANK1": "0"}))
