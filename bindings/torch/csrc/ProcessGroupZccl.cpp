@@ -98,9 +98,6 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
         throw;
     }
     if (set_timeout) unsetenv("ZCCL_TIMEOUT_MS");
-    const char *any = std::getenv("ZCCL_TORCH_ANY_SOURCE");
-    anySource_ = !(any && std::strcmp(any, "0") == 0);
-    anyThroughStore_ = any && std::strcmp(any, "store") == 0;
     received_.reset(new std::atomic<uint64_t>[static_cast<size_t>(size)]);
     for (int r = 0; r < size; r++) received_[r] = 0;
     if (size > 1) { /* collective: also where ZCCL_TORCH_ANY_SOURCE=0, which may differ between ranks */
@@ -122,6 +119,9 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
  * then agrees (all-reduce MIN) whether all of them have it; if one does not (no /dev/shm room), every announcement
  * goes through the store instead. */
 void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
+    const char *any = std::getenv("ZCCL_TORCH_ANY_SOURCE");
+    anySource_ = !(any && std::strcmp(any, "0") == 0);
+    const bool through_store = any && std::strcmp(any, "store") == 0;
     std::string host = "?";
     char name[256] = {0};
     if (gethostname(name, sizeof name - 1) == 0) host = name;
@@ -170,7 +170,7 @@ void ProcessGroupZccl::setupAnnouncements(const std::vector<uint8_t> &uid) {
         }
     }
     /* [0]: every rank mapped it ("store" on one rank: the store for all); [1]: no rank turned announcements off */
-    uint64_t ok[2] = {!anyThroughStore_ && (nLocal_ <= 1 || p != MAP_FAILED), anySource_}, all[2] = {0, 0};
+    uint64_t ok[2] = {!through_store && (nLocal_ <= 1 || p != MAP_FAILED), anySource_}, all[2] = {0, 0};
     zccl_result_t res = zccl_allreduce(ok, all, 2, ZCCL_UINT64, ZCCL_MIN, lanes_[0].comm, nullptr);
     if (rank_ == first && nLocal_ > 1) shm_unlink(shm); /* after the others opened it, or failed to */
     zcheck(res);
@@ -318,6 +318,10 @@ void ProcessGroupZccl::abort() {
 namespace {
 /* Set on a lane while it runs a single send ahead of an undecided receive from any source (runAnyJob). */
 thread_local bool t_undecidedAny = false;
+/* What an operation that a lane did not run because of abort() completes with. */
+std::exception_ptr aborted_error() {
+    return std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
+}
 /* Waits for w without holding the GIL: the lane completes w's future, whose callbacks (DDP's Python comm hooks) may
  * need it. */
 void wait_unlocked(WorkZccl &w) {
@@ -482,7 +486,7 @@ void ProcessGroupZccl::runJob(Lane &l, Job &job) {
 
 /* A lane's part of a receive from any source (ProcessGroupZccl.hpp, "Receive from any source"). Each lane waits
  * here until a sender is chosen; meanwhile it runs the single sends at the front of its queue, and once both lanes
- * are here (every earlier operation has run), one of them at a time asks the store. The lane that carries messages
+ * are here (every earlier operation has run), they take turns looking at the counters (pollSource). The lane that carries messages
  * from the chosen sender receives; an error (no announcement before the deadline, an abort, the store) is reported
  * by the lane that met it. */
 void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
@@ -521,8 +525,7 @@ void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
             int src = -1;
             bool found = false;
             std::exception_ptr error =
-                aborted_ ? std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"))
-                         : guarded(name, rank_, size_, [&] { found = pollSource(name, a->since, &src); });
+                aborted_ ? aborted_error() : guarded(name, rank_, size_, [&] { found = pollSource(name, a->since, &src); });
             bool now = false;
             {
                 std::lock_guard<std::mutex> g(a->mutex);
@@ -561,8 +564,7 @@ void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
         aborted = aborted_;
     }
     std::exception_ptr error =
-        aborted ? std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"))
-                : guarded(name, rank_, size_, [&] { a->recv(l.comm, src); });
+        aborted ? aborted_error() : guarded(name, rank_, size_, [&] { a->recv(l.comm, src); });
     a->recv = nullptr; /* drops the tensors before the waiters wake, as runJob does */
     for (auto &w : job.works) {
         w->setSourceRank(src);
@@ -587,7 +589,7 @@ void ProcessGroupZccl::runLane(int lane) {
         if (job.any) {
             runAnyJob(lane, job); /* both lanes pass through it, aborted or not */
         } else if (aborted) {
-            auto error = std::make_exception_ptr(std::runtime_error("zccl_torch: the process group was aborted"));
+            auto error = aborted_error();
             for (auto &w : job.works) w->complete(error);
         } else {
             runJob(l, job);

@@ -36,16 +36,17 @@
  * Receive from any source (recvAnysource; csrc/p2p.cpp). zccl receives only from a named rank, so the senders
  * announce their messages: each single send (outside a block) adds 1 to a counter of the pair (S, D), in a
  * shared-memory segment of the group when D is on the sender's host (one atomic add), else in the process group's
- * store ("zccl_torch/p2p/S/D"), on a helper thread ("announcer") so that the send never waits for the store. An any-source receive is queued on BOTH lanes; when both have reached it (every
- * earlier receive has run, no later one has started) the second lane to arrive polls the store until some rank S has
- * announced more messages to this rank than this rank has received from S (outside blocks; counted when each
- * receive runs), picks one such S (round robin), and the lane that carries messages from S receives it while the
- * other lane goes on. So a message is received from any source in the order its sender sent it, and a named receive
- * posted after it gets the sender's next one. ZCCL_TORCH_ANY_SOURCE=store announces every send through the
- * store, as if every rank were on its own host (the tests use it). While no sender is chosen, single sends queued right behind the job on
- * either lane run ahead of it (a rank may irecv() from any source and then isend(), as with gloo: every rank of a
- * ring doing so would otherwise wait for ever); nothing else passes it. ZCCL_TORCH_ANY_SOURCE=0 turns the announcements off (no store traffic
- * per send) and recvAnysource is then refused.
+ * store ("zccl_torch/p2p/S/D"), on a helper thread ("announcer") so that the send never waits for the store. An
+ * any-source receive is queued on BOTH lanes; once both have reached it (every earlier receive has run, no later one
+ * has started) the lanes take turns looking at the counters until some rank S has announced more messages to this
+ * rank than this rank has received from S (outside blocks; counted when each receive runs), pick one such S (round
+ * robin), and the lane that carries messages from S receives it while the other lane goes on. So a message is
+ * received from any source in the order its sender sent it, and a named receive posted after it gets the sender's
+ * next one. While no sender is chosen, single sends queued right behind the job on either lane run ahead of it (a
+ * rank may irecv() from any source and then isend(), as with gloo: every rank of a ring doing so would otherwise
+ * wait for ever); nothing else passes it. ZCCL_TORCH_ANY_SOURCE=0 on any rank turns the announcements off and
+ * recvAnysource is then refused; =store announces every send through the store, as if every rank were on its own
+ * host (the tests use it).
  */
 #pragma once
 
@@ -280,8 +281,7 @@ class ProcessGroupZccl : public BackendBase {
     int nLocal_ = 0;
     uint64_t *localCounters_ = nullptr; /* nullptr: every announcement through the store */
     size_t localBytes_ = 0;
-    bool anySource_ = true;                            /* ZCCL_TORCH_ANY_SOURCE, read at construction */
-    bool anyThroughStore_ = false;                     /* ZCCL_TORCH_ANY_SOURCE=store: no segment (tests) */
+    bool anySource_ = true; /* ZCCL_TORCH_ANY_SOURCE is not 0 on any rank (agreed at construction) */
     std::unique_ptr<std::atomic<uint64_t>[]> received_; /* per source: messages received outside blocks */
     int nextSource_ = 0;                               /* round robin start of the next choice */
     std::mutex anyPushMutex_; /* an any-source job enters both lanes' queues at the same point of their order */

@@ -203,7 +203,7 @@ void ProcessGroupZccl::runAnnouncer() {
     }
 }
 
-/* One look at the store: a rank that announced more messages to this one than this one has received from it
+/* One look at the counters (shared memory for this host's ranks, the store for the others): a rank that announced more messages to this one than this one has received from it
  * (round robin from the last choice). Throws when the process group's timeout has passed since `since`. */
 bool ProcessGroupZccl::pollSource(const std::string &name, std::chrono::steady_clock::time_point since, int *src) {
     for (int k = 0; k < size_; k++) {

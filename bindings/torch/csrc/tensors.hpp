@@ -37,6 +37,11 @@ inline void zcheck(zccl_result_t res) {
 
 /* ---- tensors and datatypes ---------------------------------------------------------------------------------- */
 
+/* torch >= 2.1 has the fp8 dtypes float8_e4m3fn and float8_e5m2. */
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define ZCCL_TORCH_FP8 1
+#endif
+
 inline bool to_zccl_type(at::ScalarType st, zccl_datatype_t *out) {
     switch (st) {
     case at::kHalf: *out = ZCCL_FLOAT16; return true;
@@ -48,7 +53,7 @@ inline bool to_zccl_type(at::ScalarType st, zccl_datatype_t *out) {
     case at::kBool: *out = ZCCL_UINT8; return true; /* 0/1 bytes: MIN/MAX are AND/OR */
     case at::kInt: *out = ZCCL_INT32; return true;
     case at::kLong: *out = ZCCL_INT64; return true;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#ifdef ZCCL_TORCH_FP8
     /* torch's e4m3fn is OCP E4M3 (no infinities, S.1111.111 NaN), its e5m2 OCP E5M2: zccl's two fp8 types. zccl
      * saturates a reduction that overflows (as NCCL does); torch's own casts give NaN (e4m3fn) or inf (e5m2). */
     case at::kFloat8_e4m3fn: *out = ZCCL_FLOAT8E4M3; return true;
@@ -139,7 +144,8 @@ inline Reduction resolve_reduction(const char *opname, const c10d::ReduceOp &rop
     Reduction r;
     if (!to_zccl_type(st, &r.type))
         refuse(opname, std::string("dtype ") + c10::toString(st) + " cannot be reduced by zccl (supported: float16, "
-                       "bfloat16, float32, float64, int8, uint8, int32, int64, bool, and on torch >= 2.1 float8_e4m3fn, float8_e5m2)");
+                       "bfloat16, float32, float64, int8, uint8, int32, int64, bool, and on torch >= 2.1 "
+                       "float8_e4m3fn, float8_e5m2)");
     const bool is_bool = st == at::kBool;
     const bool is_int = at::isIntegralType(st, /*includeBool=*/true);
     switch (op) {
@@ -216,7 +222,7 @@ class RedOp {
         case ZCCL_BFLOAT16: { at::BFloat16 h(static_cast<float>(f)); std::memcpy(scalar, &h, sizeof h); break; }
         case ZCCL_FLOAT32: { float v = static_cast<float>(f); std::memcpy(scalar, &v, sizeof v); break; }
         case ZCCL_FLOAT64: std::memcpy(scalar, &f, sizeof f); break;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#ifdef ZCCL_TORCH_FP8
         case ZCCL_FLOAT8E4M3: { c10::Float8_e4m3fn h(static_cast<float>(f)); std::memcpy(scalar, &h, 1); break; }
         case ZCCL_FLOAT8E5M2: { c10::Float8_e5m2 h(static_cast<float>(f)); std::memcpy(scalar, &h, 1); break; }
 #endif
