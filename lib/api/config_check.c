@@ -39,7 +39,7 @@ static const char *const tool_vars =
     "ZCCL_RAILS_SKIP_STRIPING,ZCCL_RAILS_FO_TRIALS,ZCCL_RAILS_FO_CHECKS,"
     "ZCCL_IB_SUITES,ZCCL_IB_BENCH_OPS,ZCCL_FAULT_MARGIN_S,ZCCL_FAULT_TRIAL,ZCCL_FUZZ_MAKE_SEEDS,ZCCL_FUZZ_SKIP_RC,"
     "ZCCL_TEST_FULL,ZCCL_TEST_SHARD,ZCCL_TEST_VERBOSE,ZCCL_TEST_TIMEOUT_MS,ZCCL_SHARED_DIR,ZCCL_BUILD_DIR,"
-    "ZCCL_TORCH_ANY_SOURCE";
+    "ZCCL_TORCH_ANY_SOURCE,ZCCL_TORCH_SPIN_US";
 
 /* Whether v (non-empty) is one of the comma-separated names in list (case-insensitive). */
 static bool one_of(const char *v, const char *list) {

@@ -4,6 +4,7 @@
  * caller's thread, the zccl calls and the local work around them on the lanes (see ProcessGroupZccl.hpp).
  */
 #include <Python.h> /* first, as Python asks; only for releasing the GIL in the destructor */
+#include <sched.h>
 
 #include "ProcessGroupZccl.hpp"
 
@@ -41,8 +42,27 @@ int WorkZccl::sourceRank() const {
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkZccl::getFuture() { return future_; }
 
+namespace {
+/* Polls done() for up to us microseconds, yielding the core between looks; returns done()'s last value. */
+template <typename Done> bool poll_yielding(int us, Done done) {
+    if (us <= 0 || done()) return us > 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+    do {
+        sched_yield();
+        if (done()) return true;
+    } while (std::chrono::steady_clock::now() < end);
+    return false;
+}
+} // namespace
+
+bool WorkZccl::wait(std::chrono::milliseconds timeout) {
+    poll_yielding(spinUs_, [this] { return done_.load(std::memory_order_acquire); });
+    return c10d::Work::wait(timeout); /* returns at once when done: torch's checks and the error */
+}
+
 void WorkZccl::complete(std::exception_ptr error) {
     finish(error);
+    done_.store(true, std::memory_order_release);
     if (error)
         future_->setError(error);
     else
@@ -84,6 +104,14 @@ zccl_comm_t init_comm(c10d::Store &store, const std::string &key, int rank, int 
 ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store, int rank, int size,
                                    std::chrono::milliseconds timeout)
     : BackendBase(rank, size), store_(store), timeout_(timeout) {
+    if (const char *e = std::getenv("ZCCL_TORCH_SPIN_US")) { /* before any communicator exists */
+        char *end = nullptr;
+        const long v = std::strtol(e, &end, 10);
+        if (!*e || *end || v < 0 || v > 1000000)
+            throw std::invalid_argument(std::string("zccl_torch: ZCCL_TORCH_SPIN_US=") + e +
+                                        ": not a number of microseconds from 0 to 1000000");
+        spinUs_ = static_cast<int>(v);
+    }
     /* The process group's timeout becomes zccl's collective deadline (read when a communicator is created),
      * unless the user set ZCCL_TIMEOUT_MS. */
     const bool set_timeout = std::getenv("ZCCL_TIMEOUT_MS") == nullptr && timeout.count() > 0;
@@ -109,6 +137,12 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
             zccl_comm_destroy(lanes_[0].comm);
             throw;
         }
+    }
+    if (spinUs_ < 0) { /* auto (see "Waiting" in ProcessGroupZccl.hpp) */
+        cpu_set_t set;
+        const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        const int local = std::max(nLocal_, 1);
+        spinUs_ = (local > cpus || cpus >= 2 * local) ? 250 : 0;
     }
     regs_->comm = lanes_[0].comm;
     for (int i = 0; i < 2; i++) lanes_[i].thread = std::thread([this, i] { runLane(i); });
@@ -345,6 +379,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
     if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
     seq_++;
     auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
+    work->setSpin(spinUs_);
     Job single;
     Job &job = inBlock() ? block_ : single; /* in a block: recorded, queued by the outermost endBlock */
     int cuda_device = -1;
@@ -375,6 +410,7 @@ c10::intrusive_ptr<WorkZccl> ProcessGroupZccl::endBlock(c10d::OpType type, const
                                                         std::vector<at::Tensor> outputs) {
     if (!inBlock()) refuse(name, "no coalescing block is open (startCoalescing was not called)");
     auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
+    work->setSpin(spinUs_);
     block_.works.push_back(work);
     block_.names.emplace_back(name);
     block_.posts.emplace_back(); /* completes with the block */
@@ -400,8 +436,9 @@ void ProcessGroupZccl::push(int lane, Job job) {
     {
         std::lock_guard<std::mutex> g(l.mutex);
         l.queue.push_back(std::move(job));
+        l.pushed.fetch_add(1, std::memory_order_release);
     }
-    l.cv.notify_one();
+    l.cv.notify_one(); /* no system call while the lane polls (no waiter on the condition variable) */
 }
 
 namespace {
@@ -575,15 +612,18 @@ void ProcessGroupZccl::runAnyJob(int lane, Job &job) {
 void ProcessGroupZccl::runLane(int lane) {
     Lane &l = lanes_[lane];
     at::NoGradGuard no_grad; /* in-place copies into tensors that require grad (DDP's buckets do not) */
+    uint64_t taken = 0; /* jobs this lane took from its queue */
     for (;;) {
         Job job;
         bool aborted = false;
+        poll_yielding(spinUs_, [&] { return l.pushed.load(std::memory_order_acquire) != taken; });
         {
             std::unique_lock<std::mutex> g(l.mutex);
             l.cv.wait(g, [&] { return l.stop || !l.queue.empty(); });
             if (l.queue.empty()) return;
             job = std::move(l.queue.front());
             l.queue.pop_front();
+            taken++;
             aborted = aborted_; /* under the lane's mutex: see abort() */
         }
         if (job.any) {

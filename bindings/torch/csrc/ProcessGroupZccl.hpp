@@ -47,6 +47,15 @@
  * wait for ever); nothing else passes it. ZCCL_TORCH_ANY_SOURCE=0 on any rank turns the announcements off and
  * recvAnysource is then refused; =store announces every send through the store, as if every rank were on its own
  * host (the tests use it).
+ *
+ * Waiting. A caller in Work.wait() and an idle lane first poll (the Work's done flag; the lane's count of queued
+ * jobs) for up to ZCCL_TORCH_SPIN_US microseconds, with sched_yield between looks, and only then sleep on a condition
+ * variable. Waking a sleeping caller cost the lane 10-20 us per operation on the 2-core VM (measured around
+ * c10d::Work::finish), which is most of a 256 KiB operation's overhead; a polling waiter needs no wake-up, and a
+ * polling lane needs none from push(). Auto (-1) polls 250 us when the host has more of the group's ranks than CPUs
+ * (zccl's own waits then yield too: ZCCL_WAIT_YIELD) or at least two CPUs per rank, and not at all when the ranks fit
+ * the CPUs with fewer than two each: there zccl's waits poll without yielding (ZCCL_SPIN_US), and callers polling
+ * beside them made 4 KiB-1 MiB calls at 2 ranks on 2 CPUs up to 8x slower (docs/torch.md, "Waiting").
  */
 #pragma once
 
@@ -91,6 +100,10 @@ class WorkZccl : public c10d::Work {
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     void complete(std::exception_ptr error);
+    /* Polls for up to the group's ZCCL_TORCH_SPIN_US, handing the core over between looks (sched_yield), before
+     * torch's own wait on a condition variable: see "Waiting" below. */
+    bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+    void setSpin(int us) { spinUs_ = us; }
     /* The sender of a receive from any source (recvAnysource), set before complete(); -1 otherwise, and then
      * sourceRank() throws as torch's base class does. */
     int sourceRank() const override;
@@ -98,6 +111,8 @@ class WorkZccl : public c10d::Work {
 
   private:
     std::atomic<int> source_{-1};
+    std::atomic<bool> done_{false}; /* set by complete(), after torch's finish() */
+    int spinUs_ = 0;
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -246,8 +261,12 @@ class ProcessGroupZccl : public BackendBase {
         std::mutex mutex;
         std::condition_variable cv;
         std::deque<Job> queue;
+        std::atomic<uint64_t> pushed{0}; /* jobs ever queued: the lane polls it while idle */
         bool stop = false;
     };
+    /* ZCCL_TORCH_SPIN_US: how long an idle lane and a waiting caller poll (yielding the core between looks)
+     * before they sleep; see "Waiting". */
+    int spinUs_ = -1; /* -1: auto, decided when the group's host ranks are known */
 
     c10::intrusive_ptr<c10d::Work> enqueue(int lane, c10d::OpType type, const char *name,
                                            std::vector<at::Tensor> outputs, Post fn);
