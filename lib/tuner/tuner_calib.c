@@ -10,9 +10,10 @@
  *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
  *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
- *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): the same shift of CMA_PROBE_BYTES with the
- *     single copy (process_vm_readv) and through the slots; the single copy stays on unless its time over the
- *     slots' exceeds CMA_SLOWER on some host (MAX over ranks), then it is off for the communicator's life.
+ *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): shifts of CMA_PROBE_BYTES with the single copy
+ *     (process_vm_readv) and through the slots, in pairs side by side (cma_against_slots); the single copy stays on
+ *     unless the median of the pairs' ratios exceeds CMA_SLOWER on some host (MAX over ranks), then it is off for
+ *     the communicator's life.
  * "Median" above is the fastest run instead when the host's ranks fit its cores (fastest_is_cost, below).
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
@@ -49,9 +50,10 @@
 #define GAMMA_BYTES (64u << 10)
 /* The single copy against the slots: 1 MiB is inside the band where they trade places by machine (an Intel VM: the
  * single copy 1.2-1.9x faster from 256 KiB; an AMD EPYC VM: the slots 1.4-3x faster up to 16 MiB; docs/performance.md,
- * "Design choices"); 1.1 keeps the single copy where the two are level within the noise. */
+ * "Design choices"). Above 1.0 the slots: the shift shows about half the gap the collectives then see (1.1-1.5 where
+ * 2-rank all-reduces ran 2x faster through the slots, docs/tuning.md "Calibration"), so level leans to the slots. */
 #define CMA_PROBE_BYTES (1u << 20)
-#define CMA_SLOWER 1.1
+#define CMA_SLOWER 1.0
 
 enum { P_INTRA_A, P_INTRA_B, P_INTER_A, P_INTER_B, P_GAMMA, P_COPY, P_N };
 
@@ -193,6 +195,48 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
         }
 }
 
+/* The single copy's time over the slots' for a shift of CMA_PROBE_BYTES: CMA_PAIRS pairs of shifts, one with each,
+ * back to back and each pair in the other order, and the median of the pairs' ratios. Measured one after the other
+ * (5 shifts with the single copy, then 5 through the slots), the ratio on the AMD EPYC VM ranged 0.43-2.08 over 10
+ * inits while the slots were 2-4x faster in every all-reduce from 1 MiB (the machine's speed drifts 2x within
+ * seconds, and a drift between the two series decided); pairs taken side by side see the same machine.
+ * 0 when this rank has no part (to < 0). Switches this rank's single copy on and off between shifts, and leaves it
+ * on; the sender of each message decides its protocol, so the pair of ranks need not switch in step. */
+#define CMA_PAIRS 9
+static zccl_result_t cma_against_slots(struct zccl_comm *comm, int to, int from, void *sbuf, void *rbuf,
+                                       double *ratio) {
+    *ratio = 0;
+    if (to < 0) return ZCCL_SUCCESS;
+    zccl_schedule_t s = {0};
+    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE, .peer = to,
+                                       .count = CMA_PROBE_BYTES});
+    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                       .peer = from, .count = CMA_PROBE_BYTES});
+    zccl__sched_end_phase(&s);
+    if (s.oom) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    double r[CMA_PAIRS];
+    zccl_result_t res = ZCCL_SUCCESS;
+    for (int on = 1; on >= 0 && res == ZCCL_SUCCESS; on--) { /* one untimed shift each: pages, pins, slots */
+        zccl__shm_single_copy(&comm->tc, on);
+        res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+    }
+    for (int i = 0; i < CMA_PAIRS && res == ZCCL_SUCCESS; i++) {
+        double t[2] = {0, 0}; /* [0] slots, [1] single copy */
+        for (int k = 0; k < 2 && res == ZCCL_SUCCESS; k++) {
+            const int on = (i + k) % 2;
+            zccl__shm_single_copy(&comm->tc, on);
+            const uint64_t t0 = zccl__now_ns();
+            res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+            t[on] = (double)(zccl__now_ns() - t0) * 1e-9;
+        }
+        r[i] = t[0] > 0 ? t[1] / t[0] : 1;
+    }
+    zccl__shm_single_copy(&comm->tc, 1);
+    zccl__sched_free(&s);
+    if (res == ZCCL_SUCCESS) *ratio = median(r, CMA_PAIRS);
+    return res;
+}
+
 static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, double *cma_ratio) {
     const int n = comm->nranks, me = comm->rank;
     int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
@@ -233,15 +277,8 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, doub
         const int was = zccl__shm_single_copy(&comm->tc, -1);
         int64_t mine = to >= 0 ? was : 1, all = 0;
         ZCCL_CHECK_GOTO(zccl_allreduce(&mine, &all, 1, ZCCL_INT64, ZCCL_MIN, comm, NULL), res, out);
-        double tc = 0, ts = 0;
         const int sc_to = all == 1 ? to : -1;
-        ZCCL_CHECK_GOTO(shift_time(comm, sc_to, from, CMA_PROBE_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &tc),
-                        res, out);
-        if (sc_to >= 0) zccl__shm_single_copy(&comm->tc, 0);
-        res = shift_time(comm, sc_to, from, CMA_PROBE_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &ts);
-        if (sc_to >= 0) zccl__shm_single_copy(&comm->tc, 1);
-        if (res != ZCCL_SUCCESS) goto out;
-        if (tc > 0 && ts > 0) *cma_ratio = tc / ts;
+        ZCCL_CHECK_GOTO(cma_against_slots(comm, sc_to, from, sbuf, rbuf, cma_ratio), res, out);
     }
     ring_peers(heads, nh, me, &to, &from);
     ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, fastest_is_cost, &a), res, out);
