@@ -50,8 +50,8 @@
 #define GAMMA_BYTES (64u << 10)
 /* The single copy against the slots: 1 MiB is inside the band where they trade places by machine (an Intel VM: the
  * single copy 1.2-1.9x faster from 256 KiB; an AMD EPYC VM: the slots 1.4-3x faster up to 16 MiB; docs/performance.md,
- * "Design choices"). Above 1.0 the slots: the shift shows about half the gap the collectives then see (1.1-1.5 where
- * 2-rank all-reduces ran 2x faster through the slots, docs/tuning.md "Calibration"), so level leans to the slots. */
+ * "Design choices"). Above 1.0 the slots: the shift shows less of the gap than the collectives then see (1.07-1.48
+ * where 2-rank all-reduces ran 2x faster through the slots, docs/tuning.md "Calibration"), so level leans to them. */
 #define CMA_PROBE_BYTES (1u << 20)
 #define CMA_SLOWER 1.0
 
@@ -197,9 +197,9 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
 
 /* The single copy's time over the slots' for a shift of CMA_PROBE_BYTES: CMA_PAIRS pairs of shifts, one with each,
  * back to back and each pair in the other order, and the median of the pairs' ratios. Measured one after the other
- * (5 shifts with the single copy, then 5 through the slots), the ratio on the AMD EPYC VM ranged 0.43-2.08 over 10
- * inits while the slots were 2-4x faster in every all-reduce from 1 MiB (the machine's speed drifts 2x within
- * seconds, and a drift between the two series decided); pairs taken side by side see the same machine.
+ * (5 shifts with the single copy, then 5 through the slots), a change of the machine's speed between the two series
+ * decided (the AMD EPYC VM has phases in which the better path differs, docs/tuning.md "Calibration"); pairs taken
+ * side by side see the same machine.
  * 0 when this rank has no part (to < 0). Switches this rank's single copy on and off between shifts, and leaves it
  * on; the sender of each message decides its protocol, so the pair of ranks need not switch in step. */
 #define CMA_PAIRS 9
