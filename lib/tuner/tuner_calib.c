@@ -10,10 +10,10 @@
  *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
  *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
- *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): shifts of CMA_PROBE_BYTES with the single copy
- *     (process_vm_readv) and through the slots, in pairs side by side (cma_against_slots); the single copy stays on
- *     unless the median of the pairs' ratios exceeds CMA_SLOWER on some host (MAX over ranks), then it is off for
- *     the communicator's life.
+ *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): ring all-reduces of CMA_PROBE_BYTES among the
+ *     host's ranks with the single copy (process_vm_readv) and through the slots, in pairs side by side
+ *     (cma_against_slots); the single copy stays on unless the median of the pairs' ratios exceeds CMA_SLOWER on
+ *     some host (MAX over ranks), then it is off for the communicator's life.
  * "Median" above is the fastest run instead when the host's ranks fit its cores (fastest_is_cost, below).
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
@@ -195,38 +195,48 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
         }
 }
 
-/* The single copy's time over the slots' for a shift of CMA_PROBE_BYTES: CMA_PAIRS pairs of shifts, one with each,
- * back to back and each pair in the other order, and the median of the pairs' ratios. Measured one after the other
- * (5 shifts with the single copy, then 5 through the slots), a change of the machine's speed between the two series
- * decided (the AMD EPYC VM has phases in which the better path differs, docs/tuning.md "Calibration"); pairs taken
- * side by side see the same machine.
- * 0 when this rank has no part (to < 0). Switches this rank's single copy on and off between shifts, and leaves it
- * on; the sender of each message decides its protocol, so the pair of ranks need not switch in step. */
+/* The single copy's time over the slots' for a ring all-reduce of CMA_PROBE_BYTES of float32 among this host's
+ * ranks (`members`, k of them, rank order; the sum as collectives run it: pulls or slot copies of pipeline chunks, a
+ * reduction, then the gather): CMA_PAIRS pairs of runs, one with each, back to back and each pair in the other order,
+ * and the median of the pairs' ratios. Two earlier probes decided wrongly on the AMD EPYC VM (docs/tuning.md
+ * "Calibration"): 5 one-megabyte shifts with the single copy then 5 through the slots (a change of the machine's
+ * speed between the two series decided), and the same shifts in pairs (a plain transfer showed 0.89-1.48 where the
+ * collectives ran 2x faster through the slots, so some inits kept the single copy). 0 when this rank has no part.
+ * Switches this rank's single copy on and off between runs, and leaves it on; the sender of each message decides its
+ * protocol, so the ranks need not switch in step. */
 #define CMA_PAIRS 9
-static zccl_result_t cma_against_slots(struct zccl_comm *comm, int to, int from, void *sbuf, void *rbuf,
-                                       double *ratio) {
+static zccl_result_t cma_against_slots(struct zccl_comm *comm, const int *members, int k, bool part, void *sbuf,
+                                       void *rbuf, double *ratio) {
     *ratio = 0;
-    if (to < 0) return ZCCL_SUCCESS;
+    int idx = -1;
+    for (int i = 0; i < k; i++)
+        if (members[i] == comm->rank) idx = i;
+    if (!part || idx < 0 || k < 2) return ZCCL_SUCCESS;
+    const size_t count = CMA_PROBE_BYTES / 4 / (size_t)k * (size_t)k;
+    zccl_sched_args_t args = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = count, .elem_size = 4,
+                              .chunk_bytes = zccl__pipeline_chunk(count * 4, k), .rs_round_bytes = 4u << 20,
+                              .algo = ZCCL_ALGO_RING};
     zccl_schedule_t s = {0};
-    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE, .peer = to,
-                                       .count = CMA_PROBE_BYTES});
-    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
-                                       .peer = from, .count = CMA_PROBE_BYTES});
-    zccl__sched_end_phase(&s);
-    if (s.oom) return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    zccl__sched_ring_allreduce(&args, &s);
+    for (size_t i = 0; i < s.nsteps; i++) /* positions in the host's ring -> ranks of the communicator */
+        if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
+    if (s.oom) {
+        zccl__sched_free(&s);
+        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    }
     double r[CMA_PAIRS];
     zccl_result_t res = ZCCL_SUCCESS;
-    for (int on = 1; on >= 0 && res == ZCCL_SUCCESS; on--) { /* one untimed shift each: pages, pins, slots */
+    for (int on = 1; on >= 0 && res == ZCCL_SUCCESS; on--) { /* one untimed run each: pages, pins, slots */
         zccl__shm_single_copy(&comm->tc, on);
-        res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+        res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
     }
     for (int i = 0; i < CMA_PAIRS && res == ZCCL_SUCCESS; i++) {
         double t[2] = {0, 0}; /* [0] slots, [1] single copy */
-        for (int k = 0; k < 2 && res == ZCCL_SUCCESS; k++) {
-            const int on = (i + k) % 2;
+        for (int j = 0; j < 2 && res == ZCCL_SUCCESS; j++) {
+            const int on = (i + j) % 2;
             zccl__shm_single_copy(&comm->tc, on);
             const uint64_t t0 = zccl__now_ns();
-            res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+            res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
             t[on] = (double)(zccl__now_ns() - t0) * 1e-9;
         }
         r[i] = t[0] > 0 ? t[1] / t[0] : 1;
@@ -277,8 +287,7 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, doub
         const int was = zccl__shm_single_copy(&comm->tc, -1);
         int64_t mine = to >= 0 ? was : 1, all = 0;
         ZCCL_CHECK_GOTO(zccl_allreduce(&mine, &all, 1, ZCCL_INT64, ZCCL_MIN, comm, NULL), res, out);
-        const int sc_to = all == 1 ? to : -1;
-        ZCCL_CHECK_GOTO(cma_against_slots(comm, sc_to, from, sbuf, rbuf, cma_ratio), res, out);
+        ZCCL_CHECK_GOTO(cma_against_slots(comm, local, nl, all == 1 && to >= 0, sbuf, rbuf, cma_ratio), res, out);
     }
     ring_peers(heads, nh, me, &to, &from);
     ZCCL_CHECK_GOTO(chain_alpha(comm, heads, nh, sbuf, rbuf, fastest_is_cost, &a), res, out);
