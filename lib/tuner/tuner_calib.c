@@ -50,7 +50,7 @@
 #define GAMMA_BYTES (64u << 10)
 /* The single copy against the slots: 1 MiB is inside the band where they trade places by machine (an Intel VM: the
  * single copy 1.2-1.9x faster from 256 KiB; an AMD EPYC VM: the slots 1.4-3x faster up to 16 MiB; docs/performance.md,
- * "Design choices"). Above 1.0 the slots: the shift shows less of the gap than the collectives then see (1.07-1.48
+ * "Design choices"). Above 1.0 the slots: the probe shows less of the gap than the collectives then see (1.06-1.80
  * where 2-rank all-reduces ran 2x faster through the slots, docs/tuning.md "Calibration"), so level leans to them. */
 #define CMA_PROBE_BYTES (1u << 20)
 #define CMA_SLOWER 1.0
@@ -161,23 +161,31 @@ static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t
     return res;
 }
 
+/* A ring all-reduce of `count` elements of `elem_size` bytes among `members` (k ranks, rank order) into s, its steps
+ * naming ranks of the communicator; false (s untouched) when this rank is not a member or is alone. */
+static bool members_ring_allreduce(const struct zccl_comm *comm, const int *members, int k, size_t count,
+                                   size_t elem_size, size_t chunk_bytes, zccl_schedule_t *s) {
+    int idx = -1;
+    for (int i = 0; i < k; i++)
+        if (members[i] == comm->rank) idx = i;
+    if (idx < 0 || k < 2) return false;
+    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = count,
+                           .elem_size = elem_size, .chunk_bytes = chunk_bytes, .rs_round_bytes = 4u << 20,
+                           .algo = ZCCL_ALGO_RING};
+    zccl__sched_ring_allreduce(&a, s);
+    for (size_t i = 0; i < s->nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
+        if (s->steps[i].peer >= 0) s->steps[i].peer = members[s->steps[i].peer];
+    return true;
+}
+
 /* alpha as collectives see it: the median time of a small ring all-reduce among `members` (k ranks, rank order)
  * divided by its 2(k-1) dependent steps — each step waits for the previous one's data, as in every algorithm, which
  * back-to-back independent shifts do not show (they overlap their wake-ups). 0 when this rank has no part. */
 static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int k, void *sbuf, void *rbuf,
                                  bool fastest_is_cost, double *out) {
     *out = 0;
-    int idx = -1;
-    for (int i = 0; i < k; i++)
-        if (members[i] == comm->rank) idx = i;
-    if (idx < 0 || k < 2) return ZCCL_SUCCESS;
-    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = 8 * (size_t)k,
-                           .elem_size = 1, .chunk_bytes = 64u << 10, .rs_round_bytes = 4u << 20,
-                           .algo = ZCCL_ALGO_RING};
     zccl_schedule_t s = {0};
-    zccl__sched_ring_allreduce(&a, &s);
-    for (size_t i = 0; i < s.nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
-        if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
+    if (!members_ring_allreduce(comm, members, k, 8 * (size_t)k, 1, 64u << 10, &s)) return ZCCL_SUCCESS;
     double t = 0;
     zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, fastest_is_cost, &t);
     zccl__sched_free(&s);
@@ -208,18 +216,10 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
 static zccl_result_t cma_against_slots(struct zccl_comm *comm, const int *members, int k, bool part, void *sbuf,
                                        void *rbuf, double *ratio) {
     *ratio = 0;
-    int idx = -1;
-    for (int i = 0; i < k; i++)
-        if (members[i] == comm->rank) idx = i;
-    if (!part || idx < 0 || k < 2) return ZCCL_SUCCESS;
-    const size_t count = CMA_PROBE_BYTES / 4 / (size_t)k * (size_t)k;
-    zccl_sched_args_t args = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = count, .elem_size = 4,
-                              .chunk_bytes = zccl__pipeline_chunk(count * 4, k), .rs_round_bytes = 4u << 20,
-                              .algo = ZCCL_ALGO_RING};
+    const size_t count = k > 0 ? CMA_PROBE_BYTES / 4 / (size_t)k * (size_t)k : 0;
     zccl_schedule_t s = {0};
-    zccl__sched_ring_allreduce(&args, &s);
-    for (size_t i = 0; i < s.nsteps; i++) /* positions in the host's ring -> ranks of the communicator */
-        if (s.steps[i].peer >= 0) s.steps[i].peer = members[s.steps[i].peer];
+    if (!part || !members_ring_allreduce(comm, members, k, count, 4, zccl__pipeline_chunk(count * 4, k), &s))
+        return ZCCL_SUCCESS;
     if (s.oom) {
         zccl__sched_free(&s);
         return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");

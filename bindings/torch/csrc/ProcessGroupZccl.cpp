@@ -29,8 +29,8 @@ namespace zccl_torch {
 
 /* ---- Work ---------------------------------------------------------------------------------------------------- */
 
-WorkZccl::WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
+WorkZccl::WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int spinUs)
+    : c10d::Work(rank, type), spinUs_(spinUs), outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 std::vector<at::Tensor> WorkZccl::result() { return outputs_; }
@@ -43,15 +43,13 @@ int WorkZccl::sourceRank() const {
 c10::intrusive_ptr<c10::ivalue::Future> WorkZccl::getFuture() { return future_; }
 
 namespace {
-/* Polls done() for up to us microseconds, yielding the core between looks; returns done()'s last value. */
-template <typename Done> bool poll_yielding(int us, Done done) {
-    if (us <= 0 || done()) return us > 0;
+/* Polls done() for up to us microseconds, yielding the core between looks. */
+template <typename Done> void poll_yielding(int us, Done done) {
+    if (us <= 0 || done()) return;
     const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
-    do {
+    do
         sched_yield();
-        if (done()) return true;
-    } while (std::chrono::steady_clock::now() < end);
-    return false;
+    while (!done() && std::chrono::steady_clock::now() < end);
 }
 } // namespace
 
@@ -378,8 +376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
                                                          std::vector<at::Tensor> outputs, Post fn) {
     if (shut_ || aborted_) refuse(name, "the process group was shut down or aborted");
     seq_++;
-    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
-    work->setSpin(spinUs_);
+    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs), spinUs_);
     Job single;
     Job &job = inBlock() ? block_ : single; /* in a block: recorded, queued by the outermost endBlock */
     int cuda_device = -1;
@@ -409,8 +406,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::enqueue(int lane, c10d::OpType 
 c10::intrusive_ptr<WorkZccl> ProcessGroupZccl::endBlock(c10d::OpType type, const char *name,
                                                         std::vector<at::Tensor> outputs) {
     if (!inBlock()) refuse(name, "no coalescing block is open (startCoalescing was not called)");
-    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs));
-    work->setSpin(spinUs_);
+    auto work = c10::make_intrusive<WorkZccl>(rank_, type, std::move(outputs), spinUs_);
     block_.works.push_back(work);
     block_.names.emplace_back(name);
     block_.posts.emplace_back(); /* completes with the block */

@@ -96,14 +96,14 @@ using BackendBase = c10d::ProcessGroup;
  * on it) with the output tensors or with the error. */
 class WorkZccl : public c10d::Work {
   public:
-    WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+    /* spinUs: how long wait() polls first (the group's ZCCL_TORCH_SPIN_US, "Waiting" above). */
+    WorkZccl(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int spinUs);
     std::vector<at::Tensor> result() override;
     c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
     void complete(std::exception_ptr error);
     /* Polls for up to the group's ZCCL_TORCH_SPIN_US, handing the core over between looks (sched_yield), before
      * torch's own wait on a condition variable: see "Waiting" below. */
     bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
-    void setSpin(int us) { spinUs_ = us; }
     /* The sender of a receive from any source (recvAnysource), set before complete(); -1 otherwise, and then
      * sourceRank() throws as torch's base class does. */
     int sourceRank() const override;
@@ -112,7 +112,7 @@ class WorkZccl : public c10d::Work {
   private:
     std::atomic<int> source_{-1};
     std::atomic<bool> done_{false}; /* set by complete(), after torch's finish() */
-    int spinUs_ = 0;
+    const int spinUs_;
     std::vector<at::Tensor> outputs_;
     c10::intrusive_ptr<c10::ivalue::Future> future_;
 };

@@ -244,8 +244,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupZccl::recvAnysource(std::vector<at::T
     if (shut_ || aborted_) refuse(op, "the process group was shut down or aborted");
     seq_++;
     Dense d = Dense::out(tensors[0]);
-    auto work = c10::make_intrusive<WorkZccl>(rank_, c10d::OpType::RECVANYSOURCE, tensors);
-    work->setSpin(spinUs_);
+    auto work = c10::make_intrusive<WorkZccl>(rank_, c10d::OpType::RECVANYSOURCE, tensors, spinUs_);
     auto any = std::make_shared<AnyRecv>();
     any->recv = [d](zccl_comm_t comm, int src) {
         zcheck(zccl_recv(d.ptr(), nbytes(d.buf), ZCCL_UINT8, src, comm, nullptr));
