@@ -8,7 +8,10 @@
 # prints "ZCCL_VM_EXIT=<status>" and powers off. Any setup failure reports ZCCL_VM_EXIT=120 (with the reason) so
 # the host never waits for a command that cannot run.
 # "sh /init pair2" (from a guest command, as root) deletes and builds the second pair and its rxe devices again: a
-# link that was down leaves rdma_cm unreliable on it, so a test that downs it can start afresh.
+# link that was down leaves rdma_cm unreliable on it, so a test that downs it can start afresh. "sh /init pair3"
+# builds (or builds again) a third pair on demand (v4 10.79.0.1 / v5 10.79.0.2, rxe4 over v4, rxe5 over v5: three
+# rails that fail separately) and "sh /init nopair3" deletes it; it is not there otherwise, so every other test sees
+# rxe0..rxe3 only.
 export PATH=/usr/bin:/usr/sbin HOME=/root TERM=dumb
 export ZCCL_VM=1 ZCCL_VM_ADDR0=10.77.0.1 ZCCL_VM_ADDR1=10.77.0.2 ZCCL_VM_DEV0=rxe0 ZCCL_VM_DEV1=rxe1
 mode=$1
@@ -19,7 +22,7 @@ finish() { # status
   poweroff -f
   sleep 5
 }
-die() { echo "zccl-vm: setup failed: $*"; [ "$mode" = pair2 ] && exit 120; finish 120; }
+die() { echo "zccl-vm: setup failed: $*"; [ -n "$mode" ] && exit 120; finish 120; }
 
 # add_pair A B NET TABLE: veth pair vA (NET.1) / vB (NET.2), e.g. 0 1 10.77.0 100. Locally generated packets to the
 # other address leave through the pair (tables TABLE/TABLE+1, preferences 10+A/10+B) instead of through lo; packets
@@ -45,13 +48,13 @@ add_pair() {
   rdma link add rxe$1 type rxe netdev $a || die "rdma link add rxe$1"
   rdma link add rxe$2 type rxe netdev $b || die "rdma link add rxe$2"
 }
-# wait_active DEV...: every port ACTIVE with its IPv4-mapped RoCE v2 GID (10.77/10.78: ffff:0a4d/0a4e).
+# wait_active DEV...: every port ACTIVE with its IPv4-mapped RoCE v2 GID (10.77/10.78/10.79: ffff:0a4d/0a4e/0a4f).
 wait_active() {
   for i in $(seq 100); do
     ok=1
     for d in "$@"; do
       grep -q ACTIVE /sys/class/infiniband/$d/ports/1/state 2>/dev/null || ok=0
-      grep -qsE 'ffff:0a4[de]:000' /sys/class/infiniband/$d/ports/1/gids/* || ok=0
+      grep -qsE 'ffff:0a4[def]:000' /sys/class/infiniband/$d/ports/1/gids/* || ok=0
     done
     [ $ok = 1 ] && return 0
     sleep 0.1
@@ -59,16 +62,22 @@ wait_active() {
   rdma link show
   return 1
 }
-if [ "$mode" = pair2 ]; then # rebuild the second pair (see the top)
-  rdma link delete rxe2 2>/dev/null; rdma link delete rxe3 2>/dev/null
-  netip link del v2 2>/dev/null
-  netip rule del pref 9 from 10.78.0.1 to 10.78.0.1 2>/dev/null; netip rule del pref 9 from 10.78.0.2 to 10.78.0.2 2>/dev/null
-  netip rule del pref 12 2>/dev/null; netip rule del pref 13 2>/dev/null
-  netip route flush table 102 2>/dev/null; netip route flush table 103 2>/dev/null
-  add_pair 2 3 10.78.0 102
-  wait_active rxe2 rxe3 || die "rxe2/rxe3 not ACTIVE with an IPv4 GID"
-  exit 0
-fi
+# del_pair A B NET TABLE: undoes add_pair A B NET TABLE (nothing is left of it when it was not there).
+del_pair() {
+  rdma link delete rxe$1 2>/dev/null; rdma link delete rxe$2 2>/dev/null
+  netip link del v$1 2>/dev/null
+  netip rule del pref 9 from $3.1 to $3.1 2>/dev/null; netip rule del pref 9 from $3.2 to $3.2 2>/dev/null
+  netip rule del pref $((10 + $1)) 2>/dev/null; netip rule del pref $((10 + $2)) 2>/dev/null
+  netip route flush table $4 2>/dev/null; netip route flush table $(($4 + 1)) 2>/dev/null
+  return 0
+}
+case "$mode" in # rebuild the second pair, build or delete the third (see the top)
+  pair2) del_pair 2 3 10.78.0 102; add_pair 2 3 10.78.0 102
+         wait_active rxe2 rxe3 || die "rxe2/rxe3 not ACTIVE with an IPv4 GID"; exit 0 ;;
+  pair3) del_pair 4 5 10.79.0 104; add_pair 4 5 10.79.0 104
+         wait_active rxe4 rxe5 || die "rxe4/rxe5 not ACTIVE with an IPv4 GID"; exit 0 ;;
+  nopair3) del_pair 4 5 10.79.0 104; exit 0 ;;
+esac
 t0=$(cut -d' ' -f1 /proc/uptime 2>/dev/null)
 
 mount -t proc proc /proc && mount -t sysfs sysfs /sys && mount -t devtmpfs devtmpfs /dev || die "mounting proc/sys/dev"

@@ -21,6 +21,9 @@
 #      zccl_comm_get_async_error stays SUCCESS and zccl_comm_net_info lists the live IB rails (zccl-bench's "# Rails
 #      at the end" line);
 #      ZCCL_RAILS_FO_TRIALS (5) trials, v2/v3 rebuilt after each
+#   4b. three rails (a third veth pair v4/v5 with rxe4/rxe5, built for this step only): rail 1 (v3) down at a random
+#      moment and rail 2 (v5) a second later under checked all-reduces: every result correct, both exit 0, one
+#      warning per lost rail with the live ones, the pair ends on rail 0 alone
 #   5. (last: a link that was down leaves rdma_cm unreliable in the VM) both rails down under traffic: both ranks
 #      must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail —
 #      an error, never a hang
@@ -132,17 +135,20 @@ fi
 # Failover: rank 0 on rxe0,rxe2 and rank 1 on rxe1,rxe3, so rail 0 is the veth pair v0/v1 and rail 1 the pair
 # v2/v3, which fail separately. pair_job TAG EXTRA_ENV... starts both ranks of a checked all-reduce loop in the
 # background (pids in p0 p1, output in /tmp/fo.TAG.r{0,1}.{out,err}) and waits until they are past init.
+# The ranks' HCA lists are FO_HCA0 and FO_HCA1; CHECKS (default FO_CHECKS) sets the number of checked all-reduces.
 FO_CHECKS=${ZCCL_RAILS_FO_CHECKS:-60}
+FO_HCA0==rxe0,rxe2 FO_HCA1==rxe1,rxe3
 port=29700
 pair_job() {
   tag=$1; shift
+  checks=${CHECKS:-$FO_CHECKS}
   port=$((port + 1))
   for r in 0 1; do
-    if [ $r = 0 ]; then hca==rxe0,rxe2; else hca==rxe1,rxe3; fi
+    if [ $r = 0 ]; then hca=$FO_HCA0; else hca=$FO_HCA1; fi
     env RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ZCCL_SECRET=00112233445566778899aabbccddeeff \
         ZCCL_TRANSPORT=ib ZCCL_IB_HCA=$hca ZCCL_TIMEOUT_MS=5000 ZCCL_INIT_TIMEOUT_MS=60000 ZCCL_CHUNK_BYTES=16384 \
         ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=IB "$@" \
-        "$BENCH" allreduce -b 256K -e 256K -c $FO_CHECKS -n 1 -w 0 > /tmp/fo.$tag.r$r.out 2> /tmp/fo.$tag.r$r.err &
+        "$BENCH" allreduce -b 256K -e 256K -c $checks -n 1 -w 0 > /tmp/fo.$tag.r$r.out 2> /tmp/fo.$tag.r$r.err &
     eval p$r=$!
   done
   i=0
@@ -215,6 +221,57 @@ while [ $n -le "$trials" ]; do
   step "failover trial $n: rail 1 (v3) down under checked all-reduces: correct results, exit 0, warned" $rc "$t" "$why"
   n=$((n + 1))
 done
+
+# 4b. three rails, two lost one after the other (rank 0 on rxe0,rxe2,rxe4 and rank 1 on rxe1,rxe3,rxe5; the third
+# veth pair v4/v5 is built for this step only): v3 down at a random moment, v5 down a second later, while the ranks
+# run checked all-reduces: every result correct, both exit 0, each warns once per lost rail (rail 1 with rails 0
+# and 2 live, then rail 2 with rail 0 live), and ends on rail 0 alone
+t=$(now)
+why=
+if ! sh /init pair3; then
+  why="building the third veth pair (v4/v5, rxe4/rxe5) failed"
+elif ! { FO_HCA0==rxe0,rxe2,rxe4; FO_HCA1==rxe1,rxe3,rxe5; CHECKS=$((FO_CHECKS * 2)); pair_job three ZCCL_IB_ZCOPY_BYTES=0; }; then
+  why="the ranks did not get past init in 60 s"
+  kill -9 $p0 $p1 2>/dev/null
+  wait_pair 1
+else
+  delay=$(awk -v s="$(cut -d. -f2 /proc/uptime)" 'BEGIN { srand(s); printf "%.1f", 0.3 + rand() * 1.5 }')
+  sleep "$delay"
+  netip link set v3 down
+  sleep 1
+  kill -0 $p0 2>/dev/null || why="$why; rank 0 finished before the second link went down: raise ZCCL_RAILS_FO_CHECKS"
+  netip link set v5 down
+  td=$(now)
+  wait_pair 150
+  echo "  v3 down $delay s after init, v5 a second later; ranks done $(since "$td") s after that, status $s0 $s1"
+  for r in 0 1; do
+    eval st=\$s$r
+    o=$((1 - r))
+    [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.three.r$r.err | grep -v ' INFO ' | tail -1)"
+    w1=$(grep "rank $r: IB rail rxe$((2 + r)) port 1 (rail 1) to rank $o lost (" /tmp/fo.three.r$r.err)
+    w2=$(grep "rank $r: IB rail rxe$((4 + r)) port 1 (rail 2) to rank $o lost (" /tmp/fo.three.r$r.err)
+    [ "$(echo "$w1" | grep -c .)" = 1 ] || why="$why; rank $r did not warn exactly once that rail 1 (rxe$((2 + r))) was lost"
+    [ "$(echo "$w2" | grep -c .)" = 1 ] || why="$why; rank $r did not warn exactly once that rail 2 (rxe$((4 + r))) was lost"
+    echo "$w1" | grep -q "live rails to rank $o: rxe$r:1,rxe$((4 + r)):1\$" ||
+      why="$why; rank $r's first warning does not list rails 0 and 2 as live"
+    echo "$w2" | grep -q "live rails to rank $o: rxe$r:1\$" || why="$why; rank $r's second warning does not list rail 0 alone"
+    echo "  rank $r: ${w1#*WARN }" | cut -c1-300
+    echo "  rank $r: ${w2#*WARN }" | cut -c1-300
+    e=$(grep "rank $r: IB rails to rank $o at the end: live rxe$r:1 (lost rxe$((2 + r)):1,rxe$((4 + r)):1)" /tmp/fo.three.r$r.err)
+    [ -n "$e" ] || why="$why; rank $r did not end on rail 0 alone: $(grep 'at the end' /tmp/fo.three.r$r.err)"
+    echo "  rank $r: ${e#*rank $r: }"
+  done
+  grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out || why="$why; rank 0 printed no result line"
+  grep -q "async error: SUCCESS" /tmp/fo.three.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
+  grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
+    why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out | tail -1)"
+fi
+[ -n "$why" ] && { tail -15 /tmp/fo.three.r0.err /tmp/fo.three.r1.err /tmp/fo.three.r0.out; }
+FO_HCA0==rxe0,rxe2; FO_HCA1==rxe1,rxe3; CHECKS=
+sh /init nopair3
+sh /init pair2 || why="$why; rebuilding v2/v3 failed"
+rc=0; [ -n "$why" ] && rc=1
+step "three rails, rail 1 (v3) and then rail 2 (v5) down under checked all-reduces: correct results, exit 0, warned twice" $rc "$t" "$why"
 
 # 5. (last: a link that was down leaves rdma_cm unreliable in the VM) both rails down (v1 and v3) under traffic: both
 # ranks must exit non-zero within ZCCL_TIMEOUT_MS=5000 + 30 s, each with an error naming the other rank and a rail
