@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -522,36 +523,46 @@ TEST(TunerCalibration, DeterministicNeverMeasures) {
     rmdir(dir);
 }
 
-// ZCCL_SHM_CMA=-1 (the default): calibration times a 1 MiB shift with the single copy and through the slots and keeps
-// the single copy only where it was not more than 1.1x slower (the INFO line gives the ratio and the decision, which
-// must agree with each other); the collectives are exact either way (zccl-bench -c 1 from 64 KiB to 4 MiB, both
-// sides of ZCCL_CMA_THRESHOLD). ZCCL_SHM_CMA=1 and ZCCL_DETERMINISTIC=1 measure nothing of it.
-TEST(TunerCalibration, SingleCopyIsKeptOnlyWhereItMeasuredNoSlower) {
+// ZCCL_SHM_CMA=-1 (the default): calibration times a 1 MiB ring reduce-scatter and all-gather with the single copy and
+// through the slots, in pairs, and chooses per collective (the all-reduce by the two halves together, reduce-scatter
+// and reduce by the reduce-scatter, the rest by the all-gather): the single copy only where it was not slower (ratio
+// at most 1.0). The INFO line gives the three ratios and the three choices, which must agree with each other; the
+// collectives are exact whichever path each takes (zccl-bench -c 1 from 64 KiB to 4 MiB, both sides of
+// ZCCL_CMA_THRESHOLD, for all-reduce, reduce-scatter and all-gather). ZCCL_SHM_CMA=1 and ZCCL_DETERMINISTIC=1
+// measure nothing of it.
+TEST(TunerCalibration, SingleCopyIsChosenPerCollectiveOnlyWhereItMeasuredNoSlower) {
     const std::string bench = std::string(ZCCL_TOOLS_DIR) + "/zccl-bench";
     if (access(bench.c_str(), X_OK) != 0) GTEST_SKIP() << bench << " not built";
     const std::string env = "ZCCL_DEBUG=INFO ZCCL_DEBUG_SUBSYS=TUNE ZCCL_TRANSPORT=shm ZCCL_TUNER_CALIBRATE=1 ";
-    const std::string args = " allreduce -np 3 -b 64K -e 4M -f 4 -n 2 -w 1 -c 1 2>&1";
-    int st = -1;
-    std::string out = run_capture(env + "timeout 120 " + bench + args, &st);
-    ASSERT_EQ(st, 0) << out;
-    EXPECT_NE(out.find("Out of bounds values : 0 OK"), std::string::npos) << out;
     const char *key = "tuner: the single copy";
-    const size_t at = out.find(key);
-    ASSERT_NE(at, std::string::npos) << "no single-copy decision at INFO:\n" << out;
-    EXPECT_EQ(out.find(key, at + 1), std::string::npos) << "more than one decision line (rank 0 alone says it)";
-    const size_t took = out.find("took ", at);
-    ASSERT_NE(took, std::string::npos) << out;
-    const double ratio = strtod(out.c_str() + took + 5, nullptr);
-    EXPECT_GT(ratio, 0.0) << out;
-    const bool slots = out.find("shared memory uses the slots at every size", at) != std::string::npos;
-    const bool kept = out.find("kept from ZCCL_CMA_THRESHOLD", at) != std::string::npos;
-    EXPECT_NE(slots, kept) << out;
-    EXPECT_EQ(slots, ratio > 1.1) << "ratio " << ratio << " but the decision says " << (slots ? "slots" : "kept")
-                                  << ":\n" << out;
-    for (const char *off : {"ZCCL_SHM_CMA=1 ", "ZCCL_DETERMINISTIC=1 "}) {
-        out = run_capture(env + off + "timeout 120 " + bench + args, &st);
-        ASSERT_EQ(st, 0) << off << out;
-        EXPECT_EQ(out.find(key), std::string::npos) << off << "measured the single copy:\n" << out;
+    for (const char *op : {"allreduce", "reduce_scatter", "allgather"}) {
+        const std::string args = std::string(" ") + op + " -np 3 -b 64K -e 4M -f 4 -n 2 -w 1 -c 1 2>&1";
+        int st = -1;
+        std::string out = run_capture(env + "timeout 120 " + bench + args, &st);
+        ASSERT_EQ(st, 0) << out;
+        EXPECT_NE(out.find("Out of bounds values : 0 OK"), std::string::npos) << op << ":\n" << out;
+        const size_t at = out.find(key);
+        ASSERT_NE(at, std::string::npos) << "no single-copy decision at INFO:\n" << out;
+        EXPECT_EQ(out.find(key, at + 1), std::string::npos) << "more than one decision line (rank 0 alone says it)";
+        const std::string line = out.substr(at, out.find('\n', at) - at);
+        std::smatch m;
+        const std::regex re("took ([0-9.]+)x, ([0-9.]+)x and ([0-9.]+)x the slots' time for a [0-9]+ KiB ring all-reduce, "
+                            "reduce-scatter and all-gather on this machine: shared memory uses (the slots|the single copy) "
+                            "for all-reduce, (the slots|the single copy) for reduce-scatter and reduce, (the slots|the "
+                            "single copy) for the other collectives");
+        ASSERT_TRUE(std::regex_search(line, m, re)) << "decision line not as expected:\n" << line;
+        for (int c = 0; c < 3; c++) {
+            const double r = std::stod(m[1 + c].str());
+            EXPECT_GT(r, 0.0) << line;
+            EXPECT_EQ(m[4 + c].str() == "the slots", r > 1.0) << "ratio " << r << " but " << m[4 + c].str() << ":\n"
+                                                              << line;
+        }
+        if (strcmp(op, "allreduce") != 0) continue;
+        for (const char *off : {"ZCCL_SHM_CMA=1 ", "ZCCL_DETERMINISTIC=1 "}) {
+            out = run_capture(env + off + "timeout 120 " + bench + args, &st);
+            ASSERT_EQ(st, 0) << off << out;
+            EXPECT_EQ(out.find(key), std::string::npos) << off << "measured the single copy:\n" << out;
+        }
     }
 }
 

@@ -361,6 +361,11 @@ int zccl__shm_single_copy(zccl_tp_comm_t *comm, int on) {
     return was;
 }
 
+size_t zccl__shm_ring_bytes(const zccl_tp_comm_t *comm) {
+    const shm_comm_t *s = SHM_OF((zccl_tp_comm_t *)comm);
+    return s ? (size_t)s->nslots * s->slot_bytes : 0;
+}
+
 static bool shm_can_reach(const zccl_tp_comm_t *comm, int peer) {
     if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return false;
     size_t need, avail;

@@ -278,10 +278,14 @@ void zccl__doorbell_awake(zccl_tp_comm_t *comm);
 /** ZCCL_SHM_CMA=-1 (auto): turns shared memory's single copy (process_vm_readv for messages from
  *  ZCCL_CMA_THRESHOLD bytes) on (on = 1) or off (0) for this communicator's sends from now on; on = -1 only asks.
  *  Only the sender chooses a message's path, so ranks never need to agree for correctness; the tuner's calibration
- *  sets it the same on every rank, before any call (lib/tuner/tuner_calib.c). Returns whether it was on, or -1
+ *  measures both (lib/tuner/tuner_calib.c) and the tuner sets it before each call, per collective, the same on every
+ *  rank (lib/tuner/tuner.c, zccl__tune), on the thread that runs the calls. Returns whether it was on, or -1
  *  when the communicator has no shared-memory transport, ZCCL_SHM_CMA is 0 or 1 (nothing overrides the user), or
  *  the single copy is off anyway (transport/shm.c). */
 int zccl__shm_single_copy(zccl_tp_comm_t *comm, int on);
+/** Bytes of one shared-memory channel's slots (ZCCL_SHM_SLOTS x ZCCL_SHM_SLOT_BYTES): a transfer through the slots of
+ *  that many bytes has used every slot of its channel once. 0 when comm has no shared-memory transport. */
+size_t zccl__shm_ring_bytes(const zccl_tp_comm_t *comm);
 /** Sleeps on this rank's wake-up word until it differs from `seen` or timeout_ms passes (transport/doorbell.c); with
  *  comm->wait_yield it yields the core (sched_yield) between looks at the word instead of sleeping. */
 void zccl__doorbell_wait(zccl_tp_comm_t *comm, uint32_t seen, int timeout_ms);

@@ -10,10 +10,11 @@
  *     INTER_BETA_BYTES, long enough to outlast the buffering on a network path (switch and NIC queues, a shaper's
  *     token bucket, TCP's window after idle), which a 64 KiB probe fits inside and so measures too fast.
  *   gamma: the float32 sum kernel over GAMMA_BYTES in cache; copy: memcpy of BUF_BYTES.
- *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): ring all-reduces of CMA_PROBE_BYTES among the
- *     host's ranks with the single copy (process_vm_readv) and through the slots, in pairs side by side
- *     (cma_against_slots); the single copy stays on unless the median of the pairs' ratios exceeds CMA_SLOWER on
- *     some host (MAX over ranks), then it is off for the communicator's life.
+ *   single copy (ZCCL_SHM_CMA=-1, a host with two ranks or more): ring reduce-scatters and all-gathers of
+ *     CMA_PROBE_BYTES among the host's ranks with the single copy (process_vm_readv) and through the slots, in pairs
+ *     side by side (cma_against_slots); per collective (cma_choose: the all-reduce by both halves, reduce-scatter and
+ *     reduce by the reduce-scatter, the rest by the all-gather) the single copy is used unless the median of the
+ *     pairs' ratios exceeds CMA_SLOWER on some host (MAX over ranks), for the communicator's life.
  * "Median" above is the fastest run instead when the host's ranks fit its cores (fastest_is_cost, below).
  * Every rank then takes the maximum over ranks of every value (one all-reduce), so the choice is the same
  * everywhere even though each rank measured something slightly different. The ZCCL_ALGO filter is agreed the
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "comm.h"
 #include "engine.h"
@@ -161,18 +163,21 @@ static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t
     return res;
 }
 
-/* A ring all-reduce of `count` elements of `elem_size` bytes among `members` (k ranks, rank order) into s, its steps
- * naming ranks of the communicator; false (s untouched) when this rank is not a member or is alone. */
-static bool members_ring_allreduce(const struct zccl_comm *comm, const int *members, int k, size_t count,
-                                   size_t elem_size, size_t chunk_bytes, zccl_schedule_t *s) {
+/* A ring all-reduce, reduce-scatter or all-gather (coll) of `count` elements of `elem_size` bytes (the collective's
+ * count argument: per rank for the last two) among `members` (k ranks, rank order) into s, its steps naming ranks of
+ * the communicator; false (s untouched) when this rank is not a member or is alone. */
+static bool members_ring(const struct zccl_comm *comm, zccl_coll_t coll, const int *members, int k, size_t count,
+                         size_t elem_size, size_t chunk_bytes, zccl_schedule_t *s) {
     int idx = -1;
     for (int i = 0; i < k; i++)
         if (members[i] == comm->rank) idx = i;
     if (idx < 0 || k < 2) return false;
-    zccl_sched_args_t a = {.coll = ZCCL_COLL_ALLREDUCE, .nranks = k, .rank = idx, .count = count,
+    zccl_sched_args_t a = {.coll = coll, .nranks = k, .rank = idx, .count = count,
                            .elem_size = elem_size, .chunk_bytes = chunk_bytes, .rs_round_bytes = 4u << 20,
                            .algo = ZCCL_ALGO_RING};
-    zccl__sched_ring_allreduce(&a, s);
+    if (coll == ZCCL_COLL_REDUCE_SCATTER) zccl__sched_ring_reduce_scatter(&a, s);
+    else if (coll == ZCCL_COLL_ALLGATHER) zccl__sched_ring_allgather(&a, s);
+    else zccl__sched_ring_allreduce(&a, s);
     for (size_t i = 0; i < s->nsteps; i++) /* positions in the sub-ring -> ranks of the communicator */
         if (s->steps[i].peer >= 0) s->steps[i].peer = members[s->steps[i].peer];
     return true;
@@ -185,7 +190,7 @@ static zccl_result_t chain_alpha(struct zccl_comm *comm, const int *members, int
                                  bool fastest_is_cost, double *out) {
     *out = 0;
     zccl_schedule_t s = {0};
-    if (!members_ring_allreduce(comm, members, k, 8 * (size_t)k, 1, 64u << 10, &s)) return ZCCL_SUCCESS;
+    if (!members_ring(comm, ZCCL_COLL_ALLREDUCE, members, k, 8 * (size_t)k, 1, 64u << 10, &s)) return ZCCL_SUCCESS;
     double t = 0;
     zccl_result_t res = time_sched(comm, &s, ALPHA_ITERS, sbuf, rbuf, fastest_is_cost, &t);
     zccl__sched_free(&s);
@@ -203,51 +208,98 @@ static void ring_peers(const int *members, int k, int me, int *to, int *from) {
         }
 }
 
-/* The single copy's time over the slots' for a ring all-reduce of CMA_PROBE_BYTES of float32 among this host's
- * ranks (`members`, k of them, rank order; the sum as collectives run it: pulls or slot copies of pipeline chunks, a
- * reduction, then the gather): CMA_PAIRS pairs of runs, one with each, back to back and each pair in the other order,
- * and the median of the pairs' ratios. Two earlier probes decided wrongly on the AMD EPYC VM (docs/tuning.md
- * "Calibration"): 5 one-megabyte shifts with the single copy then 5 through the slots (a change of the machine's
- * speed between the two series decided), and the same shifts in pairs (a plain transfer showed 0.89-1.48 where the
- * collectives ran 2x faster through the slots, so some inits kept the single copy). 0 when this rank has no part.
- * Switches this rank's single copy on and off between runs, and leaves it on; the sender of each message decides its
- * protocol, so the ranks need not switch in step. */
+/* The single copy's time over the slots' (ratio[CMA_AR], [CMA_RS], [CMA_AG]) for a ring all-reduce, reduce-scatter
+ * and all-gather of CMA_PROBE_BYTES of float32 among this host's ranks (`members`, k of them, rank order), as the
+ * collectives run them (pulls or slot copies of pipeline chunks, reductions, the gather). The reduce-scatter and the
+ * all-gather are timed, CMA_PAIRS pairs of runs each, one with each path back to back and each pair in the other
+ * order; [CMA_RS] and [CMA_AG] are the medians of their pairs' ratios, and [CMA_AR] the median of (reduce-scatter +
+ * all-gather with the single copy) over (the same with the slots), pair by pair: the ring all-reduce is those two
+ * halves. One probe for every collective decided wrongly on the AMD EPYC VM (docs/tuning.md "Calibration"): in its
+ * slow phases the single copy was faster for reduce-scatter and slower for the all-reduce. Two earlier probes (5
+ * one-megabyte shifts with each path in turn; the same in pairs) showed less than the collectives' gap. All 0 when
+ * this rank has no part. Switches this rank's single copy on and off between runs, and leaves it on; the sender of
+ * each message decides its protocol, so the ranks need not switch in step. */
 #define CMA_PAIRS 9
+enum { CMA_AR, CMA_RS, CMA_AG, CMA_N };
 static zccl_result_t cma_against_slots(struct zccl_comm *comm, const int *members, int k, bool part, void *sbuf,
-                                       void *rbuf, double *ratio) {
-    *ratio = 0;
-    const size_t count = k > 0 ? CMA_PROBE_BYTES / 4 / (size_t)k * (size_t)k : 0;
-    zccl_schedule_t s = {0};
-    if (!part || !members_ring_allreduce(comm, members, k, count, 4, zccl__pipeline_chunk(count * 4, k), &s))
-        return ZCCL_SUCCESS;
-    if (s.oom) {
-        zccl__sched_free(&s);
-        return zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
-    }
-    double r[CMA_PAIRS];
-    zccl_result_t res = ZCCL_SUCCESS;
-    for (int on = 1; on >= 0 && res == ZCCL_SUCCESS; on--) { /* one untimed run each: pages, pins, slots */
-        zccl__shm_single_copy(&comm->tc, on);
-        res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
-    }
-    for (int i = 0; i < CMA_PAIRS && res == ZCCL_SUCCESS; i++) {
-        double t[2] = {0, 0}; /* [0] slots, [1] single copy */
-        for (int j = 0; j < 2 && res == ZCCL_SUCCESS; j++) {
-            const int on = (i + j) % 2;
-            zccl__shm_single_copy(&comm->tc, on);
-            const uint64_t t0 = zccl__now_ns();
-            res = zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
-            t[on] = (double)(zccl__now_ns() - t0) * 1e-9;
+                                       void *rbuf, double ratio[CMA_N]) {
+    for (int c = 0; c < CMA_N; c++) ratio[c] = 0;
+    const size_t count = k > 0 ? CMA_PROBE_BYTES / 4 / (size_t)k : 0; /* per rank */
+    zccl_schedule_t s[2] = {{0}, {0}};                                  /* [0] reduce-scatter, [1] all-gather */
+    const zccl_coll_t coll[2] = {ZCCL_COLL_REDUCE_SCATTER, ZCCL_COLL_ALLGATHER};
+    if (!part) return ZCCL_SUCCESS;
+    for (int h = 0; h < 2; h++)
+        if (!members_ring(comm, coll[h], members, k, count, 4, zccl__pipeline_chunk(count * 4 * (size_t)k, k), &s[h])) {
+            zccl__sched_free(&s[0]);
+            return ZCCL_SUCCESS;
         }
-        r[i] = t[0] > 0 ? t[1] / t[0] : 1;
+    zccl_result_t res = ZCCL_SUCCESS;
+    if (s[0].oom || s[1].oom) res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule");
+    double r[CMA_N][CMA_PAIRS];
+    for (int on = 1; on >= 0 && res == ZCCL_SUCCESS; on--) /* one untimed run each: pages, pins, slots */
+        for (int h = 0; h < 2 && res == ZCCL_SUCCESS; h++) {
+            zccl__shm_single_copy(&comm->tc, on);
+            res = zccl__engine_run(comm, &s[h], sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
+        }
+    for (int i = 0; i < CMA_PAIRS && res == ZCCL_SUCCESS; i++) {
+        double t[2][2] = {{0, 0}, {0, 0}}; /* [half][0] slots, [half][1] single copy */
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 2 && res == ZCCL_SUCCESS; j++) {
+                const int on = (i + j + h) % 2;
+                zccl__shm_single_copy(&comm->tc, on);
+                const uint64_t t0 = zccl__now_ns();
+                res = zccl__engine_run(comm, &s[h], sbuf, rbuf, ZCCL_FLOAT32, ZCCL_SUM);
+                t[h][on] = (double)(zccl__now_ns() - t0) * 1e-9;
+            }
+        r[CMA_RS][i] = t[0][0] > 0 ? t[0][1] / t[0][0] : 1;
+        r[CMA_AG][i] = t[1][0] > 0 ? t[1][1] / t[1][0] : 1;
+        r[CMA_AR][i] = t[0][0] + t[1][0] > 0 ? (t[0][1] + t[1][1]) / (t[0][0] + t[1][0]) : 1;
     }
     zccl__shm_single_copy(&comm->tc, 1);
-    zccl__sched_free(&s);
-    if (res == ZCCL_SUCCESS) *ratio = median(r, CMA_PAIRS);
+    zccl__sched_free(&s[0]);
+    zccl__sched_free(&s[1]);
+    if (res == ZCCL_SUCCESS)
+        for (int c = 0; c < CMA_N; c++) ratio[c] = median(r[c], CMA_PAIRS);
     return res;
 }
 
-static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, double *cma_ratio) {
+/* Every slot of the shared-memory channels to `to` and from `from` used once, untimed, through the slots (the single
+ * copy off meanwhile where the tuner may switch it): a slot's first use faults its pages in on both sides, about
+ * 200 us per 64 KiB slot on the 2-core VM, and the shifts and probes below, each reaching slots not used before,
+ * measured that as bandwidth: the intra-host beta came out at 0.2-0.4 GB/s where the same 64 KiB shifts ran in 5 us
+ * (13 GB/s) once every slot had been used (docs/tuning.md "Calibration"). The faults are not saved, only moved:
+ * the first collectives would take them. Nothing when this rank has no local peer or no shared memory. */
+static zccl_result_t warm_slots(struct zccl_comm *comm, int to, int from, void *sbuf, void *rbuf, size_t buf_bytes) {
+    if (to < 0) return ZCCL_SUCCESS;
+    const size_t ring = zccl__shm_ring_bytes(&comm->tc);
+    if (ring == 0) return ZCCL_SUCCESS;
+    const int was = zccl__shm_single_copy(&comm->tc, 0);
+    zccl_result_t res = ZCCL_SUCCESS;
+    for (size_t done = 0; done < ring && res == ZCCL_SUCCESS; done += buf_bytes) {
+        const size_t bytes = ring - done < buf_bytes ? ring - done : buf_bytes;
+        zccl_schedule_t s = {0};
+        zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE,
+                                           .peer = to, .count = bytes});
+        zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                           .peer = from, .count = bytes});
+        zccl__sched_end_phase(&s);
+        res = s.oom ? zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule")
+                    : zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
+        zccl__sched_free(&s);
+    }
+    if (was >= 0) zccl__shm_single_copy(&comm->tc, was);
+    return res;
+}
+
+/* A calibration buffer of `bytes` (a multiple of the page size), page-aligned and with its pages in place before any
+ * timing (MAP_POPULATE: one system call instead of a fault per page on first use, about 30 us each on the 2-core VM).
+ * NULL when out of memory. */
+static uint8_t *calib_buf(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, double cma_ratio[CMA_N]) {
     const int n = comm->nranks, me = comm->rank;
     int *local = malloc((size_t)n * sizeof(int)), *heads = malloc((size_t)n * sizeof(int));
     const size_t bufbytes = INTER_BETA_BYTES > BUF_BYTES ? INTER_BETA_BYTES : BUF_BYTES;
@@ -255,7 +307,7 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, doub
      * distance some CPUs copy 10x slower (kernels.h, zccl_kernel_rep_movsb_slow), which once made the single copy
      * look 2.5-3x faster than the slots here while the slots were faster for aligned buffers. */
     const size_t bufalloc = (bufbytes + 4095) / 4096 * 4096;
-    uint8_t *sbuf = aligned_alloc(4096, bufalloc), *rbuf = aligned_alloc(4096, bufalloc);
+    uint8_t *sbuf = calib_buf(bufalloc), *rbuf = calib_buf(bufalloc);
     zccl_result_t res = ZCCL_SUCCESS;
     if (!local || !heads || !sbuf || !rbuf) {
         res = zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for calibration buffers");
@@ -278,11 +330,12 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, doub
     /* Every rank runs every measurement in the same order; a rank without a part returns at once. */
     ring_peers(local, nl, me, &to, &from);
     ZCCL_CHECK_GOTO(chain_alpha(comm, local, nl, sbuf, rbuf, fastest_is_cost, &a), res, out);
+    ZCCL_CHECK_GOTO(warm_slots(comm, to, from, sbuf, rbuf, bufalloc), res, out);
     ZCCL_CHECK_GOTO(shift_time(comm, to, from, BETA_BYTES, BETA_ITERS, sbuf, rbuf, fastest_is_cost, &b), res, out);
     if (to >= 0) v[P_INTRA_A] = a, v[P_INTRA_B] = fmax(b - a, b * 0.1) / BETA_BYTES;
     /* Single copy against slots, only where every rank with a local peer has the choice (one MIN over ranks decides,
      * so either all of them run both shifts or none does: a rank that skipped a shift its peer runs would hang it). */
-    *cma_ratio = 0;
+    for (int c = 0; c < CMA_N; c++) cma_ratio[c] = 0;
     {
         const int was = zccl__shm_single_copy(&comm->tc, -1);
         int64_t mine = to >= 0 ? was : 1, all = 0;
@@ -314,8 +367,8 @@ static zccl_result_t measure(struct zccl_comm *comm, zccl_tune_params_t *p, doub
 out:
     free(local);
     free(heads);
-    free(sbuf);
-    free(rbuf);
+    if (sbuf) munmap(sbuf, bufalloc);
+    if (rbuf) munmap(rbuf, bufalloc);
     return res;
 }
 
@@ -388,6 +441,29 @@ static void cache_write(struct zccl_comm *comm, const char *path, const char *ho
     }
 }
 
+/* The single copy or the slots, per collective, from the agreed ratios (cma_against_slots): the all-reduce by its own,
+ * reduce-scatter and reduce by the reduce-scatter's, every other collective (all-gather, broadcast, all-to-all,
+ * gather, scatter, send/recv: copies, no reduction) by the all-gather's; the single copy where its ratio is at most
+ * CMA_SLOWER. zccl__tune applies it before each call. */
+static void cma_choose(struct zccl_comm *comm, zccl_tuner_t *t, const double worst[CMA_N]) {
+    for (int c = 0; c < ZCCL_COLL_COUNT; c++) {
+        const int k = c == ZCCL_COLL_ALLREDUCE ? CMA_AR
+                      : (c == ZCCL_COLL_REDUCE_SCATTER || c == ZCCL_COLL_REDUCE) ? CMA_RS : CMA_AG;
+        t->cma_on[c] = worst[k] <= CMA_SLOWER;
+    }
+    t->cma_chosen = true;
+    zccl__shm_single_copy(&comm->tc, t->cma_on[ZCCL_COLL_ALLREDUCE]);
+    if (comm->rank == 0) {
+        const char *path[2] = {"the slots", "the single copy"};
+        ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy (process_vm_readv) took %.2fx, %.2fx and %.2fx the slots' "
+                  "time for a %u KiB ring all-reduce, reduce-scatter and all-gather on this machine: shared memory "
+                  "uses %s for all-reduce, %s for reduce-scatter and reduce, %s for the other collectives "
+                  "(ZCCL_SHM_CMA=0 or 1 sets one path for all)", worst[CMA_AR], worst[CMA_RS], worst[CMA_AG],
+                  CMA_PROBE_BYTES >> 10, path[t->cma_on[ZCCL_COLL_ALLREDUCE]],
+                  path[t->cma_on[ZCCL_COLL_REDUCE_SCATTER]], path[t->cma_on[ZCCL_COLL_ALLGATHER]]);
+    }
+}
+
 zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     zccl_tuner_t *t = comm->tuner;
     if (comm->nranks <= 1) {
@@ -410,7 +486,7 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     for (char *c = host; *c; c++)
         if (*c == ' ' || *c == '\t' || *c == '\n') *c = '_';
     zccl_tune_params_t p = t->p;
-    double cma_ratio = 0; /* single copy's time over the slots' at CMA_PROBE_BYTES; 0: not measured */
+    double cma_ratio[CMA_N] = {0}; /* single copy's time over the slots' at CMA_PROBE_BYTES; 0: not measured */
     int64_t have = 0, all_have = 0;
     if (*cache) {
         bool h;
@@ -422,22 +498,17 @@ zccl_result_t zccl__tuner_calibrate(struct zccl_comm *comm) {
     if (*cache && all_have) {
         snprintf(t->source, sizeof t->source, "cache");
     } else if (calibrate) {
-        ZCCL_CHECK(measure(comm, &p, &cma_ratio));
+        ZCCL_CHECK(measure(comm, &p, cma_ratio));
         snprintf(t->source, sizeof t->source, "calibrated");
     } else {
         zccl__tune_defaults(&p);
     }
     ZCCL_CHECK(zccl__tuner_agree(comm, &p, zccl__algo_filter_hash(&t->filter), "ZCCL_ALGO"));
-    if (calibrate && !(*cache && all_have)) { /* every rank measured: agree on the slowest host's ratio */
-        double worst = 0;
-        ZCCL_CHECK(zccl_allreduce(&cma_ratio, &worst, 1, ZCCL_FLOAT64, ZCCL_MAX, comm, NULL));
-        if (worst > CMA_SLOWER && zccl__shm_single_copy(&comm->tc, 0) == 1 && comm->rank == 0)
-            ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy (process_vm_readv) took %.2fx the slots' time for %u KiB "
-                      "on this machine: shared memory uses the slots at every size (ZCCL_SHM_CMA=1 keeps it)", worst,
-                      CMA_PROBE_BYTES >> 10);
-        else if (worst > 0 && comm->rank == 0)
-            ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy took %.2fx the slots' time for %u KiB: kept from "
-                      "ZCCL_CMA_THRESHOLD", worst, CMA_PROBE_BYTES >> 10);
+    if (calibrate && !(*cache && all_have)) { /* every rank measured: agree on the slowest host's ratios */
+        double worst[CMA_N];
+        ZCCL_CHECK(zccl_allreduce(cma_ratio, worst, CMA_N, ZCCL_FLOAT64, ZCCL_MAX, comm, NULL));
+        if (worst[CMA_AR] > 0 && zccl__shm_single_copy(&comm->tc, -1) >= 0)
+            cma_choose(comm, t, worst);
     }
     /* A link class nobody measured (no host with two ranks; a single host) keeps its default: same on every rank. */
     zccl_tune_params_t d;
