@@ -152,9 +152,9 @@ void zccl__tune(struct zccl_comm *comm, zccl_sched_args_t *a) {
     zccl_tuner_t *t = comm->tuner;
     const zccl_coll_t coll = a->coll;
     a->algo = ZCCL_ALGO_RING;
-    /* The shared-memory path chosen for this collective at calibration; on the thread that runs the calls, between
-     * transfers (the sender of each message decides its protocol when the transfer starts). */
-    if (t && t->cma_chosen && (unsigned)coll < ZCCL_COLL_COUNT) zccl__shm_single_copy(&comm->tc, t->cma_on[coll]);
+    /* The shared-memory path chosen for this collective at calibration, where collectives differ; on the thread that
+     * runs the calls, between transfers (the sender of each message decides its protocol when the transfer starts). */
+    if (t && t->cma_per_call && (unsigned)coll < ZCCL_COLL_COUNT) zccl__shm_single_copy(&comm->tc, t->cma_on[coll]);
     if ((unsigned)coll >= ZCCL_NTUNED || !t || !t->agreed) return; /* send/recv: one schedule; before agreement: ring */
     a->host_of = t->host_of;
     const size_t bytes = zccl__tune_bytes(coll, a->count, a->elem_size, comm->nranks);

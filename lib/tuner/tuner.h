@@ -73,9 +73,10 @@ typedef struct zccl_tuner {
     double calib_ms;                  /* time init spent on calibration */
     char fallback[320];               /* set by zccl__tune_usable when ZCCL_ALGO's default section named nothing
                                          a collective can run here, so the tuner chooses freely (printed at init) */
-    bool cma_on[ZCCL_COLL_COUNT];     /* with cma_chosen: the single copy (true) or the slots for this collective
-                                         on shared memory, measured at calibration (tuner_calib.c cma_choose) */
-    bool cma_chosen;                  /* cma_on holds a choice; false: the transport's setting stands */
+    bool cma_on[ZCCL_COLL_COUNT];     /* the single copy (true) or the slots for this collective on shared
+                                         memory, measured at calibration (tuner_calib.c cma_choose) */
+    bool cma_per_call;                /* cma_on differs between collectives: zccl__tune sets it before each call
+                                         (false: set once for all at calibration, or the transport's own setting) */
     bool agreed;                      /* parameters and filter agreed by all ranks; until then every collective
                                          runs the ring, which needs no agreement (init's own all-reduces) */
     struct {                          /* the last choice per collective (zccl__tune; cleared by zccl__tune_forget

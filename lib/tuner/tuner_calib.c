@@ -147,17 +147,22 @@ static zccl_result_t time_sched(struct zccl_comm *comm, zccl_schedule_t *s, int 
     return res;
 }
 
+/* A shift of `bytes` into s: send to `to` and receive from `from`, one phase (count in bytes: run as ZCCL_UINT8). */
+static void shift_sched(int to, int from, size_t bytes, zccl_schedule_t *s) {
+    zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE, .peer = to,
+                                      .count = bytes});
+    zccl__sched_step(s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
+                                      .peer = from, .count = bytes});
+    zccl__sched_end_phase(s);
+}
+
 /* Median seconds of `iters` shifts of `bytes` (send to `to`, receive from `from`); 0 when this rank has no part. */
 static zccl_result_t shift_time(struct zccl_comm *comm, int to, int from, size_t bytes, int iters, void *sbuf,
                                 void *rbuf, bool fastest_is_cost, double *out) {
     *out = 0;
     if (to < 0) return ZCCL_SUCCESS;
     zccl_schedule_t s = {0};
-    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE, .peer = to,
-                                       .count = bytes});
-    zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
-                                       .peer = from, .count = bytes});
-    zccl__sched_end_phase(&s);
+    shift_sched(to, from, bytes, &s);
     zccl_result_t res = time_sched(comm, &s, iters, sbuf, rbuf, fastest_is_cost, out);
     zccl__sched_free(&s);
     return res;
@@ -278,11 +283,7 @@ static zccl_result_t warm_slots(struct zccl_comm *comm, int to, int from, void *
     for (size_t done = 0; done < ring && res == ZCCL_SUCCESS; done += buf_bytes) {
         const size_t bytes = ring - done < buf_bytes ? ring - done : buf_bytes;
         zccl_schedule_t s = {0};
-        zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_SEND, .buf = ZCCL_BUF_SEND, .src = ZCCL_BUF_NONE,
-                                           .peer = to, .count = bytes});
-        zccl__sched_step(&s, (zccl_step_t){.kind = ZCCL_STEP_RECV, .buf = ZCCL_BUF_RECV, .src = ZCCL_BUF_NONE,
-                                           .peer = from, .count = bytes});
-        zccl__sched_end_phase(&s);
+        shift_sched(to, from, bytes, &s);
         res = s.oom ? zccl__error(ZCCL_SYSTEM_ERROR, "out of memory for a calibration schedule")
                     : zccl__engine_run(comm, &s, sbuf, rbuf, ZCCL_UINT8, ZCCL_SUM);
         zccl__sched_free(&s);
@@ -444,15 +445,15 @@ static void cache_write(struct zccl_comm *comm, const char *path, const char *ho
 /* The single copy or the slots, per collective, from the agreed ratios (cma_against_slots): the all-reduce by its own,
  * reduce-scatter and reduce by the reduce-scatter's, every other collective (all-gather, broadcast, all-to-all,
  * gather, scatter, send/recv: copies, no reduction) by the all-gather's; the single copy where its ratio is at most
- * CMA_SLOWER. zccl__tune applies it before each call. */
+ * CMA_SLOWER. Set here for all; zccl__tune switches it before each call where the collectives differ. */
 static void cma_choose(struct zccl_comm *comm, zccl_tuner_t *t, const double worst[CMA_N]) {
     for (int c = 0; c < ZCCL_COLL_COUNT; c++) {
         const int k = c == ZCCL_COLL_ALLREDUCE ? CMA_AR
                       : (c == ZCCL_COLL_REDUCE_SCATTER || c == ZCCL_COLL_REDUCE) ? CMA_RS : CMA_AG;
         t->cma_on[c] = worst[k] <= CMA_SLOWER;
+        t->cma_per_call |= t->cma_on[c] != t->cma_on[0];
     }
-    t->cma_chosen = true;
-    zccl__shm_single_copy(&comm->tc, t->cma_on[ZCCL_COLL_ALLREDUCE]);
+    zccl__shm_single_copy(&comm->tc, t->cma_on[ZCCL_COLL_ALLREDUCE]); /* every call's, when they agree */
     if (comm->rank == 0) {
         const char *path[2] = {"the slots", "the single copy"};
         ZCCL_INFO(ZCCL_LOG_TUNE, "tuner: the single copy (process_vm_readv) took %.2fx, %.2fx and %.2fx the slots' "

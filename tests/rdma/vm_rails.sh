@@ -172,6 +172,19 @@ wait_pair() {
   done
 }
 
+# job_checks TAG: what every failover job must show (appended to $why): both ranks exited 0 (s0 s1 from wait_pair),
+# rank 0 printed its result lines with no wrong element, and zccl_comm_get_async_error stayed SUCCESS.
+job_checks() {
+  for r in 0 1; do
+    eval st=\$s$r
+    [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.$1.r$r.err | grep -v ' INFO ' | tail -1)"
+  done
+  grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.$1.r0.out || why="$why; rank 0 printed no result line"
+  grep -q "async error: SUCCESS" /tmp/fo.$1.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
+  grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.$1.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
+    why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.$1.r0.out | tail -1)"
+}
+
 # 4. rail 1 (v3) set down at a random moment while 2 ranks all-reduce and check every result: every result correct,
 # both ranks exit 0, each says at WARN which rail it lost and to whom, and at the end which rails remain; repeated
 # with the veth pair v2/v3 built afresh each time (sh /init pair2), trials 4 and 5 with registered user buffers
@@ -194,9 +207,8 @@ while [ $n -le "$trials" ]; do
     td=$(now)
     wait_pair 150
     echo "  trial $n: v3 down $delay s after init; ranks done $(since "$td") s later, status $s0 $s1 ($extra)"
+    job_checks t$n
     for r in 0 1; do
-      eval st=\$s$r
-      [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.t$n.r$r.err | grep -v ' INFO ' | tail -1)"
       w=$(grep "rank $r: IB rail rxe$((2 + r)) port 1 (rail 1) to rank $((1 - r)) lost (" /tmp/fo.t$n.r$r.err)
       [ -n "$w" ] || why="$why; rank $r did not warn that rail 1 (rxe$((2 + r))) to rank $((1 - r)) was lost"
       echo "$w" | grep -q "live rails to rank $((1 - r)): rxe$r:1\$" || why="$why; rank $r's warning lacks its live rail"
@@ -208,12 +220,8 @@ while [ $n -le "$trials" ]; do
       late=$(grep -c "after its grant again: ignored" /tmp/fo.t$n.r$r.err)
       [ "$late" = 0 ] || echo "  rank $r: $late first grant(s) read after their grant again, ignored"
     done
-    grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out || why="$why; rank 0 printed no result line"
-    grep -q "async error: SUCCESS" /tmp/fo.t$n.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
     grep -q "^# Rails at the end (rank 0): no peer over TCP (ib: IB rails rxe0:1,rxe2:1; to rank 1 live rxe0:1 (lost rxe2:1))" \
       /tmp/fo.t$n.r0.out || why="$why; zccl_comm_net_info does not list the live IB rails: $(grep '^# Rails at the end' /tmp/fo.t$n.r0.out)"
-    grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
-      why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.t$n.r0.out | tail -1)"
   fi
   [ -n "$why" ] && { tail -15 /tmp/fo.t$n.r0.err /tmp/fo.t$n.r1.err /tmp/fo.t$n.r0.out; }
   rc=0; [ -n "$why" ] && rc=1
@@ -244,10 +252,9 @@ else
   td=$(now)
   wait_pair 150
   echo "  v3 down $delay s after init, v5 a second later; ranks done $(since "$td") s after that, status $s0 $s1"
+  job_checks three
   for r in 0 1; do
-    eval st=\$s$r
     o=$((1 - r))
-    [ "$st" = 0 ] || why="$why; rank $r exited $st: $(grep -h zccl /tmp/fo.three.r$r.err | grep -v ' INFO ' | tail -1)"
     w1=$(grep "rank $r: IB rail rxe$((2 + r)) port 1 (rail 1) to rank $o lost (" /tmp/fo.three.r$r.err)
     w2=$(grep "rank $r: IB rail rxe$((4 + r)) port 1 (rail 2) to rank $o lost (" /tmp/fo.three.r$r.err)
     [ "$(echo "$w1" | grep -c .)" = 1 ] || why="$why; rank $r did not warn exactly once that rail 1 (rxe$((2 + r))) was lost"
@@ -261,10 +268,6 @@ else
     [ -n "$e" ] || why="$why; rank $r did not end on rail 0 alone: $(grep 'at the end' /tmp/fo.three.r$r.err)"
     echo "  rank $r: ${e#*rank $r: }"
   done
-  grep -qE '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out || why="$why; rank 0 printed no result line"
-  grep -q "async error: SUCCESS" /tmp/fo.three.r0.out || why="$why; zccl_comm_get_async_error is not SUCCESS at the end"
-  grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out | awk '$9 != 0 || $13 != 0 { bad = 1 } END { exit bad }' ||
-    why="$why; wrong results: $(grep -E '^ +[0-9]+ +[0-9]+ ' /tmp/fo.three.r0.out | tail -1)"
 fi
 [ -n "$why" ] && { tail -15 /tmp/fo.three.r0.err /tmp/fo.three.r1.err /tmp/fo.three.r0.out; }
 FO_HCA0==rxe0,rxe2; FO_HCA1==rxe1,rxe3; CHECKS=
