@@ -14,7 +14,8 @@
 #      int8 through the hierarchical all-reduce (--hier): accuracy within 0.5 points, cross-host bytes per step at least
 #      3x fewer, replicas bitwise equal.
 # Prints one line per run (bytes per step per host, the ratio, accuracy) and "wire_train_hosts: PASSED". zcclrun
-# --timeout is each job's deadline. Needs root and iproute2; otherwise SKIP and exit 77.
+# --timeout is each job's deadline. Needs root and iproute2, and the digits set (../shared, the cache, or Debian's
+# archive for examples/zero_train/fetch_digits.sh); otherwise SKIP and exit 77.
 set -u
 RUN=${1:?usage: wire_train_hosts.sh ZCCLRUN ZERO_TRAIN [PYTHON]}
 ZT=${2:?usage: wire_train_hosts.sh ZCCLRUN ZERO_TRAIN [PYTHON]}
@@ -59,6 +60,9 @@ for v in "${variants[@]}"; do
     name=${v%%:*}; flags=${v#*:}
     # shellcheck disable=SC2086
     if ! run_job "zero_${name}_short" "$ZT" --stage 3 --epochs 1 $flags; then
+        if grep -q "could not fetch the digits set" "$LOG"; then # no ../shared, and Debian's archive unreachable
+            echo "wire_train_hosts: SKIP: zero_train has no data set:"; grep -E "could not fetch|failed" "$LOG" | head -n 3; exit 77
+        fi
         echo "FAIL: zero_train --stage 3 --epochs 1 $flags: exit status, log:"; tail -n 15 "$LOG"; fail=1; continue
     fi
     short=$BYTES

@@ -1,8 +1,15 @@
 """Runs a function on N ranks of a torch.distributed job, each in its own process, with a deadline.
 
-run_ranks(fn, n, ...) starts n spawned processes; each initialises a process group (zccl or gloo), calls
-fn(rank, n, *args) and sends back its return value or its traceback. A process still running at the deadline is
-killed and the call fails naming it; so does a process that exits without reporting.
+run_ranks(fn, n, ...) starts n processes; each initialises a process group (zccl or gloo), calls fn(rank, n, *args)
+and sends back its return value or its traceback. A process still running at the deadline is killed and the call
+fails naming it; so does a process that exits without reporting.
+
+The processes come from multiprocessing's fork server with torch and torch.distributed imported once in the
+server (not zccl_torch, nor anything that reads ZCCL_* settings): each rank is a fork of a process that has never
+run a torch op, so no thread pool is copied, and a rank starts in milliseconds instead of re-importing torch (1.5 s
+here, several seconds when four ranks import at once on two cores). A rank's settings (env) are applied before it
+imports zccl_torch, as with spawn; a PYTHONPATH among them is also put on the rank's sys.path, since the server's
+interpreter started before it. ZCCL_TORCH_TEST_START=spawn starts every rank from scratch instead.
 """
 import datetime
 import multiprocessing
@@ -93,6 +100,10 @@ def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at
                 os.environ[k] = v
             elif int(m.group(2)) == rank:
                 os.environ[m.group(1)] = v
+        import sys
+        for d in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
+            if d and d not in sys.path:
+                sys.path.insert(0, d)
         import torch
         import torch.distributed as dist
 
@@ -117,10 +128,25 @@ class RankFailure(AssertionError):
     pass
 
 
+_ctx = None
+
+
+def _context():
+    global _ctx
+    if _ctx is None:
+        method = os.environ.get("ZCCL_TORCH_TEST_START", "forkserver")
+        if method not in multiprocessing.get_all_start_methods():
+            method = "spawn"
+        _ctx = multiprocessing.get_context(method)
+        if method == "forkserver":
+            _ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    return _ctx
+
+
 def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeout_s=60, args=(), expect_dead=()):
     """Returns {rank: fn's result} (return plain data or numpy arrays: tensors travel as shared-memory handles that
     die with their process). init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
     results = ctx.Queue()
     port = free_port()
     env = dict(env or {})
