@@ -136,10 +136,22 @@ ProcessGroupZccl::ProcessGroupZccl(const c10::intrusive_ptr<c10d::Store> &store,
             throw;
         }
     }
+    cpu_set_t set;
+    const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    const int local = std::max(nLocal_, 1);
+    /* Unbound ranks whose callers and lanes outnumber the CPUs: the scheduler sometimes puts one rank's caller
+     * beside another rank's lane, and every call of that job runs about 2x slower (docs/torch.md, "Bind the
+     * ranks"). Said once per process, on the first group only, where binding would fit (a CPU per local rank). */
+    static bool hinted = false;
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!hinted && local > 1 && 2 * local > cpus && local <= cpus && online > 0 && cpus >= online) {
+        hinted = true;
+        TORCH_WARN("zccl_torch: rank ", rank, " is not bound to CPUs (it may run on all ", cpus, ") while ", local,
+                   " ranks share this host: bind each rank to its own CPUs (zcclrun does by default; under torchrun, "
+                   "e.g. os.sched_setaffinity from LOCAL_RANK before init_process_group), or calls can run about "
+                   "2x slower when the scheduler places two ranks' threads on one CPU (docs/torch.md)");
+    }
     if (spinUs_ < 0) { /* auto (see "Waiting" in ProcessGroupZccl.hpp) */
-        cpu_set_t set;
-        const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        const int local = std::max(nLocal_, 1);
         spinUs_ = (local > cpus || cpus >= 2 * local) ? 250 : 0;
     }
     regs_->comm = lanes_[0].comm;

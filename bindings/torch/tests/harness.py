@@ -86,8 +86,19 @@ def _exit_barrier(dist, rank, n, timeout_s=10.0):
         return
 
 
-def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file, exit_together):
+def _entry(fn, rank, n, backend, init, env, pg_timeout_s, args, results, dump_at, stack_file, exit_together,
+           stderr_dir=None, bind=False):
     import faulthandler
+
+    if stderr_dir:  # the rank's stderr (warnings, zccl's log) into a file fn can read: $ZCCL_TEST_STDERR_FILE
+        path = os.path.join(stderr_dir, f"stderr{rank}.txt")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.environ["ZCCL_TEST_STDERR_FILE"] = path
+    if bind:  # rank r on the r-th CPU of the inherited mask, as zcclrun binds by default
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
 
     stacks = open(stack_file, "w")
     # a hung rank shows where it hung, just before the parent's deadline (the child starts seconds late: imports)
@@ -143,9 +154,12 @@ def _context():
     return _ctx
 
 
-def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeout_s=60, args=(), expect_dead=()):
+def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeout_s=60, args=(), expect_dead=(),
+              capture_stderr=False, bind=False):
     """Returns {rank: fn's result} (return plain data or numpy arrays: tensors travel as shared-memory handles that
-    die with their process). init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently."""
+    die with their process). init: 'tcp', 'file' or 'env'. Ranks in expect_dead may exit silently.
+    capture_stderr: each rank's stderr goes to a file from before its process group exists, whose path fn finds in
+    $ZCCL_TEST_STDERR_FILE. bind: rank r is bound to the r-th CPU of the inherited mask before anything else."""
     ctx = _context()
     results = ctx.Queue()
     port = free_port()
@@ -162,9 +176,11 @@ def run_ranks(fn, n, backend="zccl", init="tcp", timeout=90, env=None, pg_timeou
     else:
         raise ValueError(init)
     stack_dir = tempfile.mkdtemp(prefix="zccl_torch_stacks_")
+    stderr_dir = stack_dir if capture_stderr else None
     stack_file = lambda r: os.path.join(stack_dir, f"rank{r}.txt")  # noqa: E731
     procs = [ctx.Process(target=_entry, args=(fn, r, n, backend, init_url, env, pg_timeout_s, args, results,
-                                                       time.time() + timeout - 3, stack_file(r), not expect_dead),
+                                                       time.time() + timeout - 3, stack_file(r), not expect_dead, stderr_dir,
+                                                       bind),
                          daemon=True) for r in range(n)]
     for p in procs:
         p.start()

@@ -95,3 +95,31 @@ def test_zcclrun():
     p = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=90)
     assert p.returncode == 0, p.stdout + p.stderr
     check(p.stdout, 3)
+
+
+HINT = "is not bound to CPUs"
+
+
+def _hint_applies(n):
+    cpus, online = len(os.sched_getaffinity(0)), os.cpu_count()
+    if cpus < online:
+        pytest.skip(f"this test process is bound to {cpus} of {online} CPUs: the ranks would count as bound")
+    if not (n <= cpus < 2 * n):
+        pytest.skip(f"the hint is for {n} ranks on {n}..{2 * n - 1} CPUs (callers and lanes outnumber them, binding "
+                    f"fits); this machine has {cpus}")
+
+
+def test_unbound_ranks_are_told_to_bind():
+    """2 unbound ranks on 2-3 CPUs: each says once, at its group's creation, that it should be bound (docs/torch.md,
+    "Bind the ranks"); bound ranks (a CPU each, as zcclrun binds them) say nothing."""
+    import binding_worker as bw
+
+    _hint_applies(2)
+    res = harness.run_ranks(bw.stderr_after_group, 2, capture_stderr=True)
+    for r, out in res.items():
+        assert out["stderr"].count(HINT) == 1, f"rank {r}: expected the hint once on stderr, got:\n{out['stderr']}"
+        assert "zcclrun" in out["stderr"] and "docs/torch.md" in out["stderr"]
+    res = harness.run_ranks(bw.stderr_after_group, 2, capture_stderr=True, bind=True)
+    for r, out in res.items():
+        assert out["cpus"] == 1
+        assert HINT not in out["stderr"], f"rank {r} is bound and still got the hint:\n{out['stderr']}"
