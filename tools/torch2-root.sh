@@ -152,6 +152,13 @@ bind sysfs "$ROOT/sys" -t sysfs -o ro
 bind /dev "$ROOT/dev" --bind
 bind tmpfs "$ROOT/dev/shm" -t tmpfs -o mode=1777,size=50%
 bind "$SRC" "$ROOT/src" --bind
+# The build tree (ROOT/build) belongs to one checkout: make compares times, so objects built from another checkout
+# (a CI clone, then the working tree) look newer than this one's sources and are kept. Another checkout: start over.
+if [ "$(cat "$ROOT/build/.zccl-checkout" 2>/dev/null)" != "$SRC" ]; then
+  rm -rf "$ROOT/build"
+  mkdir -p "$ROOT/build"
+  printf '%s\n' "$SRC" >"$ROOT/build/.zccl-checkout"
+fi
 # the data sets next to the checkout (../shared: test_ddp's digits), read-only, where the tests look for them
 if [ -d "$SRC/../shared/data" ]; then bind "$SRC/../shared" "$ROOT/shared" --bind -o ro; fi
 DS="${ZCCL_DEEPSPEED_SRC:-/var/cache/zccl/deepspeed}"
