@@ -33,6 +33,14 @@ def busbw(op, nbytes, n, t):
     return algbw * (2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n)
 
 
+def bind_rank(rank, bind):
+    """core: rank r on the r-th CPU of this process's mask, as zccl-bench -np binds its ranks; none: unbound, as
+    torchrun leaves them."""
+    if bind == "core":
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+
+
 def collective_call(op, count, n, rand=None, empty=None):
     """fn(async_op) making one torch.distributed call of `op` on `count` float32 elements (the whole vector):
     all_reduce in place, all_gather_into_tensor and reduce_scatter_tensor out of place; tensors from rand(c) and

@@ -181,8 +181,7 @@ rc=0
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 ctest --test-dir /build -L torch --output-on-failure --timeout 900 $TORCH2_CTEST_ARGS || rc=$?
 echo "tools/torch2-root.sh: ctest -L torch took $(($(date +%s) - t1)) s (rc $rc); pytest counts per test:"
-awk '"'"'/ Testing: Torch\./ { n = $3 } /^[0-9]+ (passed|failed|skipped|error)/ && n { print "  " n ": " $0; n = "" }'"'"' \
-    /build/Testing/Temporary/LastTest.log 2>/dev/null || true
+/src/tools/torch-counts.sh /build/Testing/Temporary/LastTest.log
 exit $rc'
 rc=0
 case "$mode" in
