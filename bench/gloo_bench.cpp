@@ -202,6 +202,35 @@ int main(int argc, char **argv) {
         return x[0];
     };
 
+    // Size every pair's socket send buffer before timing anything. Gloo's TCP pair sets SO_SNDBUF to the size of
+    // the first message that goes through Pair::send (here a 52-byte notification), which also switches off the
+    // kernel's send-buffer autotuning; only a later, larger message through the same call raises it again. The
+    // unbound-buffer sends of gloo::allgather never do, so without this every allgather crawls through a 4.6 KB send
+    // buffer and stalls on 40 ms delayed ACKs (strace: writev EAGAIN, then epoll_wait for 40 ms), 6 MB/s at 1 MiB.
+    // One 1 MiB message each way on every pair (Gloo's own pinned-buffer send, as its ring all-reduces use) lifts
+    // the buffer to the kernel's maximum (net.core.wmem_max, doubled) before the first timed call.
+    try {
+        const size_t prime_bytes = (size_t)1 << 20;
+        std::vector<char> out(prime_bytes, 0);
+        std::vector<std::vector<char>> in;
+        std::vector<std::unique_ptr<gloo::transport::Buffer>> sends, recvs;
+        const int slot = (int)gctx->nextSlot();
+        for (int peer = 0; peer < size; peer++) {
+            if (peer == rank) continue;
+            in.emplace_back(prime_bytes, 0);
+            auto &pair = gctx->getPair(peer);
+            recvs.push_back(pair->createRecvBuffer(slot, in.back().data(), prime_bytes));
+            sends.push_back(pair->createSendBuffer(slot, out.data(), prime_bytes));
+        }
+        barrier.run(); // every rank's receive buffers exist before any send
+        for (auto &b : sends) b->send();
+        for (auto &b : recvs) b->waitRecv();
+        for (auto &b : sends) b->waitSend();
+    } catch (const std::exception &e) {
+        fprintf(stderr, "gloo_bench: rank %d: sizing the send buffers failed: %s\n", rank, e.what());
+        return 1;
+    }
+
     const bool gather_like = op != "allreduce";
     if (rank == 0) {
         printf("# gloo_bench %s (Gloo TCP transport, interface %s, %d ranks%s%s)\n", op.c_str(), attr.iface.c_str(),
