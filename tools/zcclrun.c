@@ -150,8 +150,8 @@ struct bind_plan {
     enum bind_kind kind;    /* BIND_NONE: nothing is bound (only --report-bindings needs the plan) */
     int by_default;         /* no --bind: kind is BIND_CORE, but only the ranks of a host whose ranks fit are bound */
     int nranks;
-    const int *local_rank;  /* per rank: rank within its host; NULL: the rank itself (one host) */
-    const int *local_size;  /* per rank: ranks on its host; NULL: nranks */
+    const int *cpu_rank;    /* per rank: its index among the ranks started on this machine; NULL: the rank itself */
+    int cpu_size;           /* ranks started on this machine (over all its hosts of a --hostfile) */
     hwloc_topology_t topo;
     hwloc_bitmap_t avail;   /* PUs the launcher may run on (its own binding): what ranks can be bound within */
     int nobjs;              /* objects ranks are spread over, in logical order */
@@ -160,22 +160,20 @@ struct bind_plan {
     int membind;            /* --bind numa with more than one NUMA node: bind memory to the node as well */
 };
 
-/* Local rank r's object: ranks are counted per host, as each host of a --hostfile is a machine of its own. */
+/* Rank r's object. The ranks are counted over this machine, not per host: the network-namespace hosts of a
+ * --hostfile (and a localhost line) all run on this machine's cores, so numbering each host's ranks from 0 would put
+ * every host's first rank on core 0 while other cores idle (2 hosts x 1 rank on 2 cores: both ranks on core 0). */
 static int bind_index(const struct bind_plan *p, int r)
 {
-    return (p->local_rank ? p->local_rank[r] : r) % p->nobjs;
+    return (p->cpu_rank ? p->cpu_rank[r] : r) % p->nobjs;
 }
 
-static int host_ranks(const struct bind_plan *p, int r)
-{
-    return p->local_size ? p->local_size[r] : p->nranks;
-}
-
-/* Whether zcclrun binds rank r: always under --bind core|numa|package; by default where its host's ranks fit the
- * cores (more ranks than cores would share them, and a rank bound to a busy core cannot move to an idle one). */
+/* Whether zcclrun binds rank r: always under --bind core|numa|package; by default where the ranks it starts on this
+ * machine fit its cores (more ranks than cores would share them, and a rank bound to a busy core cannot move to an
+ * idle one). */
 static int rank_bound(const struct bind_plan *p, int r)
 {
-    return p->kind != BIND_NONE && (!p->by_default || host_ranks(p, r) <= p->nobjs);
+    return p->kind != BIND_NONE && (!p->by_default || p->cpu_size <= p->nobjs) && (!p->cpu_rank || p->cpu_rank[r] >= 0);
 }
 
 struct hostplan;
@@ -225,17 +223,16 @@ static int collect_objs(struct bind_plan *p, hwloc_obj_type_t type)
  * oversubscription warning (not for the default, which binds only where the ranks fit). Returns 0, or 1 after
  * printing an error.
  */
-static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int by_default, int nranks, const int *local_rank,
-                        const int *local_size)
+static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int by_default, int nranks, const int *cpu_rank,
+                        int cpu_size)
 {
     memset(p, 0, sizeof *p);
     p->kind = kind;
     p->by_default = by_default;
     p->nranks = nranks;
-    p->local_rank = local_rank;
-    p->local_size = local_size;
-    int most = 0; /* ranks on the fullest host */
-    for (int r = 0; r < nranks; r++) most = host_ranks(p, r) > most ? host_ranks(p, r) : most;
+    p->cpu_rank = cpu_rank;
+    p->cpu_size = cpu_rank ? cpu_size : nranks;
+    const int most = p->cpu_size; /* ranks sharing this machine's cores */
     if (hwloc_topology_init(&p->topo) != 0) {
         fprintf(stderr, NAME ": hwloc_topology_init: %s\n", strerror(errno));
         return 1;
@@ -277,12 +274,13 @@ static int bind_prepare(struct bind_plan *p, enum bind_kind kind, int by_default
     p->membind = kind == BIND_NUMA && p->objs[0]->type == HWLOC_OBJ_NUMANODE &&
                  hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_NUMANODE) > 1;
 
-    /* Oversubscription: more ranks on a host than cores (--bind core), or than PUs on one NUMA node / package. */
+    /* Oversubscription: more ranks on this machine than cores (--bind core), or than PUs on one NUMA node / package. */
     char lab[48];
     if (kind == BIND_CORE && !by_default && most > p->nobjs) {
         fprintf(stderr,
-                NAME ": warning: %d ranks on a host but only %d core%s: cores are oversubscribed (local rank i is "
-                "bound to core i mod %d)\n", most, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
+                NAME ": warning: %d ranks on %s but only %d core%s: cores are oversubscribed (%s rank i is "
+                "bound to core i mod %d)\n", most, cpu_rank ? "this machine" : "a host", p->nobjs,
+                p->nobjs == 1 ? "" : "s", cpu_rank ? "this machine's" : "local", p->nobjs);
     } else if (kind != BIND_CORE) {
         for (int k = 0; k < p->nobjs && k < most; k++) {
             int on = most / p->nobjs + (k < most % p->nobjs);
@@ -390,6 +388,9 @@ struct hostplan {
     int *host_of;    /* per rank: index into hosts */
     int *local_rank; /* per rank: rank within its host */
     int *local_size; /* per rank: ranks on its host */
+    int *cpu_rank;   /* per rank: index among the ranks on this machine (network-namespace and localhost hosts); -1 on
+                      * an ssh host */
+    int cpu_size;    /* ranks on this machine */
 };
 
 /* ip(8) keeps named network namespaces as bind mounts in /run/netns (/var/run/netns on older systems). */
@@ -524,7 +525,8 @@ static int hostplan_assign(struct hostplan *hp, int *nranks, const char *path)
     hp->host_of = malloc((size_t)n * sizeof(int));
     hp->local_rank = malloc((size_t)n * sizeof(int));
     hp->local_size = malloc((size_t)n * sizeof(int));
-    if (!hp->host_of || !hp->local_rank || !hp->local_size) {
+    hp->cpu_rank = malloc((size_t)n * sizeof(int));
+    if (!hp->host_of || !hp->local_rank || !hp->local_size || !hp->cpu_rank) {
         fprintf(stderr, NAME ": out of memory\n");
         return 1;
     }
@@ -537,6 +539,7 @@ static int hostplan_assign(struct hostplan *hp, int *nranks, const char *path)
         int k = hp->host_of[r];
         hp->local_size[r] = hp->hosts[k].slots;
         if (r + (hp->hosts[k].slots - hp->local_rank[r]) > n) hp->local_size[r] = n - (r - hp->local_rank[r]);
+        hp->cpu_rank[r] = hp->hosts[k].ssh ? -1 : hp->cpu_size++;
     }
     return 0;
 }
@@ -551,6 +554,7 @@ static void hostplan_free(struct hostplan *hp)
     free(hp->host_of);
     free(hp->local_rank);
     free(hp->local_size);
+    free(hp->cpu_rank);
 }
 
 /*
@@ -785,6 +789,14 @@ static int exec_rank(int rank, void *arg)
         fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
         return 1;
     }
+    /* Simulated hosts share this machine's cores: tell the library how many ranks compete for them, so that its
+     * choices for ranks with cores of their own or not (ZCCL_SPIN_US=-1, ...) count them all (unless set). */
+    char mr[16];
+    snprintf(mr, sizeof mr, "%d", job->hosts ? job->hosts->cpu_size : 0);
+    if (job->hosts && !(h && h->ssh) && setenv("ZCCL_MACHINE_RANKS", mr, 0) != 0) {
+        fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
+        return 1;
+    }
     if (h && h->ssh) return exec_remote(rank, h->ssh, job->ssh, argv);
     if (h && h->ns && enter_host(h->ns, rank) != 0) return 1;
     if (bound && bind_self(job->bind, rank) != 0) return 1;
@@ -813,17 +825,22 @@ static void bind_default_info(const struct bind_plan *p, const struct hostplan *
         char where[96];
         snprintf(where, sizeof where, "%s%s", !h ? "this host" : h->ns ? "host netns:" : h->ssh ? "host ssh:" : "host ",
                  !h ? "" : h->ns ? h->ns : h->ssh ? h->ssh : "localhost");
-        const int n = host_ranks(p, r);
+        const int n = hp ? hp->local_size[r] : p->nranks;
+        /* With a --hostfile, the hosts on this machine share its cores: say how many ranks they hold together. */
+        char shared[96] = "";
+        if (hp && p->cpu_size != n)
+            snprintf(shared, sizeof shared, " (%d on this machine, whose hosts share its cores)", p->cpu_size);
         if (h && h->ssh)
             fprintf(stderr, NAME ": INFO: %d rank%s on %s: binding is that host's affair\n", n, n == 1 ? "" : "s",
                     where);
         else if (rank_bound(p, r))
-            fprintf(stderr, NAME ": INFO: %d rank%s on %s, %d core%s: local rank i bound to core i (the default "
+            fprintf(stderr, NAME ": INFO: %d rank%s on %s%s, %d core%s: %s rank i bound to core i (the default "
                     "where the ranks fit the cores; --bind none turns it off)\n", n, n == 1 ? "" : "s", where,
-                    p->nobjs, p->nobjs == 1 ? "" : "s");
+                    shared, p->nobjs, p->nobjs == 1 ? "" : "s", shared[0] ? "this machine's" : "local");
         else
-            fprintf(stderr, NAME ": INFO: %d ranks on %s but %d core%s: the ranks are not bound (--bind core binds "
-                    "them anyway, i mod %d)\n", n, where, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
+            fprintf(stderr, NAME ": INFO: %d ranks on %s%s but %d core%s: the ranks are not bound (--bind core binds "
+                    "them anyway, i mod %d)\n", n, where, shared, p->nobjs,
+                    p->nobjs == 1 ? "" : "s", p->nobjs);
     }
 }
 
@@ -1005,7 +1022,7 @@ int main(int argc, char **argv)
     struct job job = {.argv = prog_argv, .bind = NULL, .hosts = hostfile ? &hp : NULL, .ssh = ssh_argv};
     int use_hwloc = bind != BIND_NONE || report_bindings;
     if (use_hwloc) {
-        if (bind_prepare(&plan, bind, !bind_given, o.nranks, o.local_rank, o.local_size) != 0) {
+        if (bind_prepare(&plan, bind, !bind_given, o.nranks, hostfile ? hp.cpu_rank : NULL, hp.cpu_size) != 0) {
             bind_free(&plan);
             if (bind_given || report_bindings) {
                 hostplan_free(&hp);

@@ -131,6 +131,9 @@ const zccl_topo_t *zccl__comm_process_topo(void);
 zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm);
 /** How long a waiting rank spins before it sleeps (ZCCL_SPIN_US). */
 zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm);
+/* Ranks competing for this rank's cores: `local` (the communicator's ranks on this host), or ZCCL_MACHINE_RANKS when
+ * that is larger (network-namespace hosts that zcclrun runs on one machine). */
+int zccl__cpu_ranks(int local);
 /** Fails early when the process cannot open a socket per TCP peer. */
 zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
 
@@ -162,6 +165,7 @@ extern const zccl_cfg_desc_t zccl__set_spin_us;
 #define ZCCL_CFG_SPIN_US (&zccl__set_spin_us)
 extern const zccl_cfg_desc_t zccl__set_wait_yield;
 #define ZCCL_CFG_WAIT_YIELD (&zccl__set_wait_yield)
+extern const zccl_cfg_desc_t zccl__set_machine_ranks;
 extern const zccl_cfg_desc_t zccl__set_stream_spin_us;
 #define ZCCL_CFG_STREAM_SPIN_US (&zccl__set_stream_spin_us)
 extern const zccl_cfg_desc_t zccl__set_stage_chunk_bytes;

@@ -20,6 +20,12 @@ ZCCL_SETTING(zccl__set_wait_yield) = {.name = "ZCCL_WAIT_YIELD", .deflt = "-1",
                           "peer wakes it, 1 stays runnable and hands its core over (sched_yield) between looks; -1: 1 "
                           "if the host has more ranks than cores, else 0 (docs/performance.md)",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1};
+ZCCL_SETTING(zccl__set_machine_ranks) = {.name = "ZCCL_MACHINE_RANKS", .deflt = "0",
+                          .help = "ranks that share this machine's cores when that is more than the host's own (zcclrun "
+                          "sets it for its network-namespace hosts, which all run on one machine); the -1 (automatic) "
+                          "choices of ZCCL_SPIN_US, ZCCL_WAIT_YIELD, ZCCL_STREAM_SPIN_US and ZCCL_SHM_STAGED count "
+                          "max(this, the host's ranks) against the cores; 0: the host's ranks",
+        .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1 << 20};
 ZCCL_SETTING(zccl__set_stream_spin_us) = {.name = "ZCCL_STREAM_SPIN_US", .deflt = "-1",
                           .help = "microseconds an idle zccl stream thread polls for its next operation, and "
                           "zccl_stream_synchronize for the last completion, before sleeping; -1: ZCCL_SPIN_US's value "

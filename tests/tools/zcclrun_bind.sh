@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # zcclrun_bind.sh ZCCLRUN — the CPUs each rank may run on, as the rank itself reads them (Cpus_allowed_list of its
 # /proc/self/status) with its ZCCL_LOCAL_BIND, under zcclrun's default binding, --bind none, --bind core (also
-# oversubscribed) and a bad --bind value; then with --hostfile across network namespaces, where the ranks are
-# counted per host. The machine's topology is replaced by hwloc's synthetic "core:2 pu:1" (HWLOC_SYNTHETIC, with
+# oversubscribed) and a bad --bind value; then with --hostfile across network namespaces, where the ranks of all
+# the hosts on this machine are counted together. The machine's topology is replaced by hwloc's synthetic "core:2 pu:1" (HWLOC_SYNTHETIC, with
 # HWLOC_THISSYSTEM=1 so that the binding applies to this machine): core i is CPU i whatever the machine, so the
 # expected lists follow from the core count (2) alone, and an unbound rank's list is this script's own.
 # Needs CPUs 0 and 1 in this script's affinity (else SKIP, 77); the --hostfile part needs root and iproute2 (else
@@ -58,8 +58,10 @@ else
     echo "ok: --bind sockets refused (status 2, names the value)"
 fi
 
-# --hostfile: host 0 has 2 ranks (they fit 2 cores: bound, local rank i on CPU i), host 1 has 3 (unbound), host 2
-# has 1; counted over the whole job (6 ranks) nothing would fit. --bind core binds host 1's local ranks i mod 2.
+# --hostfile: the network-namespace hosts all run on this machine, so zcclrun counts their ranks together against
+# its cores. Hosts of 2, 3 and 1 ranks: 6 ranks on 2 cores, none bound by default; --bind core binds this machine's
+# rank i (over all hosts) to core i mod 2. Two hosts of 1 rank each fit: one on each core (before 2026-12-07 each
+# host's ranks were numbered from 0, so both landed on core 0).
 HOSTS_NO_TRAP=1
 source "$(dirname "${BASH_SOURCE[0]}")/../netns/hosts.sh"
 trap 'hosts_down; rm -rf "$out"' EXIT
@@ -67,11 +69,22 @@ hosts_up 3 >"$out/up" 2>&1
 rc=$?
 if [ $rc -eq 0 ]; then
     printf 'netns:%s slots=2\nnetns:%s slots=3\nnetns:%s slots=1\n' "${HOST_NS[@]}" >"$out/hostfile"
-    want=$(printf '0 0 core\n1 1 core\n2 %s none\n3 %s none\n4 %s none\n5 0 core' "$mine" "$mine" "$mine")
-    ZCCL_DEBUG=INFO check "--hostfile 2+3+1 ranks, default: per host" "$want" --hostfile "$out/hostfile"
-    stderr_has "--hostfile default" "INFO: 3 ranks on host netns:${HOST_NS[1]} but 2 cores: the ranks are not bound"
-    want=$(printf '0 0 core\n1 1 core\n2 0 core\n3 1 core\n4 0 core\n5 0 core')
-    check "--hostfile 2+3+1 ranks, --bind core: local rank i mod 2" "$want" --hostfile "$out/hostfile" --bind core
+    want=$(printf '0 %s none\n1 %s none\n2 %s none\n3 %s none\n4 %s none\n5 %s none' "$mine" "$mine" "$mine" "$mine" \
+        "$mine" "$mine")
+    ZCCL_DEBUG=INFO check "--hostfile 2+3+1 ranks, default: 6 on this machine, unbound" "$want" --hostfile "$out/hostfile"
+    stderr_has "--hostfile default" "INFO: 3 ranks on host netns:${HOST_NS[1]} (6 on this machine, whose hosts share its cores) but 2 cores: the ranks are not bound"
+    want=$(printf '0 0 core\n1 1 core\n2 0 core\n3 1 core\n4 0 core\n5 1 core')
+    check "--hostfile 2+3+1 ranks, --bind core: this machine's rank i mod 2" "$want" --hostfile "$out/hostfile" --bind core
+    printf 'netns:%s slots=1\nnetns:%s slots=1\n' "${HOST_NS[0]}" "${HOST_NS[1]}" >"$out/hostfile2"
+    ZCCL_DEBUG=INFO check "--hostfile 1+1 ranks, default: one core each" "$(printf '0 0 core\n1 1 core')" \
+        --hostfile "$out/hostfile2"
+    stderr_has "--hostfile 1+1 default" "INFO: 1 rank on host netns:${HOST_NS[1]} (2 on this machine, whose hosts share its cores), 2 cores: this machine's rank i bound to core i"
+    got=$("$RUN" --timeout 30 --hostfile "$out/hostfile2" sh -c 'echo "$RANK $ZCCL_MACHINE_RANKS"' 2>"$out/err" | sort -n)
+    if [ "$got" != "$(printf '0 2\n1 2')" ]; then
+        echo "FAIL: --hostfile 1+1: ZCCL_MACHINE_RANKS: ranks saw"; echo "$got"; cat "$out/err"; fail=1
+    else
+        echo "ok: --hostfile 1+1: every rank has ZCCL_MACHINE_RANKS=2"
+    fi
 elif [ $rc -eq 77 ]; then
     echo "skipped the --hostfile part: $(cat "$out/up")"
 else
