@@ -5,7 +5,7 @@
  *           [--bind core|numa|package|none] [--report-bindings] [--] prog [args...]
  *
  * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZCCL_SECRET and
- * ZCCL_LOCAL_BIND. Supervision (failure propagation, signal forwarding, timeout) is in launch.c; CPU binding
+ * ZCCL_LOCAL_BIND (and ZCCL_MACHINE_RANKS where hosts of a --hostfile share this machine). Supervision (failure propagation, signal forwarding, timeout) is in launch.c; CPU binding
  * (--bind, as mpirun --bind-to) is here, with hwloc; so are the simulated hosts of --hostfile (network
  * namespaces on this machine): see docs/tools.md.
  */
@@ -59,11 +59,14 @@ static void usage(FILE *f)
             "                       one in 20000-32767 when the first host is remote)\n"
             "  --timeout SEC        stop every rank and exit with status 124 after SEC seconds\n"
             "  --tag-output         prefix each line a rank writes on stdout/stderr with \"[rank] \"\n"
-            "  --bind WHAT          bind local rank i, before it starts, to core / NUMA node / package i mod count\n"
+            "  --bind WHAT          bind local rank i (with --hostfile: this machine's rank i over its hosts),\n"
+            "                       before it starts, to core / NUMA node / package i mod count\n"
             "                       of the CPUs " NAME " may use (WHAT: core, numa, package or none), like mpirun\n"
             "                       --bind-to; --bind numa binds memory to that node too (machines with several\n"
-            "                       nodes). Default: core where a host's ranks fit its cores, else none (said at\n"
-            "                       ZCCL_DEBUG=INFO); --bind none turns binding off, --bind core forces it\n"
+            "                       nodes). Default: core where the ranks on this machine fit its cores, else\n"
+            "                       none (said at ZCCL_DEBUG=INFO; --hostfile's netns and localhost hosts count\n"
+            "                       together: they share this machine); --bind none turns binding off, --bind core\n"
+            "                       forces it\n"
             "  --report-bindings    print each rank's binding on stderr\n"
             "  -x VAR[=VALUE]       as mpirun's -x: with =VALUE, set VAR for every local and netns rank (they inherit\n"
             "                       " NAME "'s environment, so plain -x VAR changes nothing; remote ranks get only the\n"
@@ -75,7 +78,8 @@ static void usage(FILE *f)
             "\n"
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
             "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (what the rank\n"
-            "is bound to: core, numa, package or none). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
+            "is bound to: core, numa, package or none), and ZCCL_MACHINE_RANKS (ranks on this machine over its\n"
+            "hosts) where --hostfile puts several hosts on it (not on ssh: hosts). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
             "network namespace (as 'ip netns exec NAME' would start it) with hostname NAME in a UTS namespace of\n"
             "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root. A rank on a\n"
             "remote host gets the same variables and every ZCCL_*/NCCL_* one of " NAME "'s environment on the\n"
@@ -333,6 +337,10 @@ static void bind_report(const struct bind_plan *p, int nranks)
 {
     char pus[256], line[768], lab[48];
     for (int r = 0; r < nranks; r++) {
+        if (p->cpu_rank && p->cpu_rank[r] < 0) {
+            fprintf(stderr, NAME ": rank %d runs on an ssh: host: binding is that host's affair\n", r);
+            continue;
+        }
         if (!rank_bound(p, r)) {
             hwloc_bitmap_list_snprintf(pus, sizeof pus, p->avail);
             fprintf(stderr, NAME ": rank %d not bound (PUs %s)\n", r, pus);
@@ -789,11 +797,13 @@ static int exec_rank(int rank, void *arg)
         fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
         return 1;
     }
-    /* Simulated hosts share this machine's cores: tell the library how many ranks compete for them, so that its
-     * choices for ranks with cores of their own or not (ZCCL_SPIN_US=-1, ...) count them all (unless set). */
+    /* Hosts that share this machine's cores (netns, localhost): tell the library how many ranks compete for them,
+     * so that its choices for ranks with cores of their own or not (ZCCL_SPIN_US=-1, ...) count them all (unless
+     * set). Only where another host runs here too: one host's ranks are what the library counts anyway. */
     char mr[16];
     snprintf(mr, sizeof mr, "%d", job->hosts ? job->hosts->cpu_size : 0);
-    if (job->hosts && !(h && h->ssh) && setenv("ZCCL_MACHINE_RANKS", mr, 0) != 0) {
+    if (job->hosts && !(h && h->ssh) && job->hosts->cpu_size > job->hosts->local_size[rank] &&
+        setenv("ZCCL_MACHINE_RANKS", mr, 0) != 0) {
         fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
         return 1;
     }
@@ -837,10 +847,14 @@ static void bind_default_info(const struct bind_plan *p, const struct hostplan *
             fprintf(stderr, NAME ": INFO: %d rank%s on %s%s, %d core%s: %s rank i bound to core i (the default "
                     "where the ranks fit the cores; --bind none turns it off)\n", n, n == 1 ? "" : "s", where,
                     shared, p->nobjs, p->nobjs == 1 ? "" : "s", shared[0] ? "this machine's" : "local");
+        else if (shared[0])
+            fprintf(stderr, NAME ": INFO: %d rank%s on %s; %d ranks on this machine, whose hosts share its cores, but "
+                    "%d core%s: the ranks are not bound (--bind core binds them anyway, this machine's rank i to core "
+                    "i mod %d)\n", n, n == 1 ? "" : "s", where, p->cpu_size, p->nobjs, p->nobjs == 1 ? "" : "s",
+                    p->nobjs);
         else
-            fprintf(stderr, NAME ": INFO: %d ranks on %s%s but %d core%s: the ranks are not bound (--bind core binds "
-                    "them anyway, i mod %d)\n", n, where, shared, p->nobjs,
-                    p->nobjs == 1 ? "" : "s", p->nobjs);
+            fprintf(stderr, NAME ": INFO: %d ranks on %s but %d core%s: the ranks are not bound (--bind core binds "
+                    "them anyway, i mod %d)\n", n, where, p->nobjs, p->nobjs == 1 ? "" : "s", p->nobjs);
     }
 }
 

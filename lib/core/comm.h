@@ -131,9 +131,10 @@ const zccl_topo_t *zccl__comm_process_topo(void);
 zccl_result_t zccl__comm_choose_ring(struct zccl_comm *comm);
 /** How long a waiting rank spins before it sleeps (ZCCL_SPIN_US). */
 zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm);
-/* Ranks competing for this rank's cores: `local` (the communicator's ranks on this host), or ZCCL_MACHINE_RANKS when
- * that is larger (network-namespace hosts that zcclrun runs on one machine). */
-int zccl__cpu_ranks(int local);
+/* Ranks competing for this rank's cores, in *sharing: `local` (the communicator's ranks on this host), or
+ * ZCCL_MACHINE_RANKS when that is larger (network-namespace hosts that zcclrun runs on one machine). Fails on a bad
+ * ZCCL_MACHINE_RANKS value. */
+zccl_result_t zccl__cpu_ranks(int local, int *sharing);
 /** Fails early when the process cannot open a socket per TCP peer. */
 zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm);
 

@@ -232,10 +232,11 @@ zccl_result_t zccl__comm_check_fd_limit(struct zccl_comm *comm) {
                        (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 }
 
-int zccl__cpu_ranks(int local) {
+zccl_result_t zccl__cpu_ranks(int local, int *sharing) {
     int64_t m = 0;
-    if (zccl__cfg_int(&zccl__set_machine_ranks, &m) != ZCCL_SUCCESS) m = 0;
-    return m > local ? (int)m : local;
+    ZCCL_CHECK(zccl__cfg_int(&zccl__set_machine_ranks, &m)); /* a bad value fails creation, as every setting's */
+    *sharing = m > local ? (int)m : local;
+    return ZCCL_SUCCESS;
 }
 
 /* Polling keeps latency low only while every rank of the host has a core; with more ranks than cores a poller
@@ -245,7 +246,7 @@ zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm) {
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_SPIN_US, &us));
     int local = 0;
     for (int r = 0; r < comm->nranks; r++) local += comm->tc.peers[r].host_hash == comm->tc.peers[comm->rank].host_hash;
-    local = zccl__cpu_ranks(local); /* ZCCL_MACHINE_RANKS: simulated hosts sharing one machine's cores */
+    ZCCL_CHECK(zccl__cpu_ranks(local, &local)); /* ZCCL_MACHINE_RANKS: simulated hosts sharing one machine's cores */
     const int cpus = zccl__cpus_for_ranks(local);
     if (us < 0) us = (local <= cpus) ? 50 : 0;
     comm->spin_ns = (uint64_t)us * 1000u;
@@ -258,7 +259,7 @@ zccl_result_t zccl__comm_choose_spin(struct zccl_comm *comm) {
     ZCCL_CHECK(zccl__cfg_int(ZCCL_CFG_STREAM_SPIN_US, &sus));
     if (sus < 0) sus = (2 * local <= cpus) ? us : 0;
     comm->stream_spin_ns = (uint64_t)sus * 1000u;
-    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks share this host's cores, %d cores available: poll %lld us, then %s",
+    ZCCL_INFO(ZCCL_LOG_INIT, "rank %d: %d ranks share this machine's cores, %d cores available: poll %lld us, then %s",
               comm->rank, local, cpus, (long long)us, yield ? "yield the core between looks" : "sleep");
     return ZCCL_SUCCESS;
 }

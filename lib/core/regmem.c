@@ -899,7 +899,8 @@ zccl_result_t zccl__stg_setup(struct zccl_comm *comm) {
         if (!zccl__shm_reg_area(&comm->tc, r)) return ZCCL_SUCCESS;
     /* Automatic: wanted where a rank sees more ranks than cores (its affinity mask); the all-reduce turns the ranks'
      * votes into one answer, on when any rank wants it. */
-    const int sharing = zccl__cpu_ranks(n); /* with ZCCL_MACHINE_RANKS: the ranks of every host on this machine */
+    int sharing = n; /* with ZCCL_MACHINE_RANKS: the ranks of every host on this machine */
+    ZCCL_CHECK(zccl__cpu_ranks(n, &sharing));
     uint64_t want = mode == 1 || sharing > zccl__cpus_for_ranks(sharing), any_want = 0;
     ZCCL_CHECK(zccl_allreduce(&want, &any_want, 1, ZCCL_UINT64, ZCCL_MAX, comm, NULL));
     if (!any_want) return ZCCL_SUCCESS;

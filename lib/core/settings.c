@@ -22,9 +22,9 @@ ZCCL_SETTING(zccl__set_wait_yield) = {.name = "ZCCL_WAIT_YIELD", .deflt = "-1",
         .kind = ZCCL_CFG_INT, .lo = -1, .hi = 1};
 ZCCL_SETTING(zccl__set_machine_ranks) = {.name = "ZCCL_MACHINE_RANKS", .deflt = "0",
                           .help = "ranks that share this machine's cores when that is more than the host's own (zcclrun "
-                          "sets it for its network-namespace hosts, which all run on one machine); the -1 (automatic) "
-                          "choices of ZCCL_SPIN_US, ZCCL_WAIT_YIELD, ZCCL_STREAM_SPIN_US and ZCCL_SHM_STAGED count "
-                          "max(this, the host's ranks) against the cores; 0: the host's ranks",
+                          "--hostfile sets it where several of its netns/localhost hosts run on this machine); the -1 "
+                          "(automatic) choices of ZCCL_SPIN_US, ZCCL_WAIT_YIELD, ZCCL_STREAM_SPIN_US and ZCCL_SHM_STAGED "
+                          "count max(this, the host's ranks) against the CPUs; 0: the host's ranks",
         .kind = ZCCL_CFG_INT, .lo = 0, .hi = 1 << 20};
 ZCCL_SETTING(zccl__set_stream_spin_us) = {.name = "ZCCL_STREAM_SPIN_US", .deflt = "-1",
                           .help = "microseconds an idle zccl stream thread polls for its next operation, and "

@@ -12,7 +12,7 @@ RUN=${1:?usage: zcclrun_bind.sh ZCCLRUN}
 python3 -c 'import os, sys; sys.exit(0 if {0, 1} <= os.sched_getaffinity(0) else 1)' ||
     { echo "SKIP: CPUs 0 and 1 are not both in this process's affinity mask"; exit 77; }
 export HWLOC_SYNTHETIC="core:2 pu:1" HWLOC_THISSYSTEM=1
-unset ZCCL_DEBUG NCCL_DEBUG
+unset ZCCL_DEBUG NCCL_DEBUG ZCCL_MACHINE_RANKS
 mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
 out=$(mktemp -d)
 fail=0
@@ -72,9 +72,12 @@ if [ $rc -eq 0 ]; then
     want=$(printf '0 %s none\n1 %s none\n2 %s none\n3 %s none\n4 %s none\n5 %s none' "$mine" "$mine" "$mine" "$mine" \
         "$mine" "$mine")
     ZCCL_DEBUG=INFO check "--hostfile 2+3+1 ranks, default: 6 on this machine, unbound" "$want" --hostfile "$out/hostfile"
-    stderr_has "--hostfile default" "INFO: 3 ranks on host netns:${HOST_NS[1]} (6 on this machine, whose hosts share its cores) but 2 cores: the ranks are not bound"
+    stderr_has "--hostfile default" "INFO: 3 ranks on host netns:${HOST_NS[1]}; 6 ranks on this machine, whose hosts share its cores, but 2 cores: the ranks are not bound"
+    stderr_has "--hostfile default, 1-rank host" "INFO: 1 rank on host netns:${HOST_NS[2]}; 6 ranks on this machine"
     want=$(printf '0 0 core\n1 1 core\n2 0 core\n3 1 core\n4 0 core\n5 1 core')
     check "--hostfile 2+3+1 ranks, --bind core: this machine's rank i mod 2" "$want" --hostfile "$out/hostfile" --bind core
+    stderr_has "--hostfile --bind core" "6 ranks on this machine but only 2 cores: cores are oversubscribed"
+    check "--hostfile 2+3+1 slots, -n 2: the 2 ranks fit" "$(printf '0 0 core\n1 1 core')" --hostfile "$out/hostfile" -n 2
     printf 'netns:%s slots=1\nnetns:%s slots=1\n' "${HOST_NS[0]}" "${HOST_NS[1]}" >"$out/hostfile2"
     ZCCL_DEBUG=INFO check "--hostfile 1+1 ranks, default: one core each" "$(printf '0 0 core\n1 1 core')" \
         --hostfile "$out/hostfile2"
