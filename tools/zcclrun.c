@@ -5,8 +5,8 @@
  *           [--bind core|numa|package|none] [--report-bindings] [--] prog [args...]
  *
  * Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ZCCL_SECRET and
- * ZCCL_LOCAL_BIND (and ZCCL_MACHINE_RANKS where hosts of a --hostfile share this machine). Supervision (failure propagation, signal forwarding, timeout) is in launch.c; CPU binding
- * (--bind, as mpirun --bind-to) is here, with hwloc; so are the simulated hosts of --hostfile (network
+ * ZCCL_LOCAL_BIND (and ZCCL_MACHINE_RANKS where hosts of a --hostfile share this machine). Supervision (failure
+ * propagation, signal forwarding, timeout) is in launch.c; CPU binding (--bind, as mpirun --bind-to) is here, with hwloc; so are the simulated hosts of --hostfile (network
  * namespaces on this machine): see docs/tools.md.
  */
 #ifndef _GNU_SOURCE
@@ -79,7 +79,8 @@ static void usage(FILE *f)
             "Environment of each rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
             "ZCCL_SECRET (32 random hex digits, unless ZCCL_SECRET is already set), ZCCL_LOCAL_BIND (what the rank\n"
             "is bound to: core, numa, package or none), and ZCCL_MACHINE_RANKS (ranks on this machine over its\n"
-            "hosts) where --hostfile puts several hosts on it (not on ssh: hosts). Rank 0 keeps stdin; the others read /dev/null. A rank on a host netns:NAME runs in that\n"
+            "hosts) where --hostfile puts several hosts on it (not on ssh: hosts). Rank 0 keeps stdin; the others\n"
+            "read /dev/null. A rank on a host netns:NAME runs in that\n"
             "network namespace (as 'ip netns exec NAME' would start it) with hostname NAME in a UTS namespace of\n"
             "its own, so zccl treats each namespace as a separate host (TCP between them). Needs root. A rank on a\n"
             "remote host gets the same variables and every ZCCL_*/NCCL_* one of " NAME "'s environment on the\n"
@@ -152,7 +153,7 @@ static const char *const bind_words[] = {"none", "core", "numa", "package"};
 
 struct bind_plan {
     enum bind_kind kind;    /* BIND_NONE: nothing is bound (only --report-bindings needs the plan) */
-    int by_default;         /* no --bind: kind is BIND_CORE, but only the ranks of a host whose ranks fit are bound */
+    int by_default;         /* no --bind: kind is BIND_CORE, but ranks are bound only where this machine's fit */
     int nranks;
     const int *cpu_rank;    /* per rank: its index among the ranks started on this machine; NULL: the rank itself */
     int cpu_size;           /* ranks started on this machine (over all its hosts of a --hostfile) */
@@ -400,6 +401,13 @@ struct hostplan {
                       * an ssh host */
     int cpu_size;    /* ranks on this machine */
 };
+
+/* Whether rank r runs on this machine beside another host's ranks (netns / localhost hosts of a --hostfile): they
+ * share its cores, which the binding messages and ZCCL_MACHINE_RANKS say. */
+static int shares_machine(const struct hostplan *hp, int r)
+{
+    return hp && hp->cpu_rank[r] >= 0 && hp->cpu_size > hp->local_size[r];
+}
 
 /* ip(8) keeps named network namespaces as bind mounts in /run/netns (/var/run/netns on older systems). */
 static int open_netns(const char *name)
@@ -800,12 +808,13 @@ static int exec_rank(int rank, void *arg)
     /* Hosts that share this machine's cores (netns, localhost): tell the library how many ranks compete for them,
      * so that its choices for ranks with cores of their own or not (ZCCL_SPIN_US=-1, ...) count them all (unless
      * set). Only where another host runs here too: one host's ranks are what the library counts anyway. */
-    char mr[16];
-    snprintf(mr, sizeof mr, "%d", job->hosts ? job->hosts->cpu_size : 0);
-    if (job->hosts && !(h && h->ssh) && job->hosts->cpu_size > job->hosts->local_size[rank] &&
-        setenv("ZCCL_MACHINE_RANKS", mr, 0) != 0) {
-        fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
-        return 1;
+    if (shares_machine(job->hosts, rank)) {
+        char mr[16];
+        snprintf(mr, sizeof mr, "%d", job->hosts->cpu_size);
+        if (setenv("ZCCL_MACHINE_RANKS", mr, 0) != 0) {
+            fprintf(stderr, NAME ": rank %d: setenv: %s\n", rank, strerror(errno));
+            return 1;
+        }
     }
     if (h && h->ssh) return exec_remote(rank, h->ssh, job->ssh, argv);
     if (h && h->ns && enter_host(h->ns, rank) != 0) return 1;
@@ -838,7 +847,7 @@ static void bind_default_info(const struct bind_plan *p, const struct hostplan *
         const int n = hp ? hp->local_size[r] : p->nranks;
         /* With a --hostfile, the hosts on this machine share its cores: say how many ranks they hold together. */
         char shared[96] = "";
-        if (hp && p->cpu_size != n)
+        if (shares_machine(hp, r))
             snprintf(shared, sizeof shared, " (%d on this machine, whose hosts share its cores)", p->cpu_size);
         if (h && h->ssh)
             fprintf(stderr, NAME ": INFO: %d rank%s on %s: binding is that host's affair\n", n, n == 1 ? "" : "s",

@@ -145,10 +145,10 @@ int zccl__cpus_for_ranks(int local) {
     if (sched_getaffinity(0, sizeof set, &set) != 0) return (int)sysconf(_SC_NPROCESSORS_ONLN);
     const int n = CPU_COUNT(&set);
     /* A mask of one core's hardware threads that is not the whole machine: the launcher bound this rank. */
-    const bool bound = n == 1 || (n < (int)sysconf(_SC_NPROCESSORS_ONLN) && one_core_mask(&set));
+    const int online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const bool bound = n == 1 || (n < online && one_core_mask(&set));
     /* One core per rank, but never more cores than the machine has (ranks forced onto shared cores, or
      * ZCCL_MACHINE_RANKS counting other hosts' ranks on this machine). */
-    const int online = (int)sysconf(_SC_NPROCESSORS_ONLN);
     return bound && local > 1 ? (online > 0 && local > online ? online : local) : n;
 }
 
